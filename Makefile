@@ -1,0 +1,40 @@
+# Keras sentiment pipeline. `make help` lists the targets.
+# Every stage also runs as `python -m pipeline <stage> --config FILE --set section.key=value`.
+# Stage targets always call the stage; the stage itself compares its manifest (input
+# checksums + config hash, which make cannot see through SET=) and skips unchanged work.
+
+SHELL := /bin/bash
+VENV ?= .venv
+PYTHON ?= $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
+CONFIG ?= configs/default.yaml
+SET ?=
+DATA ?= data
+SET_ARGS := $(foreach s,$(SET),--set $(s))
+STAGE = $(PYTHON) -m pipeline $(1) --config $(CONFIG) $(SET_ARGS)
+
+.DEFAULT_GOAL := help
+.PHONY: help setup all ingest test clean FORCE
+
+help: ## list every target with a one-line description
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z0-9_-]*:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo "  variables: CONFIG=$(CONFIG) SET='section.key=value ...' IMDB_ARCHIVE=path"
+
+setup: ## create .venv/ and install the project with its test extras
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --upgrade pip
+	$(VENV)/bin/pip install -e ".[test]"
+
+all: ingest ## run the whole pipeline end to end with CONFIG
+
+ingest: $(DATA)/ingest/manifest.json ## IMDB archive -> data/ingest/{train,val,test}.parquet + manifest
+
+$(DATA)/ingest/manifest.json: FORCE
+	$(call STAGE,ingest)
+
+test: ## run the test suite (tiny generated data, temporary folders and MLflow store)
+	$(PYTHON) -m pytest -q
+
+clean: ## delete stage outputs in data/ (keeps data/raw) and reports/
+	rm -rf $(DATA)/ingest reports
+
+FORCE:

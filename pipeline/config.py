@@ -1,0 +1,286 @@
+"""Typed, frozen configuration loaded from YAML and validated on load.
+
+One dataclass per concern (paths, data, tokenizer, model, training, tracking,
+compare). ``load_config(path, overrides)`` reads a YAML file, applies
+``section.key=value`` overrides and returns a frozen :class:`Config`. Unknown
+sections or keys and wrongly typed values raise ``ValueError`` naming the key
+and the file, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+CANONICAL_IMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
+CANONICAL_IMDB_MD5 = "7c2ac02c03563afcf9b574c7e56c153a"
+
+
+@dataclass(frozen=True)
+class PathsConfig:
+    """Where stage outputs and reports go (relative paths are relative to the working directory)."""
+
+    data_dir: str = "data"
+    reports_dir: str = "reports"
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the reviews come from and how the validation split is drawn."""
+
+    source: str = "imdb"
+    archive: str | None = None
+    archive_sha256: str | None = None
+    download_url: str = CANONICAL_IMDB_URL
+    download_md5: str = CANONICAL_IMDB_MD5
+    validation_fraction: float = 0.1
+    seed: int = 1337
+
+    def __post_init__(self) -> None:
+        if self.source != "imdb":
+            raise ValueError(f"data.source must be 'imdb', got {self.source!r}")
+        if not 0.0 < self.validation_fraction < 1.0:
+            raise ValueError(
+                f"data.validation_fraction must be in (0, 1), got {self.validation_fraction}"
+            )
+
+
+TRUNCATION_STRATEGIES = ("head", "tail", "head_tail")
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    """WordPiece vocabulary learning and fixed-length encoding."""
+
+    vocabulary_size: int = 20000
+    lowercase: bool = True
+    max_sequence_length: int = 256
+    truncation: str = "head_tail"
+    head_tokens: int = 64
+    extra_corpus: str | None = None
+    max_extra_texts: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.truncation not in TRUNCATION_STRATEGIES:
+            raise ValueError(
+                f"tokenizer.truncation must be one of {TRUNCATION_STRATEGIES}, got {self.truncation!r}"
+            )
+        if self.max_sequence_length < 2:
+            raise ValueError("tokenizer.max_sequence_length must be at least 2 ([CLS] plus one token)")
+        if not 0 <= self.head_tokens <= self.max_sequence_length - 1:
+            raise ValueError(
+                "tokenizer.head_tokens must be between 0 and max_sequence_length - 1, "
+                f"got {self.head_tokens}"
+            )
+        if self.vocabulary_size < 10:
+            raise ValueError(f"tokenizer.vocabulary_size is too small: {self.vocabulary_size}")
+
+
+POOLINGS = ("first_token", "mean")
+POSITIONS = ("learned", "sinusoidal", "none")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Transformer encoder classifier shape."""
+
+    pooling: str = "first_token"
+    position: str = "learned"
+    hidden_dim: int = 64
+    num_layers: int = 1
+    num_heads: int = 2
+    intermediate_dim: int = 128
+    dropout: float = 0.1
+    classifier_dropout: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"model.pooling must be one of {POOLINGS}, got {self.pooling!r}")
+        if self.position not in POSITIONS:
+            raise ValueError(f"model.position must be one of {POSITIONS}, got {self.position!r}")
+        if self.hidden_dim % self.num_heads:
+            raise ValueError(
+                f"model.hidden_dim ({self.hidden_dim}) must be divisible by model.num_heads ({self.num_heads})"
+            )
+        for name in ("dropout", "classifier_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"model.{name} must be in [0, 1)")
+
+
+PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Optimiser, schedule, budget and hardware policy."""
+
+    batch_size: int = 64
+    epochs: int = 4
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_fraction: float = 0.1
+    early_stopping_patience: int = 1
+    seed: int = 42
+    precision: str = "auto"
+    max_train_samples: int | None = None
+    shuffle_buffer: int = 25000
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"training.precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.batch_size < 1 or self.epochs < 1:
+            raise ValueError("training.batch_size and training.epochs must be positive")
+        if not 0.0 <= self.warmup_fraction < 1.0:
+            raise ValueError("training.warmup_fraction must be in [0, 1)")
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    """MLflow settings. ``tracking_uri`` empty means $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db."""
+
+    tracking_uri: str | None = None
+    experiment_name: str = "imdb-sentiment"
+    registered_model_name: str = "imdb-sentiment"
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """The pooling comparison: which seeds every variant is trained with."""
+
+    seeds: tuple[int, ...] = (1, 2, 3)
+    bootstrap_samples: int = 2000
+
+
+@dataclass(frozen=True)
+class Config:
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    compare: CompareConfig = field(default_factory=CompareConfig)
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.paths.data_dir)
+
+    @property
+    def reports_dir(self) -> Path:
+        return Path(self.paths.reports_dir)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return dataclasses.asdict(self)
+
+    def section_hash(self, *sections: str) -> str:
+        """Stable hash of the named sections: a stage reruns only when what it reads changed."""
+        payload = {name: dataclasses.asdict(getattr(self, name)) for name in sections}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
+
+    def replace(self, **section_changes: Mapping[str, Any]) -> "Config":
+        """A copy with some keys of some sections changed, e.g. ``replace(model={"pooling": "mean"})``."""
+        raw = self.to_dict()
+        for section, changes in section_changes.items():
+            raw[section].update(changes)
+        return _build(raw, source="<replace>")
+
+
+def _check_type(value: Any, annotation: Any, where: str) -> Any:
+    """Return ``value`` coerced to ``annotation`` or raise ValueError naming ``where``."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _check_type(value, option, where)
+            except ValueError as exc:
+                errors.append(str(exc))
+        raise ValueError(errors[0])
+    if origin is tuple:
+        (item_type, _ellipsis) = typing.get_args(annotation)
+        if not isinstance(value, (list, tuple)) or not value:
+            raise ValueError(f"{where} must be a non-empty list, got {value!r}")
+        return tuple(_check_type(item, item_type, where) for item in value)
+    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if annotation is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)  # YAML reads an all-digit checksum or name as a number
+    if annotation is bool and not isinstance(value, bool):
+        raise ValueError(f"{where} must be true or false, got {value!r}")
+    if annotation is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError(f"{where} must be an integer, got {value!r}")
+    if not isinstance(value, annotation):
+        raise ValueError(f"{where} must be of type {annotation.__name__}, got {value!r}")
+    return value
+
+
+def _build(raw: Mapping[str, Any], source: str) -> Config:
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{source}: the top level must be a mapping of sections")
+    sections = {f.name: f for f in dataclasses.fields(Config)}
+    built: dict[str, Any] = {}
+    for name, values in raw.items():
+        if name not in sections:
+            raise ValueError(f"{source}: unknown section {name!r} (known: {', '.join(sections)})")
+        section_type = sections[name].default_factory  # type: ignore[misc]
+        values = values or {}
+        if not isinstance(values, Mapping):
+            raise ValueError(f"{source}: section {name!r} must be a mapping")
+        hints = typing.get_type_hints(section_type)
+        kwargs = {}
+        for key, value in values.items():
+            if key not in hints:
+                raise ValueError(
+                    f"{source}: unknown key {name}.{key} (known: {', '.join(sorted(hints))})"
+                )
+            kwargs[key] = _check_type(value, hints[key], f"{source}: {name}.{key}")
+        try:
+            built[name] = section_type(**kwargs)
+        except ValueError as exc:
+            raise ValueError(f"{source}: {exc}") from None
+    return Config(**built)
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """Parse ``section.key=value``; the value is read as YAML (``3``, ``0.1``, ``null``, ``[1, 2]``)."""
+    if "=" not in text or "." not in text.split("=", 1)[0]:
+        raise ValueError(f"--set expects section.key=value, got {text!r}")
+    dotted, value_text = text.split("=", 1)
+    section, key = dotted.strip().split(".", 1)
+    return section, key, yaml.safe_load(value_text) if value_text.strip() else None
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> Config:
+    """Load ``path`` (or the defaults when None), apply ``overrides`` and validate everything."""
+    raw: dict[str, Any] = {}
+    source = "<defaults>"
+    if path is not None:
+        path = Path(path)
+        source = str(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"config file not found: {path}")
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: not valid YAML: {exc}") from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path}: the top level must be a mapping of sections")
+    for text in overrides:
+        section, key, value = parse_override(text)
+        section_values = raw.setdefault(section, {}) or {}
+        raw[section] = {**section_values, key: value}
+        source = f"{source} (with --set overrides)" if "--set" not in source else source
+    return _build(raw, source)

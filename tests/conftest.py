@@ -1,0 +1,114 @@
+"""Shared fixtures: tiny generated aclImdb-style data and an isolated working folder.
+
+Every test runs with the working directory set to its own temporary folder, MLflow pointed
+at a temporary SQLite store and ``$IMDB_ARCHIVE`` cleared, so nothing is written into the
+project's ``data/``, ``reports/`` or ``mlflow.db``. Review texts are generated here.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import load_config
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+_SHARED_ARCHIVE = PROJECT_ROOT.parent / "shared" / "data" / "aclImdb_labeled.tar.gz"
+REAL_ARCHIVE = Path(os.environ.get("IMDB_ARCHIVE") or _SHARED_ARCHIVE)
+requires_real_archive = pytest.mark.skipif(
+    not REAL_ARCHIVE.is_file(), reason=f"real IMDB archive not present at {REAL_ARCHIVE}"
+)
+
+POSITIVE_WORDS = ["great", "wonderful", "superb", "brilliant", "loved", "excellent", "moving", "delightful"]
+NEGATIVE_WORDS = ["awful", "terrible", "boring", "worst", "hated", "dreadful", "dull", "painful"]
+NEUTRAL_WORDS = [
+    "the", "movie", "film", "plot", "actor", "scene", "story", "director", "music", "a", "and",
+    "was", "it", "this", "of", "camera", "ending", "character", "script", "cast", "to", "in",
+]
+
+
+def make_review(rng: random.Random, label: int, length: int | None = None) -> str:
+    """A generated review: neutral filler with a few words that reveal the label."""
+    length = length or rng.randint(8, 40)
+    cue_words = POSITIVE_WORDS if label == 1 else NEGATIVE_WORDS
+    words = [rng.choice(NEUTRAL_WORDS) for _ in range(length)]
+    for _ in range(max(1, length // 8)):
+        words[rng.randrange(length)] = rng.choice(cue_words)
+    return " ".join(words).capitalize() + "."
+
+
+def write_imdb_tree(root: Path, per_class: dict[str, int] | None = None, seed: int = 0) -> Path:
+    """Write ``root/aclImdb/{train,test}/{pos,neg}/<id>_<rating>.txt`` and return ``root/aclImdb``."""
+    per_class = per_class or {"train": 40, "test": 20}
+    rng = random.Random(seed)
+    base = root / "aclImdb"
+    for split, count in per_class.items():
+        for polarity, label in (("pos", 1), ("neg", 0)):
+            folder = base / split / polarity
+            folder.mkdir(parents=True, exist_ok=True)
+            for review_id in range(count):
+                rating = rng.randint(7, 10) if label else rng.randint(1, 4)
+                text = make_review(rng, label)
+                if review_id % 5 == 0:
+                    text = text.replace(" ", " <br /><br />", 1)
+                (folder / f"{review_id}_{rating}.txt").write_text(text, encoding="utf-8")
+    (base / "README").write_text("generated test data\n")
+    return base
+
+
+def make_archive(source_root: Path, archive_path: Path) -> Path:
+    """Pack ``source_root/aclImdb`` into a .tar.gz with member names ``aclImdb/...``."""
+    with tarfile.open(archive_path, "w:gz") as archive:
+        archive.add(source_root / "aclImdb", arcname="aclImdb")
+    return archive_path
+
+
+def add_member(archive_path: Path, name: str, data: bytes = b"x", kind: bytes = tarfile.REGTYPE,
+               linkname: str = "") -> None:
+    """Rewrite ``archive_path`` with one extra member (used to plant unsafe entries)."""
+    with tarfile.open(archive_path, "r:gz") as old:
+        members = [(m, old.extractfile(m).read() if m.isfile() else None) for m in old.getmembers()]
+    with tarfile.open(archive_path, "w:gz") as new:
+        for member, content in members:
+            new.addfile(member, io.BytesIO(content) if content is not None else None)
+        info = tarfile.TarInfo(name)
+        info.type = kind
+        info.linkname = linkname
+        info.size = len(data) if kind == tarfile.REGTYPE else 0
+        new.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+
+
+@pytest.fixture(autouse=True)
+def isolated_workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.delenv("IMDB_ARCHIVE", raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    return work
+
+
+@pytest.fixture
+def tiny_imdb_dir(tmp_path: Path) -> Path:
+    return write_imdb_tree(tmp_path / "source")
+
+
+@pytest.fixture
+def tiny_imdb_archive(tmp_path: Path, tiny_imdb_dir: Path) -> Path:
+    return make_archive(tiny_imdb_dir.parent, tmp_path / "tiny_aclImdb.tar.gz")
+
+
+@pytest.fixture
+def smoke_config(tmp_path: Path, tiny_imdb_archive: Path):
+    """The smoke config reading the tiny archive and writing under the test's folder."""
+    return load_config(
+        PROJECT_ROOT / "configs" / "smoke.yaml",
+        [f"data.archive={tiny_imdb_archive}", f"paths.data_dir={tmp_path / 'data'}",
+         f"paths.reports_dir={tmp_path / 'reports'}"],
+    )

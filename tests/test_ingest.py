@@ -1,0 +1,237 @@
+import json
+import os
+import shutil
+import tarfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipeline import ingest
+from pipeline.__main__ import main as cli_main
+from pipeline.config import load_config
+from tests.conftest import (
+    PROJECT_ROOT, REAL_ARCHIVE, add_member, make_archive, requires_real_archive, write_imdb_tree,
+)
+
+
+def read_splits(out_dir: Path) -> dict[str, pd.DataFrame]:
+    return {name: pd.read_parquet(out_dir / f"{name}.parquet") for name in ("train", "val", "test")}
+
+
+def test_clean_text_turns_breaks_into_newlines_and_normalises():
+    decomposed = "Cafe\u0301"  # e + combining acute accent
+    assert ingest.clean_text(f"  Good.<br /><br />{decomposed} <BR>x  ") == "Good.\n\nCaf\u00e9 \nx"
+
+
+def test_decode_review_replaces_bad_bytes():
+    text, bad = ingest.decode_review(b"ok \xff\xfe end")
+    assert bad and "\ufffd" in text and text.startswith("ok")
+    assert ingest.decode_review("fine é".encode()) == ("fine é", False)
+
+
+@pytest.mark.parametrize("name,expected", [("12_8.txt", (12, 8)), ("0_1.txt", (0, 1)),
+                                           ("12-8.txt", None), ("x_8.txt", None), ("12_8.text", None)])
+def test_parse_file_name(name, expected):
+    assert ingest.parse_file_name(name) == expected
+
+
+def test_ingest_writes_splits_labels_ratings_and_manifest(smoke_config):
+    out_dir = ingest.run(smoke_config)
+    splits = read_splits(out_dir)
+    assert {n: len(s) for n, s in splits.items()} == {"train": 64, "val": 16, "test": 40}
+    for split in splits.values():
+        assert list(split.columns) == list(ingest.COLUMNS)
+        pos = split[split["label"] == 1]
+        neg = split[split["label"] == 0]
+        assert pos["rating"].between(7, 10).all() and neg["rating"].between(1, 4).all()
+        assert pos["source_file"].str.contains("/pos/").all() and neg["source_file"].str.contains("/neg/").all()
+        assert not split["text"].str.contains("<br", case=False).any()
+    # stratified: both classes equally represented in val
+    assert splits["val"]["label"].value_counts().to_dict() == {0: 8, 1: 8}
+    # val comes from train only; test is untouched
+    assert splits["test"]["source_file"].str.startswith("test/").all()
+    assert splits["val"]["source_file"].str.startswith("train/").all()
+    assert not set(splits["train"]["source_file"]) & set(splits["val"]["source_file"])
+    # <br /> became line breaks: review 0 of every class had them
+    assert splits["test"]["text"].str.contains("\n").sum() == 8
+
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert manifest["rows"] == {"train": 64, "val": 16, "test": 40}
+    assert manifest["labels"]["test"] == {"0": 20, "1": 20}
+    assert len(manifest["archive_sha256"]) == 64
+    assert manifest["config_hash"] == smoke_config.section_hash("data")
+    assert set(manifest["duplicates"]) == {"within_train", "within_test", "test_rows_in_train"}
+    assert manifest["length_words"]["train"]["p50"] > 0
+    assert manifest["code_version"]
+
+
+def test_split_is_deterministic_and_seeded(smoke_config, tmp_path):
+    first = read_splits(ingest.run(smoke_config))
+    again = read_splits(ingest.run(smoke_config, force=True))
+    for name in first:
+        pd.testing.assert_frame_equal(first[name], again[name])
+    other_seed = smoke_config.replace(data={"seed": 99}, paths={"data_dir": str(tmp_path / "other")})
+    reseeded = read_splits(ingest.run(other_seed))
+    assert set(reseeded["val"]["source_file"]) != set(first["val"]["source_file"])
+
+
+def test_folder_source_gives_same_splits_as_archive(smoke_config, tiny_imdb_dir, tmp_path):
+    from_archive = read_splits(ingest.run(smoke_config))
+    folder_config = smoke_config.replace(data={"archive": str(tiny_imdb_dir)},
+                                         paths={"data_dir": str(tmp_path / "from_folder")})
+    from_folder = read_splits(ingest.run(folder_config))
+    for name in from_archive:
+        pd.testing.assert_frame_equal(from_archive[name], from_folder[name])
+
+
+def test_rerun_skips_when_unchanged_and_reruns_on_change(smoke_config, capsys):
+    out_dir = ingest.run(smoke_config)
+    before = (out_dir / "manifest.json").stat().st_mtime_ns
+    capsys.readouterr()
+    ingest.run(smoke_config)
+    assert "up to date" in capsys.readouterr().out
+    assert (out_dir / "manifest.json").stat().st_mtime_ns == before
+    ingest.run(smoke_config.replace(data={"validation_fraction": 0.25}))
+    assert "up to date" not in capsys.readouterr().out
+    assert json.loads((out_dir / "manifest.json").read_text())["rows"]["val"] == 20
+
+
+def test_environment_variable_selects_archive(tiny_imdb_archive, tmp_path, monkeypatch):
+    monkeypatch.setenv("IMDB_ARCHIVE", str(tiny_imdb_archive))
+    config = load_config(None, [f"paths.data_dir={tmp_path / 'data'}"])
+    assert ingest.resolve_source(config) == tiny_imdb_archive
+
+
+def test_download_verifies_md5_and_renames(tiny_imdb_archive, tmp_path):
+    url = tiny_imdb_archive.as_uri()
+    md5 = ingest.md5_file(tiny_imdb_archive)
+    config = load_config(None, [f"paths.data_dir={tmp_path / 'data'}", f"data.download_url={url}",
+                                f"data.download_md5={md5}"])
+    source = ingest.resolve_source(config)
+    assert source == tmp_path / "data" / "raw" / ingest.CANONICAL_ARCHIVE_NAME
+    assert ingest.md5_file(source) == md5
+    assert not list(source.parent.glob("*.part"))
+
+
+def test_download_with_wrong_md5_keeps_nothing(tiny_imdb_archive, tmp_path):
+    config = load_config(None, [f"paths.data_dir={tmp_path / 'data'}",
+                                f"data.download_url={tiny_imdb_archive.as_uri()}", "data.download_md5=0"])
+    with pytest.raises(ValueError, match="expected 0"):
+        ingest.resolve_source(config)
+    assert not list((tmp_path / "data" / "raw").iterdir())
+
+
+def test_offline_error_names_the_environment_variable(tmp_path):
+    config = load_config(None, [f"paths.data_dir={tmp_path / 'data'}",
+                                "data.download_url=http://127.0.0.1:9/aclImdb_v1.tar.gz"])
+    with pytest.raises(RuntimeError, match="IMDB_ARCHIVE"):
+        ingest.resolve_source(config)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def assert_fails_cleanly(config, match: str, capsys=None) -> None:
+    out_dir = config.data_dir / "ingest"
+    with pytest.raises((ValueError, FileNotFoundError), match=match):
+        ingest.run(config)
+    assert not out_dir.exists()
+    assert not [p for p in config.data_dir.glob(".ingest*")] if config.data_dir.exists() else True
+
+
+def test_missing_archive(smoke_config, tmp_path):
+    missing = tmp_path / "nope.tar.gz"
+    assert_fails_cleanly(smoke_config.replace(data={"archive": str(missing)}), "nope.tar.gz")
+
+
+def test_truncated_archive(smoke_config, tiny_imdb_archive, tmp_path):
+    truncated = tmp_path / "truncated.tar.gz"
+    truncated.write_bytes(tiny_imdb_archive.read_bytes()[: tiny_imdb_archive.stat().st_size // 2])
+    assert_fails_cleanly(smoke_config.replace(data={"archive": str(truncated)}), r"truncated\.tar\.gz.*truncated or corrupt")
+
+
+def test_not_gzip(smoke_config, tmp_path):
+    bogus = tmp_path / "plain.tar.gz"
+    bogus.write_text("this is not an archive")
+    assert_fails_cleanly(smoke_config.replace(data={"archive": str(bogus)}), r"plain\.tar\.gz.*not a readable")
+
+
+def test_checksum_mismatch_prints_expected_and_actual(smoke_config, tiny_imdb_archive):
+    actual = ingest.sha256_file(tiny_imdb_archive)
+    config = smoke_config.replace(data={"archive_sha256": "ab" * 32})
+    assert_fails_cleanly(config, f"expected {'ab' * 32}, actual {actual}")
+    ingest.run(smoke_config.replace(data={"archive_sha256": actual}))  # the right checksum passes
+
+
+def test_corrupted_canonical_download_is_detected(smoke_config, tiny_imdb_archive):
+    raw = smoke_config.data_dir / "raw" / ingest.CANONICAL_ARCHIVE_NAME
+    raw.parent.mkdir(parents=True)
+    shutil.copy(tiny_imdb_archive, raw)
+    assert_fails_cleanly(smoke_config.replace(data={"archive": None}), "md5 mismatch: expected 7c2ac02c")
+
+
+@pytest.mark.parametrize("member,kind,linkname", [
+    ("aclImdb/../../escape.txt", tarfile.REGTYPE, ""),
+    ("/etc/evil.txt", tarfile.REGTYPE, ""),
+    ("aclImdb/train/pos/99_9.txt.link", tarfile.SYMTYPE, "/etc/passwd"),
+    ("aclImdb/train/pos/98_9.txt", tarfile.LNKTYPE, "aclImdb/train/pos/0_9.txt"),
+])
+def test_unsafe_members_are_rejected(smoke_config, tiny_imdb_archive, member, kind, linkname):
+    add_member(tiny_imdb_archive, member, kind=kind, linkname=linkname)
+    assert_fails_cleanly(smoke_config, "refusing archive member")
+
+
+def test_missing_class_folder(smoke_config, tiny_imdb_dir, tmp_path):
+    shutil.rmtree(tiny_imdb_dir / "train" / "pos")
+    archive = make_archive(tiny_imdb_dir.parent, tmp_path / "nopos.tar.gz")
+    assert_fails_cleanly(smoke_config.replace(data={"archive": str(archive)}), r"nopos\.tar\.gz: no train/pos folder")
+
+
+def test_empty_class_folder(smoke_config, tiny_imdb_dir, tmp_path):
+    for path in (tiny_imdb_dir / "test" / "neg").iterdir():
+        path.unlink()
+    archive = make_archive(tiny_imdb_dir.parent, tmp_path / "emptyneg.tar.gz")
+    assert_fails_cleanly(smoke_config.replace(data={"archive": str(archive)}), "test/neg holds no")
+    assert_fails_cleanly(smoke_config.replace(data={"archive": str(tiny_imdb_dir)}), "test/neg holds no")
+
+
+def test_badly_named_files_are_counted_not_fatal(smoke_config, tiny_imdb_dir, tmp_path, capsys):
+    (tiny_imdb_dir / "train" / "pos" / "notes.txt").write_text("not a review")
+    (tiny_imdb_dir / "train" / "neg" / "12-3.txt").write_text("bad name")
+    (tiny_imdb_dir / "train" / "neg" / "200_2.txt").write_bytes(b"bad bytes \xff here")
+    archive = make_archive(tiny_imdb_dir.parent, tmp_path / "names.tar.gz")
+    out_dir = ingest.run(smoke_config.replace(data={"archive": str(archive)}))
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert manifest["skipped_files"]["count"] == 2
+    assert manifest["decode_error_files"] == 1
+    assert sum(manifest["rows"][s] for s in ("train", "val")) == 81
+    assert "skipped 2 file(s)" in capsys.readouterr().out
+
+
+def test_failed_rerun_keeps_previous_output(smoke_config, tmp_path):
+    out_dir = ingest.run(smoke_config)
+    before = {p.name: p.read_bytes() for p in out_dir.iterdir()}
+    bogus = tmp_path / "bogus.tar.gz"
+    bogus.write_text("garbage")
+    with pytest.raises(ValueError):
+        ingest.run(smoke_config.replace(data={"archive": str(bogus)}))
+    assert {p.name: p.read_bytes() for p in out_dir.iterdir()} == before
+
+
+def test_cli_reports_error_and_nonzero_exit(tmp_path, capsys):
+    missing = tmp_path / "missing.tar.gz"
+    code = cli_main(["ingest", "--set", f"data.archive={missing}", "--set", f"paths.data_dir={tmp_path / 'd'}"])
+    assert code == 2
+    assert "missing.tar.gz" in capsys.readouterr().err
+
+
+@requires_real_archive
+def test_real_archive_counts(tmp_path):
+    config = load_config(PROJECT_ROOT / "configs" / "default.yaml",
+                         [f"data.archive={REAL_ARCHIVE}", f"paths.data_dir={tmp_path / 'data'}"])
+    out_dir = ingest.run(config)
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert manifest["rows"] == {"train": 22500, "val": 2500, "test": 25000}
+    assert manifest["labels"]["val"] == {"0": 1250, "1": 1250}
+    assert manifest["duplicates"]["within_train"] > 0
