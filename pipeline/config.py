@@ -62,6 +62,7 @@ class TokenizerConfig:
 
     vocabulary_size: int = 20000
     lowercase: bool = True
+    min_frequency: int = 5
     max_sequence_length: int = 256
     truncation: str = "head_tail"
     head_tokens: int = 64

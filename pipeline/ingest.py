@@ -171,8 +171,11 @@ def duplicate_counts(train: pd.DataFrame, test: pd.DataFrame) -> dict[str, int]:
 # --------------------------------------------------------------------------- reading sources
 
 
-def iter_archive(path: Path) -> Iterator[tuple[str, bytes | None]]:
-    """Stream ``(name, bytes)`` from a .tar.gz, rejecting unsafe members; errors name the archive."""
+def iter_archive(path: Path, wanted: re.Pattern = _MEMBER_RE) -> Iterator[tuple[str, bytes | None]]:
+    """Stream ``(name, bytes)`` of members matching ``wanted`` (and folder entries) from a .tar.gz.
+
+    Unsafe members are rejected wherever they are; errors name the archive.
+    """
     try:
         with tarfile.open(path, mode="r|gz") as archive:
             for member in archive:
@@ -184,7 +187,7 @@ def iter_archive(path: Path) -> Iterator[tuple[str, bytes | None]]:
                     continue
                 if not member.isfile():
                     raise ValueError(f"{path}: refusing archive member {member.name!r}: not a regular file")
-                if not _MEMBER_RE.match(member.name):
+                if not wanted.match(member.name):
                     continue
                 handle = archive.extractfile(member)
                 yield member.name, handle.read() if handle else b""
@@ -204,6 +207,32 @@ def iter_folder(root: Path) -> Iterator[tuple[str, bytes | None]]:
                 raise ValueError(f"{entry}: refusing a symbolic link inside the dataset folder")
             if entry.is_file():
                 yield f"{folder}/{entry.name}", entry.read_bytes()
+
+
+_UNLABELED_RE = re.compile(r"^(?:aclImdb/)?train/unsup/[^/]+\.txt$")
+
+
+def read_unlabeled_texts(path: Path, limit: int | None = None) -> list[str]:
+    """Cleaned texts of ``train/unsup/*.txt`` from an aclImdb archive or folder (for the tokenizer)."""
+    if path.is_dir():
+        folder = dataset_root(path) / "train" / "unsup"
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{path}: no train/unsup folder of unlabeled reviews")
+        members = ((f.name, f.read_bytes()) for f in sorted(folder.iterdir()) if f.suffix == ".txt")
+    elif path.is_file():
+        members = iter_archive(path, wanted=_UNLABELED_RE)
+    else:
+        raise FileNotFoundError(f"unlabeled corpus not found: {path}")
+    texts = []
+    for _name, data in tqdm(members, desc=f"reading {path.name}", unit=" files", mininterval=1.0):
+        if data is None:
+            continue
+        texts.append(clean_text(decode_review(data)[0]))
+        if limit is not None and len(texts) >= limit:
+            break
+    if not texts:
+        raise ValueError(f"{path}: holds no train/unsup/*.txt reviews")
+    return texts
 
 
 def folder_fingerprint(root: Path) -> str:

@@ -1,0 +1,118 @@
+"""The Transformer encoder classifier: pure model construction, no file or MLflow I/O.
+
+Token ids (``[CLS]`` at position 0, ``[PAD]`` = 0 after the text) -> token embedding
+plus positional information -> KerasHub ``TransformerEncoder`` blocks, each given the
+padding mask explicitly -> pooling (``first_token`` or masked ``mean``) -> dropout ->
+one sigmoid unit in float32. The small custom layers are registered so a saved
+``.keras`` file loads back wherever ``pipeline.model`` is importable.
+"""
+
+from __future__ import annotations
+
+import keras
+import keras_hub
+from keras import ops
+
+from pipeline.config import ModelConfig
+
+PACKAGE = "pipeline"
+PAD_ID = 0
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class PaddingMask(keras.layers.Layer):
+    """``True`` where a position holds a real token, ``False`` where it holds ``[PAD]``."""
+
+    def __init__(self, pad_id: int = PAD_ID, **kwargs):
+        super().__init__(**kwargs)
+        self.pad_id = pad_id
+
+    def call(self, token_ids):
+        return ops.not_equal(token_ids, self.pad_id)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "pad_id": self.pad_id}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class FirstTokenPooling(keras.layers.Layer):
+    """The vector at position 0: the ``[CLS]`` token, which attends to the whole review."""
+
+    def call(self, sequence, padding_mask=None):
+        return sequence[:, 0, :]
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[-1])
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class MaskedMeanPooling(keras.layers.Layer):
+    """Mean of the token vectors over non-padding positions only (``[CLS]`` included).
+
+    Unlike ``GlobalAveragePooling1D`` without a mask, padding never dilutes the mean, so a
+    review's vector does not depend on how much padding follows it.
+    """
+
+    def call(self, sequence, padding_mask=None):
+        if padding_mask is None:
+            return ops.mean(sequence, axis=1)
+        weights = ops.cast(ops.expand_dims(padding_mask, -1), sequence.dtype)
+        total = ops.sum(sequence * weights, axis=1)
+        count = ops.maximum(ops.sum(weights, axis=1), ops.cast(1.0, sequence.dtype))
+        return total / count
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[-1])
+
+
+POOLING_LAYERS = {"first_token": FirstTokenPooling, "mean": MaskedMeanPooling}
+
+
+def build_model(config: ModelConfig, vocabulary_size: int, max_sequence_length: int) -> keras.Model:
+    """The classifier for ``vocabulary_size`` tokens and inputs up to ``max_sequence_length`` long.
+
+    The input length is left open (``None``) so a batch may be trimmed of trailing padding
+    columns; learned positions cover up to ``max_sequence_length``.
+    """
+    token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
+    padding_mask = PaddingMask(name="padding_mask")(token_ids)
+    x = keras.layers.Embedding(vocabulary_size, config.hidden_dim, name="token_embedding")(token_ids)
+    if config.position == "learned":
+        positions = keras_hub.layers.PositionEmbedding(max_sequence_length, name="position_embedding")(x)
+        x = keras.layers.Add(name="add_positions")([x, positions])
+    elif config.position == "sinusoidal":
+        positions = keras_hub.layers.SinePositionEncoding(name="position_encoding")(x)
+        x = keras.layers.Add(name="add_positions")([x, positions])
+    x = keras.layers.LayerNormalization(epsilon=1e-5, name="embedding_norm")(x)
+    x = keras.layers.Dropout(config.dropout, name="embedding_dropout")(x)
+    for index in range(config.num_layers):
+        x = keras_hub.layers.TransformerEncoder(
+            intermediate_dim=config.intermediate_dim,
+            num_heads=config.num_heads,
+            dropout=config.dropout,
+            activation="gelu",
+            name=f"encoder_{index}",
+        )(x, padding_mask=padding_mask)
+    pooled = POOLING_LAYERS[config.pooling](name=f"{config.pooling}_pooling")(x, padding_mask=padding_mask)
+    pooled = keras.layers.Dropout(config.classifier_dropout, name="classifier_dropout")(pooled)
+    probability = keras.layers.Dense(1, activation="sigmoid", dtype="float32", name="positive_probability")(pooled)
+    return keras.Model(token_ids, probability, name=f"transformer_{config.pooling}")
+
+
+def encoder_blocks(model: keras.Model) -> list:
+    return [layer for layer in model.layers if isinstance(layer, keras_hub.layers.TransformerEncoder)]
+
+
+def last_block_attention(model: keras.Model, token_ids):
+    """Attention weights ``[batch, heads, query, key]`` of the last encoder block.
+
+    Uses the block's own scores (``return_attention_scores=True``), not a re-implementation.
+    """
+    last = encoder_blocks(model)[-1]
+    block_input = keras.Model(model.inputs, last.input)(token_ids)
+    mask = PaddingMask()(token_ids)
+    _, scores = last(block_input, padding_mask=mask, return_attention_scores=True)
+    return ops.convert_to_numpy(scores)

@@ -1,0 +1,145 @@
+import json
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline import ingest, tokenization
+from pipeline.config import load_config
+from pipeline.tokenization import CLS_ID, PAD_ID, UNK_ID, EncoderSettings, TextEncoder, truncate_and_pad
+from tests.conftest import PROJECT_ROOT, REAL_ARCHIVE, requires_real_archive
+
+
+@pytest.mark.parametrize("strategy,head,expected", [
+    ("head", 0, [CLS_ID, 10, 11, 12, 13, 14]),
+    ("tail", 0, [CLS_ID, 15, 16, 17, 18, 19]),
+    ("head_tail", 2, [CLS_ID, 10, 11, 17, 18, 19]),
+    ("head_tail", 5, [CLS_ID, 10, 11, 12, 13, 14]),
+    ("head_tail", 0, [CLS_ID, 15, 16, 17, 18, 19]),
+])
+def test_truncation_keeps_exactly_the_right_tokens(strategy, head, expected):
+    tokens = list(range(10, 20))
+    assert truncate_and_pad(tokens, 6, strategy, head).tolist() == expected
+
+
+@pytest.mark.parametrize("strategy", ["head", "tail", "head_tail"])
+def test_short_sequences_are_cls_then_tokens_then_padding(strategy):
+    row = truncate_and_pad([7, 8, 9], 8, strategy, 2)
+    assert row.tolist() == [CLS_ID, 7, 8, 9, PAD_ID, PAD_ID, PAD_ID, PAD_ID]
+    assert row.dtype == np.int32
+
+
+@pytest.fixture(scope="module")
+def small_encoder():
+    rng = random.Random(0)
+    words = ["good", "bad", "movie", "plot", "actors", "boring", "great", "ending", "the", "was"]
+    texts = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(200)]
+    config = load_config(None, ["tokenizer.vocabulary_size=120", "tokenizer.min_frequency=1",
+                                "tokenizer.max_sequence_length=16", "tokenizer.head_tokens=4"])
+    vocabulary = tokenization.learn_vocabulary(texts, config.tokenizer)
+    return TextEncoder(vocabulary, EncoderSettings.from_config(config.tokenizer))
+
+
+def test_vocabulary_starts_with_reserved_tokens(small_encoder):
+    assert small_encoder.vocabulary[:4] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+    assert small_encoder.vocabulary_size <= 120
+
+
+def test_encoding_layout_and_determinism(small_encoder):
+    texts = ["The movie was good", "bad plot " * 20, ""]
+    first = small_encoder.encode(texts)
+    assert first.shape == (3, 16) and first.dtype == np.int32
+    np.testing.assert_array_equal(first, small_encoder.encode(texts))
+    assert (first[:, 0] == CLS_ID).all()
+    for row in first:
+        pads = np.flatnonzero(row == PAD_ID)
+        if len(pads):  # padding only at the end, one contiguous block
+            assert (pads == np.arange(pads[0], len(row))).all()
+    assert first[1].tolist().count(PAD_ID) == 0  # long text fills every position
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n\t", "<br /><br />"])
+def test_empty_text_is_cls_plus_padding(small_encoder, text):
+    row = small_encoder.encode([text])[0]
+    assert row[0] == CLS_ID and (row[1:] == PAD_ID).all()
+
+
+def test_detokenizing_gives_back_normalised_words(small_encoder):
+    text = "The  MOVIE was<br />good"
+    row = small_encoder.encode([text])[0]
+    assert small_encoder.decode(row) == "the movie was good"
+
+
+def test_save_load_round_trip_and_tamper_detection(small_encoder, tmp_path):
+    small_encoder.save(tmp_path)
+    loaded = TextEncoder.load(tmp_path)
+    texts = ["good movie", "the ending was boring"]
+    np.testing.assert_array_equal(loaded.encode(texts), small_encoder.encode(texts))
+    vocabulary = tmp_path / "vocabulary.txt"
+    vocabulary.write_text("\n".join(vocabulary.read_text().split("\n")[:-10]) + "\n")
+    with pytest.raises(ValueError, match="vocabulary.txt does not match"):
+        TextEncoder.load(tmp_path)
+
+
+def test_load_missing_files_says_run_tokenize(tmp_path):
+    with pytest.raises(FileNotFoundError, match="make tokenize"):
+        TextEncoder.load(tmp_path)
+
+
+def test_stage_requires_ingest_output(smoke_config):
+    with pytest.raises(FileNotFoundError, match="make ingest"):
+        tokenization.run(smoke_config)
+
+
+def test_stage_outputs_manifest_and_vocabulary_never_sees_test(smoke_config):
+    ingest_dir = ingest.run(smoke_config)
+    test = pd.read_parquet(ingest_dir / "test.parquet")
+    test.loc[0, "text"] = "zyzzyva " * 3 + test.loc[0, "text"]  # a word only the test split contains
+    test.to_parquet(ingest_dir / "test.parquet", index=False)
+
+    out_dir = tokenization.run(smoke_config)
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    for key in ("vocabulary_size", "unknown_token_rate", "truncated_fraction", "token_length", "config_hash"):
+        assert key in manifest
+    assert set(manifest["unknown_token_rate"]) == {"train", "val", "test"}
+    assert (out_dir / "token_lengths.png").stat().st_size > 1000
+    encoder = TextEncoder.load(out_dir)
+    assert not any("zyzzyva".startswith(tok) and len(tok) > 3 for tok in encoder.vocabulary)
+    assert "z" not in encoder.vocabulary and "##z" not in encoder.vocabulary  # 'z' never occurs in train
+    test_ids = np.load(out_dir / "test_ids.npy")
+    assert test_ids[0][1] == UNK_ID
+    assert manifest["unknown_token_rate"]["test"] > 0 == manifest["unknown_token_rate"]["train"]
+    train_ids, train_labels = tokenization.load_split(out_dir, "train")
+    assert len(train_ids) == len(train_labels) == manifest["rows"]["train"]
+
+
+def test_stage_skips_when_unchanged_and_reruns_on_change(smoke_config, capsys):
+    ingest.run(smoke_config)
+    out_dir = tokenization.run(smoke_config)
+    capsys.readouterr()
+    tokenization.run(smoke_config)
+    assert "up to date" in capsys.readouterr().out
+    longer = smoke_config.replace(tokenizer={"max_sequence_length": 48})
+    tokenization.run(longer)
+    assert "up to date" not in capsys.readouterr().out
+    assert np.load(out_dir / "train_ids.npy").shape[1] == 48
+    ingest.run(smoke_config.replace(data={"seed": 3}))
+    tokenization.run(longer)
+    assert "up to date" not in capsys.readouterr().out.splitlines()[-1]
+
+
+@requires_real_archive
+def test_real_archive_subsample(tmp_path):
+    config = load_config(PROJECT_ROOT / "configs" / "default.yaml",
+                         [f"data.archive={REAL_ARCHIVE}", f"paths.data_dir={tmp_path / 'data'}",
+                          "tokenizer.vocabulary_size=2000"])
+    ingest_dir = ingest.run(config)
+    for split, rows in (("train", 2000), ("val", 200), ("test", 500)):
+        frame = pd.read_parquet(ingest_dir / f"{split}.parquet")
+        frame.sample(rows, random_state=0).to_parquet(ingest_dir / f"{split}.parquet", index=False)
+    out_dir = tokenization.run(config)
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert 1500 < manifest["vocabulary_size"] <= 2000
+    assert manifest["unknown_token_rate"]["test"] < 0.01
+    assert 0.2 < manifest["truncated_fraction"]["test"] < 0.6
