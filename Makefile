@@ -13,7 +13,9 @@ SET_ARGS := $(foreach s,$(SET),--set $(s))
 STAGE = $(PYTHON) -m pipeline $(1) --config $(CONFIG) $(SET_ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup all ingest test clean FORCE
+POOLING ?=
+SET_ARGS += $(if $(POOLING),--set model.pooling=$(POOLING))
+.PHONY: help setup all ingest tokenize train test clean FORCE
 
 help: ## list every target with a one-line description
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z0-9_-]*:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -31,10 +33,18 @@ ingest: $(DATA)/ingest/manifest.json ## IMDB archive -> data/ingest/{train,val,t
 $(DATA)/ingest/manifest.json: FORCE
 	$(call STAGE,ingest)
 
+tokenize: $(DATA)/tokenize/manifest.json ## learn the WordPiece vocabulary on train, encode all splits -> data/tokenize/
+
+$(DATA)/tokenize/manifest.json: $(DATA)/ingest/manifest.json FORCE
+	$(call STAGE,tokenize)
+
+train: $(DATA)/tokenize/manifest.json ## train one model (POOLING=first_token|mean), log it to MLflow -> data/train/
+	$(call STAGE,train)
+
 test: ## run the test suite (tiny generated data, temporary folders and MLflow store)
 	$(PYTHON) -m pytest -q
 
 clean: ## delete stage outputs in data/ (keeps data/raw) and reports/
-	rm -rf $(DATA)/ingest reports
+	rm -rf $(DATA)/ingest $(DATA)/tokenize $(DATA)/train reports
 
 FORCE:

@@ -112,7 +112,8 @@ def last_block_attention(model: keras.Model, token_ids):
     Uses the block's own scores (``return_attention_scores=True``), not a re-implementation.
     """
     last = encoder_blocks(model)[-1]
-    block_input = keras.Model(model.inputs, last.input)(token_ids)
-    mask = PaddingMask()(token_ids)
-    _, scores = last(block_input, padding_mask=mask, return_attention_scores=True)
+    # The block was called with padding_mask as a tensor argument, so its recorded input is
+    # [hidden states, padding mask].
+    hidden, mask = keras.Model(model.input, last.input)(token_ids)
+    _, scores = last(hidden, padding_mask=mask, return_attention_scores=True)
     return ops.convert_to_numpy(scores)

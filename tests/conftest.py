@@ -112,3 +112,25 @@ def smoke_config(tmp_path: Path, tiny_imdb_archive: Path):
         [f"data.archive={tiny_imdb_archive}", f"paths.data_dir={tmp_path / 'data'}",
          f"paths.reports_dir={tmp_path / 'reports'}"],
     )
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+    """One tiny model trained end to end (ingest -> tokenize -> train) on separable generated data.
+
+    Session-scoped because several test modules need a trained run; it gets its own MLflow
+    store and data folder, and tests must not modify it.
+    """
+    from pipeline import ingest, tokenization, train
+
+    root = tmp_path_factory.mktemp("trained")
+    write_imdb_tree(root / "source", per_class={"train": 150, "test": 60}, seed=1)
+    archive = make_archive(root / "source", root / "archive.tar.gz")
+    config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
+        f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}",
+        f"tracking.tracking_uri=sqlite:///{root / 'mlflow.db'}", "training.epochs=12", "training.early_stopping_patience=3",
+    ])
+    ingest.run(config)
+    tokenization.run(config)
+    run_dir = train.run(config)
+    return config, run_dir

@@ -1,0 +1,215 @@
+"""Evaluation stage: score the test split with a trained run and log ``test_`` metrics to it.
+
+Reads:  ``data/ingest/test.parquet`` and the run's MLflow pyfunc model (its own Keras model and
+        tokenizer, so the test texts go through exactly the preprocessing of training).
+Writes: to the same MLflow run, ``test_*`` metrics and plots (confusion matrix, ROC, reliability
+        diagram, accuracy by review length, attention heatmaps) and the 50 most confident
+        errors; locally ``reports/<run_id>/`` with ``metrics.json``, the plots,
+        ``errors.csv`` and ``test_predictions.parquet``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+
+from pipeline.artifacts import atomic_write_json
+from pipeline.config import Config
+from pipeline.inference import SentimentClassifier, predict_ids
+from pipeline.metrics import binary_metrics
+from pipeline.tracking import setup_tracking
+
+STAGE_TAG = "train"
+LENGTH_BUCKETS = (0, 64, 128, 256, 512, 10**9)
+ATTENTION_EXAMPLES = (
+    "A wonderful film with a moving story and superb acting.",
+    "The plot was dull and the ending was a complete waste of time.",
+    "Not bad at all, although the middle drags a little.",
+)
+ERROR_EXAMPLES = 50
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def length_bucket_accuracy(labels: np.ndarray, probabilities: np.ndarray, token_counts: np.ndarray,
+                           max_tokens: int) -> pd.DataFrame:
+    """Accuracy per review-length bucket (tokens before truncation), marking truncated buckets."""
+    edges = sorted(set(LENGTH_BUCKETS) | {max_tokens})
+    correct = (probabilities >= 0.5).astype(int) == labels
+    rows = []
+    for low, high in zip(edges[:-1], edges[1:]):
+        in_bucket = (token_counts > low) & (token_counts <= high)
+        if in_bucket.any():
+            name = f"{low + 1}-{high}" if high < 10**9 else f">{low}"
+            rows.append({"bucket": name, "reviews": int(in_bucket.sum()), "accuracy": float(correct[in_bucket].mean()),
+                         "truncated": bool(low >= max_tokens)})
+    return pd.DataFrame(rows)
+
+
+def most_confident_errors(frame: pd.DataFrame, probabilities: np.ndarray, limit: int = ERROR_EXAMPLES) -> pd.DataFrame:
+    errors = frame.assign(positive_probability=probabilities)
+    errors["confidence_in_wrong_label"] = np.abs(errors["positive_probability"] - errors["label"])
+    errors = errors[errors["confidence_in_wrong_label"] > 0.5]
+    errors = errors.sort_values("confidence_in_wrong_label", ascending=False).head(limit)
+    errors["text_excerpt"] = errors["text"].str.replace(r"\s+", " ", regex=True).str.slice(0, 300)
+    return errors[["review_id", "source_file", "label", "positive_probability", "text_excerpt"]]
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def plot_confusion_matrix(labels, probabilities, path: Path) -> Path:
+    from sklearn.metrics import ConfusionMatrixDisplay
+
+    from pipeline.plots import new_figure, save_figure
+
+    figure, axis = new_figure(5, 4.5)
+    ConfusionMatrixDisplay.from_predictions(labels, (probabilities >= 0.5).astype(int),
+                                            display_labels=["negative", "positive"], ax=axis, colorbar=False)
+    axis.set_title("Confusion matrix (test)")
+    return save_figure(figure, path)
+
+
+def plot_roc(labels, probabilities, path: Path) -> Path:
+    from sklearn.metrics import RocCurveDisplay
+
+    from pipeline.plots import new_figure, save_figure
+
+    figure, axis = new_figure(5, 4.5)
+    RocCurveDisplay.from_predictions(labels, probabilities, ax=axis, plot_chance_level=True)
+    axis.set_title("ROC curve (test)")
+    return save_figure(figure, path)
+
+
+def plot_reliability(labels, probabilities, path: Path) -> Path:
+    from sklearn.calibration import CalibrationDisplay
+
+    from pipeline.plots import new_figure, save_figure
+
+    figure, axis = new_figure(5, 4.5)
+    CalibrationDisplay.from_predictions(labels, probabilities, n_bins=15, ax=axis, name="model")
+    axis.set_title("Reliability diagram (test)")
+    return save_figure(figure, path)
+
+
+def plot_length_buckets(buckets: pd.DataFrame, path: Path) -> Path:
+    from pipeline.plots import new_figure, save_figure
+
+    figure, axis = new_figure(7, 4)
+    colors = ["tab:orange" if truncated else "tab:blue" for truncated in buckets["truncated"]]
+    bars = axis.bar(buckets["bucket"], buckets["accuracy"], color=colors)
+    for bar, count in zip(bars, buckets["reviews"]):
+        axis.annotate(f"n={count}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                      ha="center", va="bottom", fontsize=8)
+    axis.set(xlabel="review length in tokens (orange: truncated)", ylabel="accuracy",
+             ylim=(max(0.0, buckets["accuracy"].min() - 0.1), 1.0), title="Accuracy by review length (test)")
+    return save_figure(figure, path)
+
+
+def plot_attention(classifier: SentimentClassifier, pooling: str, path: Path) -> Path:
+    """Heatmaps of the last block's attention (head-averaged) for a few fixed short reviews."""
+    from pipeline.model import last_block_attention
+    from pipeline.plots import new_figure, save_figure
+
+    figure, axes = new_figure(width=5 * len(ATTENTION_EXAMPLES), height=5, ncols=len(ATTENTION_EXAMPLES))
+    for axis, text in zip(np.atleast_1d(axes), ATTENTION_EXAMPLES):
+        ids = classifier.encoder.encode([text])
+        length = int((ids[0] != 0).sum())
+        ids = ids[:, :length]
+        tokens = [classifier.encoder.vocabulary[i] for i in ids[0]]
+        scores = last_block_attention(classifier.model, ids)[0].mean(axis=0)  # [query, key]
+        probability = float(predict_ids(classifier.model, ids)[0])
+        if pooling == "first_token":
+            axis.imshow(scores[:1], aspect="auto", cmap="viridis")
+            axis.set_yticks([0], ["[CLS]"])
+        else:
+            axis.imshow(scores, aspect="auto", cmap="viridis")
+            axis.set_yticks(range(length), tokens, fontsize=7)
+        axis.set_xticks(range(length), tokens, rotation=90, fontsize=7)
+        axis.set_title(f"p(positive)={probability:.2f}", fontsize=9)
+    figure.suptitle(f"Last encoder block attention ({pooling} pooling; rows attend to columns)")
+    return save_figure(figure, path)
+
+
+# --------------------------------------------------------------------------- stage entry point
+
+
+def resolve_run_id(config: Config, run: str) -> str:
+    """``latest`` -> the newest finished training run in the experiment; else the id itself."""
+    if run != "latest":
+        return run
+    runs = mlflow.search_runs(experiment_names=[config.tracking.experiment_name],
+                              filter_string=f"tags.pipeline_stage = '{STAGE_TAG}' and attributes.status = 'FINISHED'",
+                              order_by=["attributes.start_time DESC"], max_results=1, output_format="list")
+    if not runs:
+        raise ValueError(f"no finished training run in MLflow experiment {config.tracking.experiment_name!r}: "
+                         "run `make train` first (or pass --run RUN_ID)")
+    return runs[0].info.run_id
+
+
+def load_classifier(model_uri: str) -> SentimentClassifier:
+    try:
+        return mlflow.pyfunc.load_model(model_uri).unwrap_python_model()
+    except Exception as exc:  # MLflow raises several types; the user needs the URI either way
+        raise ValueError(f"cannot load model {model_uri!r}: {exc}") from exc
+
+
+def run(config: Config, run: str = "latest") -> Path:
+    """Evaluate a run on the test split; returns ``reports/<run_id>``."""
+    started = time.perf_counter()
+    test_path = config.data_dir / "ingest" / "test.parquet"
+    if not test_path.is_file():
+        raise FileNotFoundError(f"no test split at {test_path}: run `make ingest` first")
+    setup_tracking(config)
+    run_id = resolve_run_id(config, run)
+    classifier = load_classifier(f"runs:/{run_id}/model")
+    pooling = mlflow.get_run(run_id).data.params.get("model.pooling", "first_token")
+
+    frame = pd.read_parquet(test_path)
+    labels = frame["label"].to_numpy()
+    ids, token_counts, _ = classifier.encoder.encode_with_counts(frame["text"].tolist())
+    probabilities = predict_ids(classifier.model, ids)
+    metrics = binary_metrics(labels, probabilities)
+    max_tokens = classifier.encoder.settings.max_sequence_length - 1
+    buckets = length_bucket_accuracy(labels, probabilities, token_counts, max_tokens)
+
+    out_dir = config.reports_dir / run_id
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plots = [
+        plot_confusion_matrix(labels, probabilities, out_dir / "confusion_matrix.png"),
+        plot_roc(labels, probabilities, out_dir / "roc_curve.png"),
+        plot_reliability(labels, probabilities, out_dir / "reliability.png"),
+        plot_length_buckets(buckets, out_dir / "accuracy_by_length.png"),
+        plot_attention(classifier, pooling, out_dir / "attention.png"),
+    ]
+    errors = most_confident_errors(frame, probabilities)
+    errors.to_csv(out_dir / "errors.csv", index=False)
+    predictions = pd.DataFrame({"source_file": frame["source_file"], "label": labels,
+                                "positive_probability": probabilities, "token_count": token_counts})
+    predictions.to_parquet(out_dir / "test_predictions.parquet", index=False)
+    payload = {"run_id": run_id, "pooling": pooling, "test_rows": len(frame),
+               "metrics": {f"test_{k}": v for k, v in metrics.items()},
+               "accuracy_by_length": buckets.to_dict(orient="records")}
+    atomic_write_json(out_dir / "metrics.json", payload)
+
+    with mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None):
+        mlflow.log_metrics(payload["metrics"])
+        for _, row in buckets.iterrows():
+            mlflow.log_metric(f"test_accuracy_len_{row['bucket'].replace('>', 'gt')}", row["accuracy"])
+        for path in plots:
+            mlflow.log_artifact(str(path), "evaluation")
+        for name in ("errors.csv", "metrics.json", "test_predictions.parquet"):
+            mlflow.log_artifact(str(out_dir / name), "evaluation")
+    print(f"evaluate: read {len(frame):,} test reviews from {test_path}; run {run_id} ({pooling}): "
+          f"test_accuracy {metrics['accuracy']:.4f}, roc_auc {metrics['roc_auc']:.4f}, ece {metrics['ece']:.4f}; "
+          f"wrote {out_dir}/ in {time.perf_counter() - started:.0f}s")
+    return out_dir
+
+
+def main(config: Config, args) -> None:
+    run(config, run=args.run)

@@ -1,0 +1,85 @@
+"""Pure evaluation and comparison statistics (no files, no MLflow).
+
+Classification metrics come from scikit-learn; expected calibration error, the paired
+bootstrap and McNemar's exact test are the few pieces scikit-learn does not provide.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.stats import binomtest
+from sklearn import metrics as skm
+
+
+def expected_calibration_error(labels: np.ndarray, probabilities: np.ndarray, bins: int = 15) -> float:
+    """Weighted mean |accuracy - confidence| over equal-width confidence bins of the predicted class."""
+    labels = np.asarray(labels)
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    predictions = (probabilities >= 0.5).astype(int)
+    confidence = np.where(predictions == 1, probabilities, 1.0 - probabilities)
+    correct = (predictions == labels).astype(np.float64)
+    edges = np.linspace(0.5, 1.0, bins + 1)
+    which = np.clip(np.digitize(confidence, edges[1:-1], right=True), 0, bins - 1)
+    error = 0.0
+    for b in range(bins):
+        in_bin = which == b
+        if in_bin.any():
+            error += in_bin.mean() * abs(correct[in_bin].mean() - confidence[in_bin].mean())
+    return float(error)
+
+
+def binary_metrics(labels: np.ndarray, probabilities: np.ndarray) -> dict[str, float]:
+    """Accuracy, precision, recall, F1, ROC AUC, PR AUC, log loss, Brier score and ECE."""
+    labels = np.asarray(labels).astype(int)
+    probabilities = np.clip(np.asarray(probabilities, dtype=np.float64), 1e-7, 1 - 1e-7)
+    predictions = (probabilities >= 0.5).astype(int)
+    both_classes = len(np.unique(labels)) == 2
+    return {
+        "accuracy": float(skm.accuracy_score(labels, predictions)),
+        "precision": float(skm.precision_score(labels, predictions, zero_division=0)),
+        "recall": float(skm.recall_score(labels, predictions, zero_division=0)),
+        "f1": float(skm.f1_score(labels, predictions, zero_division=0)),
+        "roc_auc": float(skm.roc_auc_score(labels, probabilities)) if both_classes else float("nan"),
+        "pr_auc": float(skm.average_precision_score(labels, probabilities)) if both_classes else float("nan"),
+        "log_loss": float(skm.log_loss(labels, probabilities, labels=[0, 1])),
+        "brier": float(skm.brier_score_loss(labels, probabilities)),
+        "ece": expected_calibration_error(labels, probabilities),
+    }
+
+
+def mcnemar_exact(correct_a: np.ndarray, correct_b: np.ndarray) -> dict[str, float]:
+    """McNemar's exact test on paired per-example correctness of two models.
+
+    ``b`` counts examples only A got right, ``c`` those only B got right; under the null
+    hypothesis of equal error rates the discordant pairs split 50/50 (two-sided binomial).
+    """
+    correct_a, correct_b = np.asarray(correct_a, bool), np.asarray(correct_b, bool)
+    if correct_a.shape != correct_b.shape:
+        raise ValueError(f"paired predictions differ in length: {correct_a.shape} vs {correct_b.shape}")
+    b = int((correct_a & ~correct_b).sum())
+    c = int((~correct_a & correct_b).sum())
+    p_value = 1.0 if b + c == 0 else float(binomtest(b, b + c, 0.5, alternative="two-sided").pvalue)
+    return {"only_a_correct": b, "only_b_correct": c, "p_value": p_value}
+
+
+def paired_bootstrap_difference(correct_a: np.ndarray, correct_b: np.ndarray, samples: int = 2000,
+                                seed: int = 0, confidence: float = 0.95) -> dict[str, float]:
+    """Bootstrap CI of accuracy(A) - accuracy(B), resampling test examples with both models paired.
+
+    ``correct_a``/``correct_b`` are ``[seeds, examples]`` (or ``[examples]``) booleans; each
+    resample draws the same example indices for every seed and both models and takes the
+    mean difference over seeds.
+    """
+    a = np.atleast_2d(np.asarray(correct_a, dtype=np.float64))
+    b = np.atleast_2d(np.asarray(correct_b, dtype=np.float64))
+    if a.shape != b.shape:
+        raise ValueError(f"paired predictions differ in shape: {a.shape} vs {b.shape}")
+    per_example = (a - b).mean(axis=0)  # seed-averaged difference per test example
+    rng = np.random.default_rng(seed)
+    n = per_example.shape[0]
+    draws = np.empty(samples)
+    for i in range(samples):
+        draws[i] = per_example[rng.integers(0, n, n)].mean()
+    tail = (1.0 - confidence) / 2
+    return {"difference": float(per_example.mean()), "ci_low": float(np.quantile(draws, tail)),
+            "ci_high": float(np.quantile(draws, 1 - tail)), "samples": samples}

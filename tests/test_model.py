@@ -1,0 +1,89 @@
+import numpy as np
+import pytest
+import keras
+
+from pipeline.config import ModelConfig
+from pipeline.model import FirstTokenPooling, MaskedMeanPooling, PaddingMask, build_model, last_block_attention
+from pipeline.tokenization import CLS_ID, PAD_ID
+
+VOCABULARY_SIZE, MAX_LENGTH = 50, 32
+
+
+def tiny_model(pooling: str, position: str = "learned") -> keras.Model:
+    keras.utils.set_random_seed(0)
+    config = ModelConfig(pooling=pooling, position=position, hidden_dim=16, num_layers=2, num_heads=2,
+                         intermediate_dim=32, dropout=0.1, classifier_dropout=0.1)
+    return build_model(config, VOCABULARY_SIZE, MAX_LENGTH)
+
+
+def review(length: int, total: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    row = np.full((1, total), PAD_ID, dtype=np.int32)
+    row[0, 0] = CLS_ID
+    row[0, 1:length] = rng.integers(4, VOCABULARY_SIZE, length - 1)
+    return row
+
+
+@pytest.mark.parametrize("pooling", ["first_token", "mean"])
+@pytest.mark.parametrize("position", ["learned", "sinusoidal", "none"])
+def test_padding_does_not_change_the_prediction(pooling, position):
+    model = tiny_model(pooling, position)
+    short = review(10, 12)
+    predictions = [float(model(np.pad(short, ((0, 0), (0, total - 12))), training=False)[0, 0])
+                   for total in (12, 20, MAX_LENGTH)]
+    np.testing.assert_allclose(predictions, predictions[0], atol=1e-5)
+
+
+def test_first_token_output_reaches_distant_tokens():
+    model = tiny_model("first_token")
+    ids = review(MAX_LENGTH, MAX_LENGTH)
+    changed = ids.copy()
+    changed[0, MAX_LENGTH - 2] = (ids[0, MAX_LENGTH - 2] + 1 - 4) % (VOCABULARY_SIZE - 4) + 4
+    before, after = float(model(ids)[0, 0]), float(model(changed)[0, 0])
+    assert abs(before - after) > 1e-6
+
+
+def test_masked_mean_ignores_padding():
+    sequence = np.array([[[1.0, 2.0], [3.0, 4.0], [100.0, -100.0]]], dtype=np.float32)
+    mask = np.array([[True, True, False]])
+    np.testing.assert_allclose(MaskedMeanPooling()(sequence, padding_mask=mask), [[2.0, 3.0]])
+    np.testing.assert_allclose(FirstTokenPooling()(sequence, padding_mask=mask), [[1.0, 2.0]])
+    all_padding = np.zeros((1, 3), dtype=bool)
+    assert np.isfinite(MaskedMeanPooling()(sequence, padding_mask=all_padding)).all()
+
+
+def test_padding_mask_layer():
+    assert PaddingMask()(np.array([[2, 5, 0, 0]])).numpy().tolist() == [[True, True, False, False]]
+
+
+@pytest.mark.parametrize("layer", [PaddingMask(pad_id=3), FirstTokenPooling(), MaskedMeanPooling()])
+def test_custom_layers_config_round_trip(layer):
+    clone = layer.__class__.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
+
+
+@pytest.mark.parametrize("pooling", ["first_token", "mean"])
+def test_keras_file_round_trip(pooling, tmp_path):
+    model = tiny_model(pooling)
+    ids = np.concatenate([review(8, MAX_LENGTH, 1), review(MAX_LENGTH, MAX_LENGTH, 2)])
+    path = tmp_path / "model.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_array_equal(model.predict(ids, verbose=0), loaded.predict(ids, verbose=0))
+
+
+def test_attention_scores_come_from_the_last_block_and_skip_padding():
+    model = tiny_model("first_token")
+    scores = last_block_attention(model, review(6, 12))
+    assert scores.shape == (1, 2, 12, 12)
+    np.testing.assert_allclose(scores.sum(axis=-1), 1.0, atol=1e-5)
+    assert np.abs(scores[0, :, :6, 6:]).max() < 1e-6  # real tokens never attend to padding
+
+
+def test_output_is_float32_under_mixed_precision():
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        model = tiny_model("mean")
+        assert model(review(5, 8)).dtype == "float32"
+    finally:
+        keras.mixed_precision.set_global_policy("float32")

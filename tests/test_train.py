@@ -1,0 +1,99 @@
+import json
+
+import keras
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline import ingest, tokenization, train
+from pipeline.inference import load_keras_model, predict_probabilities
+from pipeline.tokenization import TextEncoder
+
+
+def test_tiny_model_learns_separable_task(trained_run):
+    config, run_dir = trained_run
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["best_val_accuracy"] > 0.9
+    assert manifest["device"].startswith(("CPU", "1 GPU", "2 GPUs", "4 GPUs", "8 GPUs"))
+    assert (run_dir / "model.keras").is_file() and (run_dir / "training_curves.png").stat().st_size > 1000
+
+
+def test_run_is_tracked_in_mlflow(trained_run):
+    config, run_dir = trained_run
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    mlflow.set_tracking_uri(config.tracking.tracking_uri)
+    client = mlflow.tracking.MlflowClient()
+    run = client.get_run(manifest["mlflow_run_id"])
+    assert run.data.params["model.pooling"] == "first_token"
+    assert run.data.params["training.epochs"] == str(config.training.epochs)
+    assert run.data.tags["pooling"] == "first_token"
+    assert run.data.tags["config_hash"] == manifest["config_hash"]
+    assert "tokenize_manifest" in run.data.tags and "ingest_manifest" in run.data.tags
+    for key in ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "epoch_seconds", "tokens_per_second"):
+        history = client.get_metric_history(run.info.run_id, key)
+        assert [m.step for m in history] == list(range(manifest["epochs_run"])), key
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "plots")}
+    assert "plots/training_curves.png" in artifacts
+    assert {i.dataset.name for i in run.inputs.dataset_inputs} == {"imdb-train", "imdb-val"}
+
+
+def test_pyfunc_model_scores_raw_strings(trained_run):
+    config, run_dir = trained_run
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    mlflow.set_tracking_uri(config.tracking.tracking_uri)
+    pyfunc = mlflow.pyfunc.load_model(f"runs:/{manifest['mlflow_run_id']}/model")
+    texts = ["A wonderful superb brilliant film, loved it.", "Awful, boring, the worst plot.", ""]
+    scored = pyfunc.predict(pd.DataFrame({"text": texts}))
+    assert list(scored.columns) == ["positive_probability", "predicted_label"]
+    assert scored["predicted_label"].tolist()[:2] == ["positive", "negative"]
+    assert scored["positive_probability"].between(0, 1).all()
+    direct = predict_probabilities(load_keras_model(run_dir / "model.keras"), TextEncoder.load(run_dir / "tokenizer"), texts)
+    np.testing.assert_allclose(scored["positive_probability"], direct, atol=1e-6)
+
+
+def test_rerun_with_same_config_is_skipped(trained_run, capsys):
+    config, run_dir = trained_run
+    assert train.run(config) == run_dir
+    assert "up to date" in capsys.readouterr().out
+
+
+def test_requires_tokenize_output(smoke_config):
+    with pytest.raises(FileNotFoundError, match="make tokenize"):
+        train.run(smoke_config)
+
+
+class CrashAfterEpoch(keras.callbacks.Callback):
+    def __init__(self, epoch: int):
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == self.epoch:
+            raise KeyboardInterrupt(f"simulated kill after epoch {epoch}")
+
+
+class RecordEpochs(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.epochs = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epochs.append(epoch)
+
+
+def test_killed_training_resumes_from_last_epoch(smoke_config, capsys):
+    config = smoke_config.replace(training={"epochs": 3, "early_stopping_patience": 5})
+    ingest.run(config)
+    tokenization.run(config)
+    with pytest.raises(KeyboardInterrupt):
+        train.run(config, extra_callbacks=[CrashAfterEpoch(0)])
+    recorder = RecordEpochs()
+    run_dir = train.run(config, extra_callbacks=[recorder])
+    assert recorder.epochs == [1, 2]  # did not start over
+    assert "resuming MLflow run" in capsys.readouterr().out
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    client = mlflow.tracking.MlflowClient()
+    assert [m.step for m in client.get_metric_history(manifest["mlflow_run_id"], "loss")] == [0, 1, 2]
+    assert client.get_run(manifest["mlflow_run_id"]).info.status == "FINISHED"
+    assert not (run_dir / "backup").exists()
