@@ -24,7 +24,6 @@ from pipeline.metrics import binary_metrics
 from pipeline.tracking import setup_tracking
 
 STAGE_TAG = "train"
-LENGTH_BUCKETS = (0, 64, 128, 256, 512, 10**9)
 ATTENTION_EXAMPLES = (
     "A wonderful film with a moving story and superb acting.",
     "The plot was dull and the ending was a complete waste of time.",
@@ -38,8 +37,12 @@ ERROR_EXAMPLES = 50
 
 def length_bucket_accuracy(labels: np.ndarray, probabilities: np.ndarray, token_counts: np.ndarray,
                            max_tokens: int) -> pd.DataFrame:
-    """Accuracy per review-length bucket (tokens before truncation), marking truncated buckets."""
-    edges = sorted(set(LENGTH_BUCKETS) | {max_tokens})
+    """Accuracy per review-length bucket (tokens before truncation), marking truncated buckets.
+
+    Buckets are relative to the cut-off: up to 1/4, 1/2 and all of ``max_tokens`` (whole
+    reviews), then up to twice it, and beyond (reviews that lost tokens to truncation).
+    """
+    edges = sorted({0, max_tokens // 4, max_tokens // 2, max_tokens, 2 * max_tokens, 10**9})
     correct = (probabilities >= 0.5).astype(int) == labels
     rows = []
     for low, high in zip(edges[:-1], edges[1:]):

@@ -1,0 +1,65 @@
+import json
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline import evaluate
+from pipeline.config import load_config
+
+
+def test_length_bucket_accuracy_marks_truncated_buckets():
+    labels = np.array([1, 1, 0, 0])
+    probabilities = np.array([0.9, 0.2, 0.1, 0.3])
+    counts = np.array([10, 50, 300, 600])  # cut-off 255: buckets 63, 127, 255, 510
+    buckets = evaluate.length_bucket_accuracy(labels, probabilities, counts, max_tokens=255)
+    assert buckets["reviews"].sum() == 4
+    assert buckets.set_index("bucket")["accuracy"].to_dict() == {"1-63": 0.5, "256-510": 1.0, ">510": 1.0}
+    assert buckets.set_index("bucket")["truncated"].to_dict() == {"1-63": False, "256-510": True, ">510": True}
+
+
+def test_most_confident_errors_are_wrong_and_sorted():
+    frame = pd.DataFrame({"review_id": range(4), "source_file": list("abcd"), "label": [1, 0, 1, 0],
+                          "text": ["x", "y", "z", "w"]})
+    errors = evaluate.most_confident_errors(frame, np.array([0.1, 0.95, 0.8, 0.6]))
+    assert errors["source_file"].tolist() == ["b", "a", "d"]
+
+
+def test_evaluate_logs_test_metrics_plots_and_report(trained_run):
+    config, run_dir = trained_run
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    run_id = manifest["mlflow_run_id"]
+    out_dir = evaluate.run(config, run="latest")
+    assert out_dir == config.reports_dir / run_id
+    report = json.loads((out_dir / "metrics.json").read_text())
+    assert report["test_rows"] == 120
+    assert report["metrics"]["test_accuracy"] > 0.85
+    for key in ("test_precision", "test_recall", "test_f1", "test_roc_auc", "test_pr_auc", "test_log_loss",
+                "test_brier", "test_ece"):
+        assert key in report["metrics"]
+    errors = pd.read_csv(out_dir / "errors.csv")
+    assert len(errors) <= 50
+    assert ((errors["positive_probability"] >= 0.5).astype(int) != errors["label"]).all()
+
+    mlflow.set_tracking_uri(config.tracking.tracking_uri)
+    run = mlflow.get_run(run_id)
+    assert run.data.metrics["test_accuracy"] == pytest.approx(report["metrics"]["test_accuracy"])
+    artifacts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(run_id, "evaluation")}
+    for name in ("confusion_matrix.png", "roc_curve.png", "reliability.png", "accuracy_by_length.png",
+                 "attention.png", "errors.csv", "metrics.json"):
+        assert f"evaluation/{name}" in artifacts
+
+
+def test_evaluate_without_runs_says_train_first(smoke_config):
+    from pipeline import ingest
+
+    ingest.run(smoke_config)
+    with pytest.raises(ValueError, match="make train"):
+        evaluate.run(smoke_config)
+
+
+def test_unreadable_model_uri_is_named(trained_run):
+    config, _ = trained_run
+    with pytest.raises(ValueError, match="runs:/0123456789abcdef/model"):
+        evaluate.run(config, run="0123456789abcdef")

@@ -1,0 +1,52 @@
+import numpy as np
+import pytest
+from sklearn.metrics import accuracy_score, roc_auc_score
+
+from pipeline.metrics import binary_metrics, expected_calibration_error, mcnemar_exact, paired_bootstrap_difference
+
+
+def test_binary_metrics_agree_with_sklearn():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 500)
+    probabilities = np.clip(labels * 0.6 + rng.random(500) * 0.4, 0, 1)
+    result = binary_metrics(labels, probabilities)
+    assert result["accuracy"] == pytest.approx(accuracy_score(labels, probabilities >= 0.5))
+    assert result["roc_auc"] == pytest.approx(roc_auc_score(labels, probabilities))
+    assert set(result) == {"accuracy", "precision", "recall", "f1", "roc_auc", "pr_auc", "log_loss", "brier", "ece"}
+
+
+def test_expected_calibration_error_hand_example():
+    # four predictions at confidence 0.9 of which half are right -> |0.5 - 0.9| = 0.4
+    labels = np.array([1, 0, 1, 0])
+    probabilities = np.array([0.9, 0.9, 0.9, 0.9])
+    assert expected_calibration_error(labels, probabilities) == pytest.approx(0.4)
+    assert expected_calibration_error(np.array([1, 0]), np.array([1.0, 0.0])) == pytest.approx(0.0)
+
+
+def test_mcnemar_known_answer():
+    # 10 discordant pairs all favouring A: two-sided exact p = 2 * 0.5**10
+    a = np.array([True] * 10 + [True] * 5 + [False] * 5)
+    b = np.array([False] * 10 + [True] * 5 + [False] * 5)
+    result = mcnemar_exact(a, b)
+    assert (result["only_a_correct"], result["only_b_correct"]) == (10, 0)
+    assert result["p_value"] == pytest.approx(2 * 0.5 ** 10)
+    # balanced disagreements: no evidence of a difference
+    assert mcnemar_exact(np.array([True, False] * 5), np.array([False, True] * 5))["p_value"] == pytest.approx(1.0)
+
+
+def test_mcnemar_rejects_unpaired_input():
+    with pytest.raises(ValueError, match="differ in length"):
+        mcnemar_exact(np.ones(3, bool), np.ones(4, bool))
+
+
+def test_paired_bootstrap_known_answers():
+    always, never = np.ones((2, 100), bool), np.zeros((2, 100), bool)
+    result = paired_bootstrap_difference(always, never, samples=200)
+    assert (result["difference"], result["ci_low"], result["ci_high"]) == (1.0, 1.0, 1.0)
+    same = paired_bootstrap_difference(always, always, samples=200)
+    assert (same["ci_low"], same["ci_high"]) == (0.0, 0.0)
+    rng = np.random.default_rng(1)
+    a, b = rng.random((3, 2000)) < 0.8, rng.random((3, 2000)) < 0.8
+    noisy = paired_bootstrap_difference(a, b, samples=500)
+    assert noisy["ci_low"] < noisy["difference"] < noisy["ci_high"]
+    assert noisy["difference"] == pytest.approx(a.mean() - b.mean())
