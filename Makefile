@@ -15,7 +15,9 @@ STAGE = $(PYTHON) -m pipeline $(1) --config $(CONFIG) $(SET_ARGS)
 .DEFAULT_GOAL := help
 POOLING ?=
 SET_ARGS += $(if $(POOLING),--set model.pooling=$(POOLING))
-.PHONY: help setup all ingest tokenize train test clean FORCE
+.PHONY: help setup all ingest tokenize train evaluate compare ablate-position ui test clean FORCE
+RUN ?= latest
+UI_PORT ?= 5000
 
 help: ## list every target with a one-line description
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z0-9_-]*:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -26,7 +28,7 @@ setup: ## create .venv/ and install the project with its test extras
 	$(VENV)/bin/pip install --upgrade pip
 	$(VENV)/bin/pip install -e ".[test]"
 
-all: ingest ## run the whole pipeline end to end with CONFIG
+all: ingest tokenize compare ## run the whole pipeline end to end with CONFIG
 
 ingest: $(DATA)/ingest/manifest.json ## IMDB archive -> data/ingest/{train,val,test}.parquet + manifest
 
@@ -40,6 +42,20 @@ $(DATA)/tokenize/manifest.json: $(DATA)/ingest/manifest.json FORCE
 
 train: $(DATA)/tokenize/manifest.json ## train one model (POOLING=first_token|mean), log it to MLflow -> data/train/
 	$(call STAGE,train)
+
+evaluate: ## score the test split with a run (RUN=latest|RUN_ID), log test_ metrics and plots -> reports/<run_id>/
+	$(call STAGE,evaluate) --run $(RUN)
+
+compare: $(DATA)/tokenize/manifest.json ## first_token vs mean pooling x compare.seeds + TF-IDF baseline -> reports/comparison.{md,json,png}
+	$(call STAGE,compare) --factor pooling
+
+ablate-position: $(DATA)/tokenize/manifest.json ## learned vs no position information, same protocol -> reports/ablation_position.*
+	$(call STAGE,compare) --factor position
+
+ui: ## open the MLflow UI on the tracking store ($$MLFLOW_TRACKING_URI or sqlite:///mlflow.db), bound to 127.0.0.1
+	@uri="$${MLFLOW_TRACKING_URI:-sqlite:///mlflow.db}"; \
+	echo "MLflow UI for $$uri at http://127.0.0.1:$(UI_PORT)  (Ctrl-C to stop)"; \
+	MLFLOW_DISABLE_TELEMETRY=true $(PYTHON) -m mlflow server --backend-store-uri "$$uri" --host 127.0.0.1 --port $(UI_PORT) --workers 1
 
 test: ## run the test suite (tiny generated data, temporary folders and MLflow store)
 	$(PYTHON) -m pytest -q

@@ -133,13 +133,15 @@ def log_pyfunc_model(run_dir: Path, example_texts: Sequence[str]) -> str:
     """Log the pyfunc model (Keras file + tokenizer inside its artifacts); returns its model URI."""
     package_dir = Path(__file__).resolve().parent
     example = pd.DataFrame({"text": list(example_texts)})
-    classifier = SentimentClassifier()
-    classifier.load_context(type("Context", (), {"artifacts": {
+    # The signature comes from a loaded copy; the logged instance must stay empty so the
+    # Keras model is not cloudpickled into it (it is loaded from the artifacts instead).
+    loaded = SentimentClassifier()
+    loaded.load_context(type("Context", (), {"artifacts": {
         "keras_model": str(run_dir / MODEL_FILE), "tokenizer": str(run_dir / "tokenizer")}})())
-    signature = mlflow.models.infer_signature(example, classifier.predict(None, example))
+    signature = mlflow.models.infer_signature(example, loaded.predict(None, example))
     info = mlflow.pyfunc.log_model(
         name="model",
-        python_model=classifier,
+        python_model=SentimentClassifier(),
         artifacts={"keras_model": str(run_dir / MODEL_FILE), "tokenizer": str(run_dir / "tokenizer")},
         code_paths=[str(package_dir)],
         signature=signature,

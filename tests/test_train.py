@@ -97,3 +97,25 @@ def test_killed_training_resumes_from_last_epoch(smoke_config, capsys):
     assert [m.step for m in client.get_metric_history(manifest["mlflow_run_id"], "loss")] == [0, 1, 2]
     assert client.get_run(manifest["mlflow_run_id"]).info.status == "FINISHED"
     assert not (run_dir / "backup").exists()
+
+
+def test_mlflow_models_predict_cli_scores_a_csv_in_a_fresh_process(trained_run, tmp_path):
+    """A new process has not imported pipeline.model: the pyfunc must bring what it needs."""
+    import os
+    import subprocess
+    import sys
+
+    config, run_dir = trained_run
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    reviews = tmp_path / "reviews.csv"
+    pd.DataFrame({"text": ["Superb, wonderful and moving.", "Dreadful, dull, the worst."]}).to_csv(reviews, index=False)
+    output = tmp_path / "predictions.json"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": config.tracking.tracking_uri}
+    result = subprocess.run(
+        [sys.executable, "-m", "mlflow", "models", "predict", "-m", f"runs:/{manifest['mlflow_run_id']}/model",
+         "-i", str(reviews), "-t", "csv", "--env-manager", "local", "-o", str(output)],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    predictions = json.loads(output.read_text())["predictions"]
+    assert [row["predicted_label"] for row in predictions] == ["positive", "negative"]
