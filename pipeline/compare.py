@@ -243,9 +243,7 @@ def train_and_evaluate(config: Config, factor: str, value: str, seed: int, paren
         client.set_tag(run_id, "mlflow.parentRunId", parent_id)  # a reused finished run joins this comparison
     client.set_tag(run_id, "compare_key", key)
     client.set_tag(run_id, "variant", value)
-    predictions_path = config.reports_dir / run_id / "test_predictions.parquet"
-    if not predictions_path.is_file() or "test_accuracy" not in client.get_run(run_id).data.metrics:
-        evaluate.run(child_config, run=run_id)
+    predictions_path = evaluate.run(child_config, run=run_id) / "test_predictions.parquet"
     metrics = {k: v for k, v in client.get_run(run_id).data.metrics.items() if k in SUMMARY_METRICS}
     return {"variant": value, "seed": seed, "run_id": run_id, "metrics": metrics,
             "predictions": pd.read_parquet(predictions_path)}

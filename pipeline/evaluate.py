@@ -162,14 +162,19 @@ def load_classifier(model_uri: str) -> SentimentClassifier:
         raise ValueError(f"cannot load model {model_uri!r}: {exc}") from exc
 
 
-def run(config: Config, run: str = "latest") -> Path:
-    """Evaluate a run on the test split; returns ``reports/<run_id>``."""
+def run(config: Config, run: str = "latest", force: bool = False) -> Path:
+    """Evaluate a run on the test split; returns ``reports/<run_id>``. Skips runs already evaluated."""
     started = time.perf_counter()
     test_path = config.data_dir / "ingest" / "test.parquet"
     if not test_path.is_file():
         raise FileNotFoundError(f"no test split at {test_path}: run `make ingest` first")
     setup_tracking(config)
     run_id = resolve_run_id(config, run)
+    out_dir = config.reports_dir / run_id
+    done = (out_dir / "metrics.json").is_file() and (out_dir / "test_predictions.parquet").is_file()
+    if done and not force and "test_accuracy" in mlflow.get_run(run_id).data.metrics:
+        print(f"evaluate: up to date, run {run_id} already evaluated ({out_dir}/metrics.json)")
+        return out_dir
     classifier = load_classifier(f"runs:/{run_id}/model")
     pooling = mlflow.get_run(run_id).data.params.get("model.pooling", "first_token")
 
@@ -181,7 +186,6 @@ def run(config: Config, run: str = "latest") -> Path:
     max_tokens = classifier.encoder.settings.max_sequence_length - 1
     buckets = length_bucket_accuracy(labels, probabilities, token_counts, max_tokens)
 
-    out_dir = config.reports_dir / run_id
     out_dir.mkdir(parents=True, exist_ok=True)
     plots = [
         plot_confusion_matrix(labels, probabilities, out_dir / "confusion_matrix.png"),
@@ -215,4 +219,4 @@ def run(config: Config, run: str = "latest") -> Path:
 
 
 def main(config: Config, args) -> None:
-    run(config, run=args.run)
+    run(config, run=args.run, force=args.force)

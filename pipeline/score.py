@@ -1,0 +1,162 @@
+"""Batch scoring: add a probability, a label and an error column to every row of a CSV.
+
+Reads:  a CSV of reviews (``--input``; any columns, text in ``--text-column``) and a model:
+        ``models:/<name>@<alias>`` (default ``models:/<registered name>@champion``),
+        ``runs:/<run_id>/model`` or a local MLflow model folder.
+Writes: ``--output``, a CSV with every input column and row in the input's order plus
+        ``positive_probability``, ``predicted_label`` (``positive``/``negative``) and
+        ``score_error`` (empty when the row was scored). It is written to a temporary file
+        beside the output and renamed at the end, so an interrupted run leaves no partial file.
+
+The input is streamed in chunks, so memory stays flat for any file size. Every value is
+read as text and written back unchanged. Rows whose text is missing, blank or not text,
+or holds undecodable bytes, get a ``score_error`` message instead of a score.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from pipeline.config import Config
+from pipeline.inference import SentimentClassifier, label_names, predict_probabilities
+
+OUTPUT_COLUMNS = ("positive_probability", "predicted_label", "score_error")
+_NUMBER_RE = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
+_UNDECODABLE_RE = re.compile("[\udc80-\udcff]")
+
+
+# --------------------------------------------------------------------------- pure functions
+
+
+def text_problem(value: str) -> str:
+    """Why ``value`` cannot be scored, or "" when it can."""
+    if value == "":
+        return "missing or empty text"
+    if not value.strip():
+        return "whitespace-only text"
+    if _NUMBER_RE.match(value):
+        return "not text (a number)"
+    return ""
+
+
+def score_chunk(chunk: pd.DataFrame, text_column: str, classifier: SentimentClassifier, first_row: int,
+                encoding: str) -> pd.DataFrame:
+    """The chunk with the three output columns added; rows keep their order.
+
+    Values are Python strings (object dtype): Arrow-backed strings cannot hold the
+    surrogate escapes that mark undecodable bytes.
+
+    ``first_row`` is the 1-based data-row number of the chunk's first row, for messages.
+    """
+    texts = chunk[text_column].tolist()
+    errors = [text_problem(text) for text in texts]
+    for index, text in enumerate(texts):
+        if not errors[index] and _UNDECODABLE_RE.search(text):
+            errors[index] = f"row {first_row + index}: undecodable bytes for encoding {encoding}"
+    scorable = [i for i, error in enumerate(errors) if not error]
+    probabilities = np.full(len(texts), np.nan)
+    if scorable:
+        probabilities[scorable] = predict_probabilities(classifier.model, classifier.encoder,
+                                                        [texts[i] for i in scorable])
+    labels = np.where(np.isnan(probabilities), "", label_names(np.nan_to_num(probabilities)))
+    out = chunk.copy()
+    out["positive_probability"] = probabilities
+    out["predicted_label"] = labels
+    out["score_error"] = errors
+    for column in chunk.columns:  # surrogate-escaped bytes cannot be written as UTF-8
+        out[column] = out[column].map(lambda v: _UNDECODABLE_RE.sub("\ufffd", v) if isinstance(v, str) else v)
+    return out
+
+
+# --------------------------------------------------------------------------- I/O edges
+
+
+def default_model_uri(config: Config) -> str:
+    return f"models:/{config.tracking.registered_model_name}@champion"
+
+
+def load_classifier(model_uri: str) -> SentimentClassifier:
+    import mlflow
+
+    try:
+        model = mlflow.pyfunc.load_model(model_uri)
+        classifier = model.unwrap_python_model()
+    except Exception as exc:  # MLflow raises many types for a bad URI; the user needs the URI
+        raise ValueError(f"cannot load model {model_uri!r}: {exc}") from None
+    if not isinstance(classifier, SentimentClassifier):
+        raise ValueError(f"model {model_uri!r} is not a sentiment model logged by this pipeline")
+    return classifier
+
+
+def run(config: Config, input_path: str | Path, output_path: str | Path, model_uri: str | None = None,
+        text_column: str = "text", encoding: str = "utf-8-sig", chunk_size: int = 2048) -> dict[str, float]:
+    """Score ``input_path`` into ``output_path``; returns the summary counts."""
+    from pipeline.tracking import setup_tracking
+
+    started = time.perf_counter()
+    input_path, output_path = Path(input_path), Path(output_path)
+    if not input_path.is_file():
+        raise FileNotFoundError(f"input CSV not found: {input_path}")
+    if output_path.resolve() == input_path.resolve():
+        raise ValueError(f"refusing to overwrite the input {input_path}: choose another OUTPUT")
+    if chunk_size < 1:
+        raise ValueError("--chunk-size must be positive")
+    try:
+        header = pd.read_csv(input_path, nrows=0, encoding=encoding, encoding_errors="surrogateescape")
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, LookupError) as exc:
+        raise ValueError(f"{input_path}: cannot read as CSV: {exc}") from None
+    columns = list(header.columns)
+    if text_column not in columns:
+        raise ValueError(f"{input_path}: no column {text_column!r}; columns are {columns} (use --text-column / TEXT_COLUMN=)")
+    clashes = [c for c in OUTPUT_COLUMNS if c in columns]
+    if clashes:
+        raise ValueError(f"{input_path}: already has output column(s) {clashes}; rename them or score the original file")
+
+    setup_tracking(config)
+    model_uri = model_uri or default_model_uri(config)
+    classifier = load_classifier(model_uri)
+
+    output_path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp_name = tempfile.mkstemp(prefix=f".{output_path.name}.", suffix=".tmp", dir=output_path.parent)
+    counts = {"rows": 0, "scored": 0, "errors": 0, "positives": 0}
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as out, \
+                tqdm(unit=" rows", desc=f"scoring {input_path.name}", mininterval=0.5) as progress:
+            reader = pd.read_csv(input_path, dtype=object, keep_default_na=False, na_filter=False, chunksize=chunk_size,
+                                 encoding=encoding, encoding_errors="surrogateescape")
+            try:
+                for chunk in reader:
+                    scored = score_chunk(chunk, text_column, classifier, counts["rows"] + 1, encoding)
+                    scored.to_csv(out, header=counts["rows"] == 0, index=False, quoting=csv.QUOTE_MINIMAL)
+                    counts["rows"] += len(scored)
+                    counts["errors"] += int((scored["score_error"] != "").sum())
+                    counts["positives"] += int((scored["predicted_label"] == "positive").sum())
+                    progress.update(len(scored))
+            except pd.errors.ParserError as exc:
+                raise ValueError(f"{input_path}: malformed CSV after data row {counts['rows']}: {exc}") from None
+            if counts["rows"] == 0:
+                pd.DataFrame(columns=columns + list(OUTPUT_COLUMNS)).to_csv(out, index=False)
+        os.replace(tmp_name, output_path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    counts["scored"] = counts["rows"] - counts["errors"]
+    seconds = time.perf_counter() - started
+    print(f"score: read {counts['rows']:,} rows from {input_path}; scored {counts['scored']:,}, "
+          f"errors {counts['errors']:,}, positives {counts['positives']:,}; wrote {output_path} with {model_uri} "
+          f"in {seconds:.1f}s ({counts['rows'] / max(seconds, 1e-9):,.0f} rows/s)")
+    return {**counts, "seconds": seconds}
+
+
+def main(config: Config, args) -> None:
+    run(config, args.input, args.output, model_uri=args.model, text_column=args.text_column,
+        encoding=args.encoding, chunk_size=args.chunk_size)
