@@ -15,9 +15,14 @@ STAGE = $(PYTHON) -m pipeline $(1) --config $(CONFIG) $(SET_ARGS)
 .DEFAULT_GOAL := help
 POOLING ?=
 SET_ARGS += $(if $(POOLING),--set model.pooling=$(POOLING))
-.PHONY: help setup all ingest tokenize train evaluate compare ablate-position ui test clean FORCE
+.PHONY: help setup all ingest tokenize train evaluate compare ablate-position register score ui test bench clean FORCE
 RUN ?= latest
 UI_PORT ?= 5000
+INPUT ?=
+OUTPUT ?=
+MODEL ?=
+TEXT_COLUMN ?= text
+EXAMPLE_CSV := data/examples/reviews.csv
 
 help: ## list every target with a one-line description
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z0-9_-]*:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -28,7 +33,8 @@ setup: ## create .venv/ and install the project with its test extras
 	$(VENV)/bin/pip install --upgrade pip
 	$(VENV)/bin/pip install -e ".[test]"
 
-all: ingest tokenize compare ## run the whole pipeline end to end with CONFIG
+all: ingest tokenize compare evaluate register ## ingest, tokenize, compare, evaluate, register, then score the example CSV
+	$(call STAGE,score) --input $(EXAMPLE_CSV) --output reports/example_scored.csv
 
 ingest: $(DATA)/ingest/manifest.json ## IMDB archive -> data/ingest/{train,val,test}.parquet + manifest
 
@@ -52,13 +58,23 @@ compare: $(DATA)/tokenize/manifest.json ## first_token vs mean pooling x compare
 ablate-position: $(DATA)/tokenize/manifest.json ## learned vs no position information, same protocol -> reports/ablation_position.*
 	$(call STAGE,compare) --factor position
 
-ui: ## open the MLflow UI on the tracking store ($$MLFLOW_TRACKING_URI or sqlite:///mlflow.db), bound to 127.0.0.1
+register: ## register the best model (by validation accuracy) of the latest comparison as @champion
+	$(call STAGE,register)
+
+score: ## score a CSV: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=models:/imdb-sentiment@champion] [TEXT_COLUMN=text]
+	@test -n "$(INPUT)" -a -n "$(OUTPUT)" || { echo "usage: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=...] [TEXT_COLUMN=text]"; exit 2; }
+	$(call STAGE,score) --input "$(INPUT)" --output "$(OUTPUT)" --text-column "$(TEXT_COLUMN)" $(if $(MODEL),--model "$(MODEL)")
+
+ui: ## open the MLflow UI on MLFLOW_TRACKING_URI (default sqlite:///mlflow.db) at http://127.0.0.1:UI_PORT
 	@uri="$${MLFLOW_TRACKING_URI:-sqlite:///mlflow.db}"; \
 	echo "MLflow UI for $$uri at http://127.0.0.1:$(UI_PORT)  (Ctrl-C to stop)"; \
 	MLFLOW_DISABLE_TELEMETRY=true $(PYTHON) -m mlflow server --backend-store-uri "$$uri" --host 127.0.0.1 --port $(UI_PORT) --workers 1
 
 test: ## run the test suite (tiny generated data, temporary folders and MLflow store)
 	$(PYTHON) -m pytest -q
+
+bench: ## scoring throughput (CSV vs raw predict) and peak memory (25k vs 250k rows) -> reports/bench.json
+	$(PYTHON) -m pipeline.bench --config $(CONFIG) $(SET_ARGS)
 
 clean: ## delete stage outputs in data/ (keeps data/raw) and reports/
 	rm -rf $(DATA)/ingest $(DATA)/tokenize $(DATA)/train reports

@@ -134,3 +134,25 @@ def test_mlflow_server_shows_children_with_pooling_and_test_accuracy(comparison,
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_register_picks_best_validation_run_and_score_uses_champion(comparison, tmp_path, capsys):
+    from pipeline import registry, score
+
+    config, _ = comparison
+    payload = json.loads((config.reports_dir / "comparison.json").read_text())
+    uri = registry.run(config)
+    assert uri == "models:/smoke-sentiment@champion"
+    client = mlflow.tracking.MlflowClient()
+    champion = client.get_model_version_by_alias("smoke-sentiment", "champion")
+    model_runs = payload["summary"]["first_token"]["run_ids"] + payload["summary"]["mean"]["run_ids"]
+    val_accuracy = {run_id: client.get_run(run_id).data.metrics["best_val_accuracy"] for run_id in model_runs}
+    assert champion.run_id in model_runs
+    assert val_accuracy[champion.run_id] == max(val_accuracy.values())
+    capsys.readouterr()
+    registry.run(config)
+    assert "up to date" in capsys.readouterr().out
+
+    pd.DataFrame({"text": ["superb and wonderful", "awful and dull"]}).to_csv(tmp_path / "in.csv", index=False)
+    summary = score.run(config, tmp_path / "in.csv", tmp_path / "out.csv")  # default: the champion
+    assert summary["scored"] == 2
