@@ -126,9 +126,17 @@ def is_up_to_date(stage_dir: str | Path, config_hash: str, inputs: dict[str, str
     return all((Path(stage_dir) / name).exists() for name in outputs)
 
 
+VOLATILE_MANIFEST_FIELDS = ("created_at", "code_version", "learn_seconds", "train_seconds")
+
+
 def manifest_hash(stage_dir: str | Path) -> str:
-    """Checksum of a stage's manifest: what a downstream stage records as its input."""
-    path = Path(stage_dir) / MANIFEST_NAME
-    if not path.is_file():
-        raise FileNotFoundError(path)
-    return sha256_file(path)
+    """Checksum of a stage's manifest content: what a downstream stage records as its input.
+
+    Timestamps, durations and the code version are left out, so re-running a stage that
+    produces the same data (``--force``, a new commit) does not make every later stage rerun.
+    """
+    manifest = read_manifest(stage_dir)
+    if manifest is None:
+        raise FileNotFoundError(Path(stage_dir) / MANIFEST_NAME)
+    stable = {k: v for k, v in manifest.items() if k not in VOLATILE_MANIFEST_FIELDS}
+    return sha256_text(json.dumps(stable, sort_keys=True, default=str))

@@ -32,12 +32,26 @@ class PathsConfig:
     reports_dir: str = "reports"
 
 
+DATA_SOURCES = ("imdb", "table")
+
+
 @dataclass(frozen=True)
 class DataConfig:
-    """Where the reviews come from and how the validation split is drawn."""
+    """Where the labelled texts come from and how the splits are drawn.
+
+    ``source: imdb`` reads the aclImdb archive; ``source: table`` reads the user's CSV/TSV/Parquet
+    file(s) at ``path`` with ``text_column`` and ``label_column``, split by ``split_column``
+    (values train/val/test) or, without one, by stratified seeded ``test_fraction`` and
+    ``validation_fraction``.
+    """
 
     source: str = "imdb"
     archive: str | None = None
+    path: str | None = None
+    text_column: str = "text"
+    label_column: str = "label"
+    split_column: str | None = None
+    test_fraction: float = 0.2
     archive_sha256: str | None = None
     download_url: str = CANONICAL_IMDB_URL
     download_md5: str = CANONICAL_IMDB_MD5
@@ -45,12 +59,13 @@ class DataConfig:
     seed: int = 1337
 
     def __post_init__(self) -> None:
-        if self.source != "imdb":
-            raise ValueError(f"data.source must be 'imdb', got {self.source!r}")
-        if not 0.0 < self.validation_fraction < 1.0:
-            raise ValueError(
-                f"data.validation_fraction must be in (0, 1), got {self.validation_fraction}"
-            )
+        if self.source not in DATA_SOURCES:
+            raise ValueError(f"data.source must be one of {DATA_SOURCES}, got {self.source!r}")
+        if self.source == "table" and not self.path:
+            raise ValueError("data.source 'table' needs data.path (a CSV, TSV or Parquet file, a glob or a folder)")
+        for name in ("validation_fraction", "test_fraction"):
+            if not 0.0 < getattr(self, name) < 1.0:
+                raise ValueError(f"data.{name} must be in (0, 1), got {getattr(self, name)}")
 
 
 TRUNCATION_STRATEGIES = ("head", "tail", "head_tail")
@@ -133,6 +148,7 @@ class TrainingConfig:
     precision: str = "auto"
     max_train_samples: int | None = None
     shuffle_buffer: int = 25000
+    class_weights: bool = False
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:

@@ -3,11 +3,14 @@
 ``predict_probabilities`` is the single scoring path used by evaluation, batch scoring and
 the MLflow pyfunc model, so the same review gets the same probability from all three.
 ``SentimentClassifier`` is that pyfunc model: it takes a DataFrame with a ``text`` column
-of raw strings and returns ``positive_probability`` and ``predicted_label``.
+of raw strings and returns, for two classes, ``positive_probability`` (the probability of
+the second label) and ``predicted_label``; for more classes one ``probability_<label>``
+column per class and ``predicted_label``.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Sequence
 
@@ -15,38 +18,62 @@ import mlflow
 import numpy as np
 import pandas as pd
 
+from pipeline.ingest import IMDB_LABELS, LABELS_FILE
 from pipeline.tokenization import PAD_ID, TextEncoder
 
-LABEL_NAMES = ("negative", "positive")
 LENGTH_BUCKET = 32  # batches are trimmed of trailing padding to a multiple of this
 
 
 def predict_ids(model, ids: np.ndarray, batch_size: int = 256) -> np.ndarray:
-    """Positive-class probability for encoded rows, trimming trailing padding per batch.
+    """Class probabilities for encoded rows: ``[N]`` (class 1) for two classes, else ``[N, k]``.
 
     Rows are grouped by length so short reviews are not run through the full
     ``max_sequence_length``; the padding mask makes the result independent of padding.
     """
     ids = np.asarray(ids)
-    probabilities = np.empty(len(ids), dtype=np.float32)
-    if not len(ids):
-        return probabilities
-    lengths = (ids != PAD_ID).sum(axis=1)
-    order = np.argsort(lengths, kind="stable")
-    for start in range(0, len(ids), batch_size):
-        rows = order[start:start + batch_size]
-        width = int(min(ids.shape[1], -(-int(lengths[rows].max()) // LENGTH_BUCKET) * LENGTH_BUCKET))
-        batch = ids[rows, :width]
-        probabilities[rows] = np.asarray(model(batch, training=False), dtype=np.float32).reshape(-1)
-    return probabilities
+    width_out = int(model.output_shape[-1])
+    probabilities = np.empty((len(ids), width_out), dtype=np.float32)
+    if len(ids):
+        lengths = (ids != PAD_ID).sum(axis=1)
+        order = np.argsort(lengths, kind="stable")
+        for start in range(0, len(ids), batch_size):
+            rows = order[start:start + batch_size]
+            width = int(min(ids.shape[1], -(-int(lengths[rows].max()) // LENGTH_BUCKET) * LENGTH_BUCKET))
+            probabilities[rows] = np.asarray(model(ids[rows, :width], training=False), dtype=np.float32)
+    return probabilities[:, 0] if width_out == 1 else probabilities
 
 
 def predict_probabilities(model, encoder: TextEncoder, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
     return predict_ids(model, encoder.encode(list(texts)), batch_size)
 
 
-def label_names(probabilities: np.ndarray, threshold: float = 0.5) -> np.ndarray:
-    return np.where(probabilities >= threshold, LABEL_NAMES[1], LABEL_NAMES[0])
+def predicted_indices(probabilities: np.ndarray) -> np.ndarray:
+    """Class index per row: threshold 0.5 on the class-1 probability, or the arg-max."""
+    probabilities = np.asarray(probabilities)
+    if probabilities.ndim == 1:
+        return (probabilities >= 0.5).astype(np.int64)
+    return probabilities.argmax(axis=1)
+
+
+def output_frame(probabilities: np.ndarray, labels: Sequence[str]) -> pd.DataFrame:
+    """The scored columns: ``positive_probability`` (two classes) or ``probability_<label>``s, and ``predicted_label``."""
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    names = np.asarray(labels, dtype=object)[predicted_indices(probabilities)] if len(probabilities) else []
+    if probabilities.ndim == 1:
+        columns = {"positive_probability": probabilities}
+    else:
+        columns = {f"probability_{label}": probabilities[:, i] for i, label in enumerate(labels)}
+    return pd.DataFrame({**columns, "predicted_label": pd.Series(names, dtype=object)})
+
+
+def output_columns(labels: Sequence[str]) -> list[str]:
+    return list(output_frame(np.zeros((0,) if len(labels) == 2 else (0, len(labels))), labels).columns)
+
+
+def load_labels(directory: str | Path) -> list[str]:
+    """Class names saved with a tokenizer; models from before labels were saved are IMDB's."""
+    path = Path(directory) / LABELS_FILE
+    return json.loads(path.read_text())["labels"] if path.is_file() else list(IMDB_LABELS)
 
 
 def load_keras_model(path: str | Path):
@@ -58,10 +85,11 @@ def load_keras_model(path: str | Path):
 
 
 class SentimentClassifier(mlflow.pyfunc.PythonModel):
-    """MLflow pyfunc: DataFrame ``text`` column of raw strings -> probability and label."""
+    """MLflow pyfunc: DataFrame ``text`` column of raw strings -> probabilities and label."""
 
     def load_context(self, context):
         self.encoder = TextEncoder.load(context.artifacts["tokenizer"])
+        self.labels = load_labels(context.artifacts["tokenizer"])
         self.model = load_keras_model(context.artifacts["keras_model"])
 
     def predict(self, context, model_input, params=None):
@@ -72,6 +100,4 @@ class SentimentClassifier(mlflow.pyfunc.PythonModel):
         else:
             texts = pd.Series(model_input)
         texts = texts.fillna("").astype(str).tolist()
-        probabilities = predict_probabilities(self.model, self.encoder, texts)
-        return pd.DataFrame({"positive_probability": probabilities.astype(np.float64),
-                             "predicted_label": label_names(probabilities)})
+        return output_frame(predict_probabilities(self.model, self.encoder, texts), self.labels)

@@ -1,9 +1,11 @@
-"""Ingestion stage: IMDB archive (or extracted folder) -> versioned Parquet splits.
+"""Ingestion stage: IMDB archive (or the user's own tables) -> versioned Parquet splits.
 
-Reads:  an aclImdb ``.tar.gz`` or ``aclImdb/`` folder (``data.archive``, ``$IMDB_ARCHIVE``,
-        ``data/raw/aclImdb_v1.tar.gz``, or the canonical download, in that order).
-Writes: ``data/ingest/{train,val,test}.parquet`` (columns ``review_id``, ``text``, ``label``,
-        ``rating``, ``source_file``) and ``data/ingest/manifest.json``.
+Reads:  ``data.source: imdb``: an aclImdb ``.tar.gz`` or ``aclImdb/`` folder (``data.archive``,
+        ``$IMDB_ARCHIVE``, ``data/raw/aclImdb_v1.tar.gz``, or the canonical download, in that
+        order); ``data.source: table``: CSV/TSV/Parquet file(s) at ``data.path`` (see tables.py).
+Writes: ``data/ingest/{train,val,test}.parquet`` (columns ``review_id``, ``text``, ``label``
+        (class index), ``label_name``, ``rating``, ``source_file``), ``labels.json`` (class names,
+        index order) and ``data/ingest/manifest.json``.
 
 The archive is streamed member by member and never extracted, so no member path can
 write anywhere; members whose paths would escape an extraction folder (``..``,
@@ -42,12 +44,15 @@ from pipeline.artifacts import (
     atomic_write_json,
 )
 from pipeline.config import Config
+from pipeline.tables import find_table_files, load_table_splits
 
 STAGE = "ingest"
 ARCHIVE_ENV_VAR = "IMDB_ARCHIVE"
 CANONICAL_ARCHIVE_NAME = "aclImdb_v1.tar.gz"
 SPLIT_FILES = ("train.parquet", "val.parquet", "test.parquet")
-COLUMNS = ("review_id", "text", "label", "rating", "source_file")
+COLUMNS = ("review_id", "text", "label", "label_name", "rating", "source_file")
+LABELS_FILE = "labels.json"
+IMDB_LABELS = ("negative", "positive")  # label 0 = neg folder, 1 = pos folder
 CLASS_FOLDERS = ("train/pos", "train/neg", "test/pos", "test/neg")
 LABELS = {"pos": 1, "neg": 0}
 
@@ -129,7 +134,7 @@ def collect_reviews(members: Iterable[tuple[str, bytes | None]], source: str) ->
         review_id, rating = parsed
         rows.append((split, review_id, clean_text(text), LABELS[polarity], rating, f"{split}/{polarity}/{file_name}"))
 
-    frame = pd.DataFrame(rows, columns=["split", *COLUMNS])
+    frame = pd.DataFrame(rows, columns=["split", "review_id", "text", "label", "rating", "source_file"])
     for folder in CLASS_FOLDERS:
         split, polarity = folder.split("/")
         has_rows = bool(((frame["split"] == split) & (frame["label"] == LABELS[polarity])).any())
@@ -319,10 +324,8 @@ def dataset_root(path: Path) -> Path:
 # --------------------------------------------------------------------------- stage entry point
 
 
-def run(config: Config, force: bool = False) -> Path:
-    """Run ingestion and return ``data/ingest``; skips when archive and config are unchanged."""
-    started = time.perf_counter()
-    out_dir = config.data_dir / STAGE
+def _imdb_splits(config: Config, force: bool) -> tuple[dict[str, pd.DataFrame], list[str], dict, dict, str]:
+    """(splits, label names, inputs, manifest fields, source) for the aclImdb archive or folder."""
     source = resolve_source(config)
     if source.is_dir():
         root = dataset_root(source)
@@ -330,12 +333,9 @@ def run(config: Config, force: bool = False) -> Path:
     else:
         source_checksum = sha256_file(source)
         verify_checksums(source, config, source_checksum)
-    config_hash = config.section_hash("data")
     inputs = {"archive_sha256": source_checksum}
-    if not force and is_up_to_date(out_dir, config_hash, inputs, list(SPLIT_FILES)):
-        print(f"ingest: up to date, nothing to do ({out_dir}/ built from {source} with config {config_hash})")
-        return out_dir
-
+    if not force and _skip(config, inputs, source):
+        return {}, [], inputs, {}, str(source)
     members = iter_folder(root) if source.is_dir() else iter_archive(source)
     progress = tqdm(members, desc=f"reading {source.name}", unit=" files", mininterval=1.0)
     frame, report = collect_reviews(progress, str(source))
@@ -348,32 +348,73 @@ def run(config: Config, force: bool = False) -> Path:
     test = frame[frame["split"] == "test"].drop(columns="split").reset_index(drop=True)
     train, val = split_train_validation(original_train, config.data.validation_fraction, config.data.seed)
     splits = {"train": train, "val": val, "test": test}
+    fields = {
+        "archive_sha256": source_checksum,
+        "duplicates": duplicate_counts(original_train, test),
+        "decode_error_files": report.decode_error_files,
+        "skipped_files": {"count": report.skipped_count, "examples": report.skipped_names},
+    }
+    return splits, list(IMDB_LABELS), inputs, fields, str(source)
 
+
+def _table_splits(config: Config, force: bool) -> tuple[dict[str, pd.DataFrame], list[str], dict, dict, str]:
+    """(splits, label names, inputs, manifest fields, source) for the user's CSV/TSV/Parquet files."""
+    files = find_table_files(config.data.path)
+    inputs = {"files_sha256": {str(f): sha256_file(f) for f in files}}
+    if not force and _skip(config, inputs, config.data.path):
+        return {}, [], inputs, {}, config.data.path
+    splits, labels, drops, _ = load_table_splits(config.data)
+    if drops.count:
+        print(f"ingest: warning: dropped {drops.count} row(s) with empty text or label "
+              f"({drops.reasons}), e.g. {'; '.join(drops.examples)}")
+    fields = {"dropped_rows": {"count": drops.count, "reasons": drops.reasons, "examples": drops.examples},
+              "duplicates": duplicate_counts(pd.concat([splits["train"], splits["val"]]), splits["test"])}
+    return splits, labels, inputs, fields, config.data.path
+
+
+def _skip(config: Config, inputs: dict, source) -> bool:
+    out_dir = config.data_dir / STAGE
+    config_hash = config.section_hash("data")
+    if is_up_to_date(out_dir, config_hash, inputs, list(SPLIT_FILES) + [LABELS_FILE]):
+        print(f"ingest: up to date, nothing to do ({out_dir}/ built from {source} with config {config_hash})")
+        return True
+    return False
+
+
+def run(config: Config, force: bool = False) -> Path:
+    """Run ingestion and return ``data/ingest``; skips when inputs and config are unchanged."""
+    started = time.perf_counter()
+    out_dir = config.data_dir / STAGE
+    reader = _table_splits if config.data.source == "table" else _imdb_splits
+    splits, labels, inputs, fields, source = reader(config, force)
+    if not splits:  # up to date
+        return out_dir
+    for split in splits.values():
+        split["label_name"] = [labels[i] for i in split["label"]]
+    config_hash = config.section_hash("data")
     manifest = build_manifest(
         STAGE,
         config_hash,
         inputs,
         config.to_dict()["data"],
         source=str(source),
-        archive_sha256=source_checksum,
+        label_names=labels,
         rows={name: len(split) for name, split in splits.items()},
-        labels={name: {str(k): int(v) for k, v in split["label"].value_counts().sort_index().items()}
+        labels={name: {labels[k]: int(v) for k, v in split["label"].value_counts().sort_index().items()}
                 for name, split in splits.items()},
-        duplicates=duplicate_counts(original_train, test),
         length_words={name: length_percentiles(split["text"]) for name, split in splits.items()},
-        decode_error_files=report.decode_error_files,
-        skipped_files={"count": report.skipped_count, "examples": report.skipped_names},
         split_checksums={name: sha256_text("\n".join(split["source_file"])) for name, split in splits.items()},
+        **fields,
     )
     with staged_directory(out_dir) as staging:
         for name, split in splits.items():
             split.loc[:, list(COLUMNS)].to_parquet(staging / f"{name}.parquet", index=False)
+        atomic_write_json(staging / LABELS_FILE, {"labels": labels})
         atomic_write_json(staging / "manifest.json", manifest)
     rows = manifest["rows"]
     print(
-        f"ingest: read {len(frame):,} reviews from {source}; wrote train {rows['train']:,} / "
-        f"val {rows['val']:,} / test {rows['test']:,} rows to {out_dir}/ "
-        f"({report.decode_error_files} with bad bytes, {report.skipped_count} skipped) "
+        f"ingest: read {sum(rows.values()):,} labelled texts from {source}; wrote train {rows['train']:,} / "
+        f"val {rows['val']:,} / test {rows['test']:,} rows ({len(labels)} classes) to {out_dir}/ "
         f"in {time.perf_counter() - started:.1f}s"
     )
     return out_dir

@@ -3,7 +3,7 @@
 Token ids (``[CLS]`` at position 0, ``[PAD]`` = 0 after the text) -> token embedding
 plus positional information -> KerasHub ``TransformerEncoder`` blocks, each given the
 padding mask explicitly -> pooling (``first_token`` or masked ``mean``) -> dropout ->
-one sigmoid unit in float32. The small custom layers are registered so a saved
+one sigmoid unit (two classes) or a softmax (more), in float32. The small custom layers are registered so a saved
 ``.keras`` file loads back wherever ``pipeline.model`` is importable.
 """
 
@@ -71,12 +71,16 @@ class MaskedMeanPooling(keras.layers.Layer):
 POOLING_LAYERS = {"first_token": FirstTokenPooling, "mean": MaskedMeanPooling}
 
 
-def build_model(config: ModelConfig, vocabulary_size: int, max_sequence_length: int) -> keras.Model:
+def build_model(config: ModelConfig, vocabulary_size: int, max_sequence_length: int,
+                num_classes: int = 2) -> keras.Model:
     """The classifier for ``vocabulary_size`` tokens and inputs up to ``max_sequence_length`` long.
 
-    The input length is left open (``None``) so a batch may be trimmed of trailing padding
-    columns; learned positions cover up to ``max_sequence_length``.
+    Two classes get one sigmoid unit (the probability of class 1); more get a softmax with
+    one probability per class. The input length is left open (``None``) so a batch may be
+    trimmed of trailing padding columns; learned positions cover up to ``max_sequence_length``.
     """
+    if num_classes < 2:
+        raise ValueError(f"a classifier needs at least 2 classes, got {num_classes}")
     token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
     padding_mask = PaddingMask(name="padding_mask")(token_ids)
     x = keras.layers.Embedding(vocabulary_size, config.hidden_dim, name="token_embedding")(token_ids)
@@ -98,7 +102,11 @@ def build_model(config: ModelConfig, vocabulary_size: int, max_sequence_length: 
         )(x, padding_mask=padding_mask)
     pooled = POOLING_LAYERS[config.pooling](name=f"{config.pooling}_pooling")(x, padding_mask=padding_mask)
     pooled = keras.layers.Dropout(config.classifier_dropout, name="classifier_dropout")(pooled)
-    probability = keras.layers.Dense(1, activation="sigmoid", dtype="float32", name="positive_probability")(pooled)
+    if num_classes == 2:
+        probability = keras.layers.Dense(1, activation="sigmoid", dtype="float32", name="positive_probability")(pooled)
+    else:
+        probability = keras.layers.Dense(num_classes, activation="softmax", dtype="float32",
+                                         name="class_probabilities")(pooled)
     return keras.Model(token_ids, probability, name=f"transformer_{config.pooling}")
 
 

@@ -5,7 +5,8 @@ Reads:  a CSV of reviews (``--input``; any columns, text in ``--text-column``) a
         ``runs:/<run_id>/model`` or a local MLflow model folder.
 Writes: ``--output``, a CSV with every input column and row in the input's order plus
         ``positive_probability``, ``predicted_label`` (``positive``/``negative``) and
-        ``score_error`` (empty when the row was scored). It is written to a temporary file
+        ``score_error`` (empty when the row was scored); a model with more than two classes
+        adds one ``probability_<label>`` column per class instead of ``positive_probability``. It is written to a temporary file
         beside the output and renamed at the end, so an interrupted run leaves no partial file.
 
 The input is streamed in chunks, so memory stays flat for any file size. Every value is
@@ -27,9 +28,9 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from pipeline.config import Config
-from pipeline.inference import SentimentClassifier, label_names, predict_probabilities
+from pipeline.inference import SentimentClassifier, output_columns, output_frame, predict_probabilities
 
-OUTPUT_COLUMNS = ("positive_probability", "predicted_label", "score_error")
+ERROR_COLUMN = "score_error"
 _NUMBER_RE = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
 _UNDECODABLE_RE = re.compile("[\udc80-\udcff]")
 
@@ -50,7 +51,7 @@ def text_problem(value: str) -> str:
 
 def score_chunk(chunk: pd.DataFrame, text_column: str, classifier: SentimentClassifier, first_row: int,
                 encoding: str) -> pd.DataFrame:
-    """The chunk with the three output columns added; rows keep their order.
+    """The chunk with the probability, label and error columns added; rows keep their order.
 
     Values are Python strings (object dtype): Arrow-backed strings cannot hold the
     surrogate escapes that mark undecodable bytes.
@@ -63,14 +64,12 @@ def score_chunk(chunk: pd.DataFrame, text_column: str, classifier: SentimentClas
         if not errors[index] and _UNDECODABLE_RE.search(text):
             errors[index] = f"row {first_row + index}: undecodable bytes for encoding {encoding}"
     scorable = [i for i, error in enumerate(errors) if not error]
-    probabilities = np.full(len(texts), np.nan)
-    if scorable:
-        probabilities[scorable] = predict_probabilities(classifier.model, classifier.encoder,
-                                                        [texts[i] for i in scorable])
-    labels = np.where(np.isnan(probabilities), "", label_names(np.nan_to_num(probabilities)))
+    scored = output_frame(predict_probabilities(classifier.model, classifier.encoder, [texts[i] for i in scorable]),
+                          classifier.labels)
+    scored.index = chunk.index[scorable]
     out = chunk.copy()
-    out["positive_probability"] = probabilities
-    out["predicted_label"] = labels
+    for column in scored.columns:  # rows with an error keep these cells empty
+        out[column] = scored[column].astype(object).reindex(chunk.index, fill_value="")
     out["score_error"] = errors
     for column in chunk.columns:  # surrogate-escaped bytes cannot be written as UTF-8
         out[column] = out[column].map(lambda v: _UNDECODABLE_RE.sub("\ufffd", v) if isinstance(v, str) else v)
@@ -117,13 +116,13 @@ def run(config: Config, input_path: str | Path, output_path: str | Path, model_u
     columns = list(header.columns)
     if text_column not in columns:
         raise ValueError(f"{input_path}: no column {text_column!r}; columns are {columns} (use --text-column / TEXT_COLUMN=)")
-    clashes = [c for c in OUTPUT_COLUMNS if c in columns]
-    if clashes:
-        raise ValueError(f"{input_path}: already has output column(s) {clashes}; rename them or score the original file")
-
     setup_tracking(config)
     model_uri = model_uri or default_model_uri(config)
     classifier = load_classifier(model_uri)
+    added = output_columns(classifier.labels) + [ERROR_COLUMN]
+    clashes = [c for c in added if c in columns]
+    if clashes:
+        raise ValueError(f"{input_path}: already has output column(s) {clashes}; rename them or score the original file")
 
     output_path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp_name = tempfile.mkstemp(prefix=f".{output_path.name}.", suffix=".tmp", dir=output_path.parent)
@@ -138,21 +137,23 @@ def run(config: Config, input_path: str | Path, output_path: str | Path, model_u
                     scored = score_chunk(chunk, text_column, classifier, counts["rows"] + 1, encoding)
                     scored.to_csv(out, header=counts["rows"] == 0, index=False, quoting=csv.QUOTE_MINIMAL)
                     counts["rows"] += len(scored)
-                    counts["errors"] += int((scored["score_error"] != "").sum())
-                    counts["positives"] += int((scored["predicted_label"] == "positive").sum())
+                    counts["errors"] += int((scored[ERROR_COLUMN] != "").sum())
+                    if len(classifier.labels) == 2:
+                        counts["positives"] += int((scored["predicted_label"] == classifier.labels[1]).sum())
                     progress.update(len(scored))
             except pd.errors.ParserError as exc:
                 raise ValueError(f"{input_path}: malformed CSV after data row {counts['rows']}: {exc}") from None
             if counts["rows"] == 0:
-                pd.DataFrame(columns=columns + list(OUTPUT_COLUMNS)).to_csv(out, index=False)
+                pd.DataFrame(columns=columns + added).to_csv(out, index=False)
         os.replace(tmp_name, output_path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
     counts["scored"] = counts["rows"] - counts["errors"]
     seconds = time.perf_counter() - started
+    positives = f", positives {counts['positives']:,}" if len(classifier.labels) == 2 else ""
     print(f"score: read {counts['rows']:,} rows from {input_path}; scored {counts['scored']:,}, "
-          f"errors {counts['errors']:,}, positives {counts['positives']:,}; wrote {output_path} with {model_uri} "
+          f"errors {counts['errors']:,}{positives}; wrote {output_path} with {model_uri} "
           f"in {seconds:.1f}s ({counts['rows'] / max(seconds, 1e-9):,.0f} rows/s)")
     return {**counts, "seconds": seconds}
 

@@ -4,8 +4,9 @@ Reads:  ``data/ingest/{train,val,test}.parquet`` and its manifest (and, optional
         unlabeled ``train/unsup`` reviews named by ``tokenizer.extra_corpus``).
 Writes: ``data/tokenize/vocabulary.txt``, ``tokenizer.json`` (encoding settings and the
         vocabulary checksum), ``{split}_ids.npy`` (int32, ``[rows, max_sequence_length]``),
-        ``{split}_labels.npy``, ``{split}_token_counts.npy`` (tokens before truncation),
-        ``token_lengths.png`` and ``manifest.json``.
+        ``{split}_labels.npy`` (class indices), ``{split}_token_counts.npy`` (tokens before
+        truncation), ``labels.json`` (class names, copied from ingest), ``token_lengths.png``
+        and ``manifest.json``.
 
 :class:`TextEncoder` is the one path from raw text to model input; training, evaluation,
 scoring and the MLflow pyfunc model all use it with the saved vocabulary.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import json
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,7 +35,7 @@ from pipeline.artifacts import (
     staged_directory,
 )
 from pipeline.config import Config, TokenizerConfig
-from pipeline.ingest import clean_text, read_unlabeled_texts
+from pipeline.ingest import LABELS_FILE, clean_text, read_unlabeled_texts
 
 STAGE = "tokenize"
 SPLITS = ("train", "val", "test")
@@ -250,7 +252,7 @@ def run(config: Config, force: bool = False) -> Path:
             raise FileNotFoundError(f"tokenizer.extra_corpus not found: {extra}")
         inputs["extra_corpus_sha256"] = sha256_file(extra) if extra.is_file() else f"folder:{extra.resolve()}"
     config_hash = config.section_hash("tokenizer")
-    outputs = [VOCABULARY_FILE, SETTINGS_FILE] + [f"{s}_{k}.npy" for s in SPLITS for k in ("ids", "labels")]
+    outputs = [VOCABULARY_FILE, SETTINGS_FILE, LABELS_FILE] + [f"{s}_{k}.npy" for s in SPLITS for k in ("ids", "labels")]
     if not force and is_up_to_date(out_dir, config_hash, inputs, outputs):
         print(f"tokenize: up to date, nothing to do ({out_dir}/ with config {config_hash})")
         return out_dir
@@ -269,6 +271,7 @@ def run(config: Config, force: bool = False) -> Path:
     counts_by_split = {}
     with staged_directory(out_dir) as staging:
         encoder.save(staging)
+        shutil.copy2(ingest_dir / LABELS_FILE, staging / LABELS_FILE)
         for split in SPLITS:
             ids, counts, unknown = encoder.encode_with_counts(list(frames[split]["text"]))
             np.save(staging / f"{split}_ids.npy", ids)

@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from pipeline.artifacts import atomic_write_json, build_manifest, is_up_to_date, manifest_hash, read_manifest
 from pipeline.config import Config
-from pipeline.inference import SentimentClassifier
+from pipeline.inference import LABELS_FILE, SentimentClassifier, load_labels
 from pipeline.model import build_model
 from pipeline.tokenization import PAD_ID, SETTINGS_FILE, VOCABULARY_FILE, TextEncoder, load_split
 from pipeline.tracking import MLflowEpochLogger, flat_params, setup_tracking, standard_tags
@@ -79,20 +79,39 @@ def learning_rate_schedule(config: Config, steps_per_epoch: int):
 
 
 def make_dataset(ids: np.ndarray, labels: np.ndarray, batch_size: int, shuffle_seed: int | None = None,
-                 shuffle_buffer: int = 0) -> tf.data.Dataset:
-    dataset = tf.data.Dataset.from_tensor_slices((np.asarray(ids), np.asarray(labels, dtype=np.float32)))
+                 shuffle_buffer: int = 0, num_classes: int = 2) -> tf.data.Dataset:
+    targets = np.asarray(labels, dtype=np.float32 if num_classes == 2 else np.int32)
+    dataset = tf.data.Dataset.from_tensor_slices((np.asarray(ids), targets))
     if shuffle_seed is not None:
         dataset = dataset.shuffle(min(shuffle_buffer, len(ids)) or len(ids), seed=shuffle_seed,
                                   reshuffle_each_iteration=True)
     return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
-def compile_model(model: keras.Model, config: Config, steps_per_epoch: int) -> keras.Model:
+def compile_model(model: keras.Model, config: Config, steps_per_epoch: int, num_classes: int = 2) -> keras.Model:
+    """AdamW + schedule; binary cross-entropy for two classes, sparse categorical for more.
+
+    ``jit_compile`` stays off: XLA made a training step about 15x slower on this CPU.
+    """
     optimizer = keras.optimizers.AdamW(learning_rate=learning_rate_schedule(config, steps_per_epoch),
                                        weight_decay=config.training.weight_decay, clipnorm=1.0)
-    model.compile(optimizer=optimizer, loss="binary_crossentropy",
-                  metrics=[keras.metrics.BinaryAccuracy(name="accuracy")], jit_compile=False)
+    if num_classes == 2:
+        loss, accuracy = "binary_crossentropy", keras.metrics.BinaryAccuracy(name="accuracy")
+    else:
+        loss, accuracy = "sparse_categorical_crossentropy", keras.metrics.SparseCategoricalAccuracy(name="accuracy")
+    model.compile(optimizer=optimizer, loss=loss, metrics=[accuracy], jit_compile=False)
     return model
+
+
+def balanced_class_weights(labels: np.ndarray, num_classes: int) -> dict[int, float]:
+    """``n_samples / (n_classes * count)`` per class (scikit-learn's "balanced")."""
+    from sklearn.utils.class_weight import compute_class_weight
+
+    classes = np.arange(num_classes)
+    present = np.unique(labels)
+    weights = compute_class_weight("balanced", classes=present, y=np.asarray(labels))
+    by_class = dict(zip(present.tolist(), weights.tolist()))
+    return {int(c): float(by_class.get(c, 1.0)) for c in classes}
 
 
 def plot_training_curves(history: dict[str, list[float]], path: Path, title: str) -> Path:
@@ -172,6 +191,8 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence[keras.cal
     print(f"train: devices {[d.name for d in tf.config.list_physical_devices()]}; using {device}, precision {policy}")
 
     encoder = TextEncoder.load(tokenize_dir)
+    labels = load_labels(tokenize_dir)
+    num_classes = len(labels)
     train_ids, train_labels = load_split(tokenize_dir, "train")
     val_ids, val_labels = load_split(tokenize_dir, "val")
     if config.training.max_train_samples:
@@ -180,13 +201,15 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence[keras.cal
     replicas = strategy.num_replicas_in_sync
     batch_size = config.training.batch_size * replicas
     steps_per_epoch = -(-len(train_ids) // batch_size)
-    train_data = make_dataset(train_ids, train_labels, batch_size, config.training.seed, config.training.shuffle_buffer)
-    val_data = make_dataset(val_ids, val_labels, batch_size * 4)
+    train_data = make_dataset(train_ids, train_labels, batch_size, config.training.seed, config.training.shuffle_buffer,
+                              num_classes)
+    val_data = make_dataset(val_ids, val_labels, batch_size * 4, num_classes=num_classes)
+    class_weight = balanced_class_weights(train_labels, num_classes) if config.training.class_weights else None
     tokens_per_epoch = int((np.asarray(train_ids) != PAD_ID).sum())
 
     with strategy.scope():
-        model = build_model(config.model, encoder.vocabulary_size, encoder.settings.max_sequence_length)
-        compile_model(model, config, steps_per_epoch)
+        model = build_model(config.model, encoder.vocabulary_size, encoder.settings.max_sequence_length, num_classes)
+        compile_model(model, config, steps_per_epoch, num_classes)
 
     setup_tracking(config)
     run_id_path = run_dir / RUN_ID_FILE
@@ -201,6 +224,7 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence[keras.cal
         else:
             mlflow.log_params({**flat_params(config), "device": device, "precision_policy": policy,
                                "vocabulary_size": encoder.vocabulary_size, "train_rows": len(train_ids),
+                               "num_classes": num_classes, "class_weight": str(class_weight),
                                "parameters": model.count_params()})
             mlflow.set_tags(standard_tags(config, config_hash, STAGE, device=device, precision=policy,
                                           tokenize_manifest=inputs["tokenize_manifest_sha256"][:16],
@@ -221,6 +245,7 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence[keras.cal
         ]
         fit_started = time.perf_counter()
         model.fit(train_data, validation_data=val_data, epochs=config.training.epochs, callbacks=callbacks,
+                  class_weight=class_weight,
                   verbose=1 if os.environ.get("PIPELINE_QUIET") is None else 2)
         train_seconds = time.perf_counter() - fit_started
 
@@ -236,7 +261,7 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence[keras.cal
         os.replace(tmp_path, model_path)
         tokenizer_dir = run_dir / "tokenizer"
         tokenizer_dir.mkdir(exist_ok=True)
-        for name in (VOCABULARY_FILE, SETTINGS_FILE):
+        for name in (VOCABULARY_FILE, SETTINGS_FILE, LABELS_FILE):
             shutil.copy2(tokenize_dir / name, tokenizer_dir / name)
         curves = plot_training_curves(history, run_dir / "training_curves.png", run_name(config))
         mlflow.log_artifact(str(curves), "plots")

@@ -58,7 +58,9 @@ def test_ingest_writes_splits_labels_ratings_and_manifest(smoke_config):
 
     manifest = json.loads((out_dir / "manifest.json").read_text())
     assert manifest["rows"] == {"train": 64, "val": 16, "test": 40}
-    assert manifest["labels"]["test"] == {"0": 20, "1": 20}
+    assert manifest["labels"]["test"] == {"negative": 20, "positive": 20}
+    assert json.loads((out_dir / "labels.json").read_text()) == {"labels": ["negative", "positive"]}
+    assert (splits["train"]["label_name"] == splits["train"]["label"].map({0: "negative", 1: "positive"})).all()
     assert len(manifest["archive_sha256"]) == 64
     assert manifest["config_hash"] == smoke_config.section_hash("data")
     assert set(manifest["duplicates"]) == {"within_train", "within_test", "test_rows_in_train"}
@@ -233,5 +235,5 @@ def test_real_archive_counts(tmp_path):
     out_dir = ingest.run(config)
     manifest = json.loads((out_dir / "manifest.json").read_text())
     assert manifest["rows"] == {"train": 22500, "val": 2500, "test": 25000}
-    assert manifest["labels"]["val"] == {"0": 1250, "1": 1250}
+    assert manifest["labels"]["val"] == {"negative": 1250, "positive": 1250}
     assert manifest["duplicates"]["within_train"] > 0
