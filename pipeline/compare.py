@@ -23,7 +23,7 @@ import pandas as pd
 
 from pipeline.artifacts import atomic_write_json, atomic_write_text, manifest_hash, read_manifest
 from pipeline.config import Config
-from pipeline.metrics import binary_metrics, mcnemar_exact, paired_bootstrap_difference
+from pipeline.metrics import classification_metrics, mcnemar_exact, paired_bootstrap_difference
 from pipeline.tracking import flat_params, setup_tracking
 
 FACTORS = {"pooling": ("first_token", "mean"), "position": ("learned", "none")}
@@ -99,14 +99,14 @@ def verdict(factor: str, a: str, b: str, pair: dict, n_seeds: int, n_test: int) 
 
 
 def correctness(predictions: pd.DataFrame) -> np.ndarray:
-    return ((predictions["positive_probability"].to_numpy() >= 0.5).astype(int) == predictions["label"].to_numpy())
+    return predictions["correct"].to_numpy(dtype=bool)
 
 
 # --------------------------------------------------------------------------- baseline
 
 
 def tfidf_baseline(train: pd.DataFrame, test: pd.DataFrame, seed: int) -> np.ndarray:
-    """TF-IDF (1-2 grams) + logistic regression trained on the train split; test probabilities."""
+    """TF-IDF (1-2 grams) + logistic regression on the train split; test probabilities shaped like the model's."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
@@ -116,7 +116,8 @@ def tfidf_baseline(train: pd.DataFrame, test: pd.DataFrame, seed: int) -> np.nda
         LogisticRegression(C=4.0, max_iter=2000, random_state=seed),
     )
     model.fit(train["text"], train["label"])
-    return model.predict_proba(test["text"])[:, 1]
+    probabilities = model.predict_proba(test["text"])
+    return probabilities[:, 1] if probabilities.shape[1] == 2 else probabilities
 
 
 def run_baseline(config: Config, key: str) -> dict:
@@ -130,21 +131,25 @@ def run_baseline(config: Config, key: str) -> dict:
         run = existing[0]
         return {"variant": "baseline", "seed": None, "run_id": run.info.run_id, "predictions": pd.read_parquet(predictions_path),
                 "metrics": {k: v for k, v in run.data.metrics.items() if k in SUMMARY_METRICS}}
+    from pipeline.evaluate import prediction_frame
+    from pipeline.inference import load_labels
+
     ingest_dir = config.data_dir / "ingest"
     train = pd.read_parquet(ingest_dir / "train.parquet")
     test = pd.read_parquet(ingest_dir / "test.parquet")
+    names = load_labels(ingest_dir)
     with mlflow.start_run(run_name="baseline-tfidf-logreg", nested=True) as child:
         started = time.perf_counter()
         probabilities = tfidf_baseline(train, test, seed=config.data.seed)
         seconds = time.perf_counter() - started
-        metrics = {f"test_{k}": v for k, v in binary_metrics(test["label"].to_numpy(), probabilities).items()}
+        metrics = {f"test_{k}": v for k, v in classification_metrics(test["label"].to_numpy(), probabilities,
+                                                                      names).items()}
         metrics["train_seconds"] = seconds
         mlflow.log_params({"model": "tfidf-1-2gram+logistic-regression", "tfidf.ngram_range": "1,2",
                            "tfidf.min_df": 2, "logreg.C": 4.0})
         mlflow.set_tags({"variant": "baseline", "compare_key": key, "pipeline_stage": "baseline"})
         mlflow.log_metrics(metrics)
-        predictions = pd.DataFrame({"source_file": test["source_file"], "label": test["label"],
-                                    "positive_probability": probabilities})
+        predictions = prediction_frame(test["source_file"], test["label"].to_numpy(), probabilities, names)
         out_dir.mkdir(parents=True, exist_ok=True)
         predictions.to_parquet(predictions_path, index=False)
         run_id = child.info.run_id

@@ -2,9 +2,10 @@
 
 Reads:  ``data/ingest/test.parquet`` and the run's MLflow pyfunc model (its own Keras model and
         tokenizer, so the test texts go through exactly the preprocessing of training).
-Writes: to the same MLflow run, ``test_*`` metrics and plots (confusion matrix, ROC, reliability
-        diagram, accuracy by review length, attention heatmaps) and the 50 most confident
-        errors; locally ``reports/<run_id>/`` with ``metrics.json``, the plots,
+Writes: to the same MLflow run, ``test_*`` metrics (for more than two classes also per-class
+        precision/recall/F1, macro and weighted F1, one-vs-rest ROC AUC) and plots (confusion
+        matrix, ROC, reliability diagram, accuracy by review length, attention heatmaps) and
+        the 50 most confident errors; locally ``reports/<run_id>/`` with ``metrics.json``, the plots,
         ``errors.csv`` and ``test_predictions.parquet``.
 """
 
@@ -20,7 +21,7 @@ import pandas as pd
 from pipeline.artifacts import atomic_write_json
 from pipeline.config import Config
 from pipeline.inference import SentimentClassifier, predict_ids
-from pipeline.metrics import binary_metrics
+from pipeline.metrics import classification_metrics, predicted_and_confidence
 from pipeline.tracking import setup_tracking
 
 STAGE_TAG = "train"
@@ -35,15 +36,14 @@ ERROR_EXAMPLES = 50
 # --------------------------------------------------------------------------- pure helpers
 
 
-def length_bucket_accuracy(labels: np.ndarray, probabilities: np.ndarray, token_counts: np.ndarray,
-                           max_tokens: int) -> pd.DataFrame:
+def length_bucket_accuracy(correct: np.ndarray, token_counts: np.ndarray, max_tokens: int) -> pd.DataFrame:
     """Accuracy per review-length bucket (tokens before truncation), marking truncated buckets.
 
     Buckets are relative to the cut-off: up to 1/4, 1/2 and all of ``max_tokens`` (whole
     reviews), then up to twice it, and beyond (reviews that lost tokens to truncation).
     """
     edges = sorted({0, max_tokens // 4, max_tokens // 2, max_tokens, 2 * max_tokens, 10**9})
-    correct = (probabilities >= 0.5).astype(int) == labels
+    correct = np.asarray(correct, dtype=bool)
     rows = []
     for low, high in zip(edges[:-1], edges[1:]):
         in_bucket = (token_counts > low) & (token_counts <= high)
@@ -54,49 +54,84 @@ def length_bucket_accuracy(labels: np.ndarray, probabilities: np.ndarray, token_
     return pd.DataFrame(rows)
 
 
-def most_confident_errors(frame: pd.DataFrame, probabilities: np.ndarray, limit: int = ERROR_EXAMPLES) -> pd.DataFrame:
-    errors = frame.assign(positive_probability=probabilities)
-    errors["confidence_in_wrong_label"] = np.abs(errors["positive_probability"] - errors["label"])
-    errors = errors[errors["confidence_in_wrong_label"] > 0.5]
-    errors = errors.sort_values("confidence_in_wrong_label", ascending=False).head(limit)
-    errors["text_excerpt"] = errors["text"].str.replace(r"\s+", " ", regex=True).str.slice(0, 300)
-    return errors[["review_id", "source_file", "label", "positive_probability", "text_excerpt"]]
+def prediction_frame(source_files, labels: np.ndarray, probabilities: np.ndarray, names: list[str]) -> pd.DataFrame:
+    """One row per test example: label, prediction, correctness, confidence and the probabilities."""
+    predicted, confidence = predicted_and_confidence(probabilities)
+    frame = pd.DataFrame({"source_file": list(source_files), "label": np.asarray(labels), "predicted": predicted,
+                          "correct": predicted == np.asarray(labels), "confidence": confidence})
+    probabilities = np.asarray(probabilities)
+    if probabilities.ndim == 1:
+        frame["positive_probability"] = probabilities
+    else:
+        for index, name in enumerate(names):
+            frame[f"probability_{name}"] = probabilities[:, index]
+    return frame
+
+
+def most_confident_errors(frame: pd.DataFrame, predictions: pd.DataFrame, names: list[str],
+                          limit: int = ERROR_EXAMPLES) -> pd.DataFrame:
+    """The ``limit`` wrong predictions made with the highest confidence."""
+    wrong = predictions[~predictions["correct"]].sort_values("confidence", ascending=False, kind="stable").head(limit)
+    errors = frame.loc[wrong.index, ["review_id", "source_file", "label"]].copy()
+    errors["label_name"] = [names[i] for i in errors["label"]]
+    errors["predicted_label"] = [names[i] for i in wrong["predicted"]]
+    errors["confidence"] = wrong["confidence"]
+    if "positive_probability" in wrong:
+        errors["positive_probability"] = wrong["positive_probability"]
+    errors["text_excerpt"] = frame.loc[wrong.index, "text"].str.replace(r"\s+", " ", regex=True).str.slice(0, 300)
+    return errors
 
 
 # --------------------------------------------------------------------------- plots
 
 
-def plot_confusion_matrix(labels, probabilities, path: Path) -> Path:
+def plot_confusion_matrix(labels, predicted, names: list[str], path: Path) -> Path:
     from sklearn.metrics import ConfusionMatrixDisplay
 
     from pipeline.plots import new_figure, save_figure
 
-    figure, axis = new_figure(5, 4.5)
-    ConfusionMatrixDisplay.from_predictions(labels, (probabilities >= 0.5).astype(int),
-                                            display_labels=["negative", "positive"], ax=axis, colorbar=False)
+    size = max(4.5, 0.6 * len(names) + 3)
+    figure, axis = new_figure(size + 0.5, size)
+    ConfusionMatrixDisplay.from_predictions(labels, predicted, labels=list(range(len(names))),
+                                            display_labels=names, ax=axis, colorbar=False)
     axis.set_title("Confusion matrix (test)")
     return save_figure(figure, path)
 
 
-def plot_roc(labels, probabilities, path: Path) -> Path:
+def plot_roc(labels, probabilities, names: list[str], path: Path) -> Path:
+    """The ROC curve for two classes; one-vs-rest curves, one per class, for more."""
     from sklearn.metrics import RocCurveDisplay
 
     from pipeline.plots import new_figure, save_figure
 
     figure, axis = new_figure(5, 4.5)
-    RocCurveDisplay.from_predictions(labels, probabilities, ax=axis, plot_chance_level=True)
+    probabilities = np.asarray(probabilities)
+    if probabilities.ndim == 1:
+        RocCurveDisplay.from_predictions(labels, probabilities, ax=axis, plot_chance_level=True)
+    else:
+        for index, name in enumerate(names):
+            if len(np.unique(np.asarray(labels) == index)) == 2:
+                RocCurveDisplay.from_predictions(np.asarray(labels) == index, probabilities[:, index], ax=axis,
+                                                 name=f"{name} vs rest", plot_chance_level=index == 0)
     axis.set_title("ROC curve (test)")
     return save_figure(figure, path)
 
 
 def plot_reliability(labels, probabilities, path: Path) -> Path:
+    """Reliability of P(class 1) for two classes; of the top-label confidence for more."""
     from sklearn.calibration import CalibrationDisplay
 
     from pipeline.plots import new_figure, save_figure
 
     figure, axis = new_figure(5, 4.5)
-    CalibrationDisplay.from_predictions(labels, probabilities, n_bins=15, ax=axis, name="model")
-    axis.set_title("Reliability diagram (test)")
+    if np.asarray(probabilities).ndim == 1:
+        CalibrationDisplay.from_predictions(labels, probabilities, n_bins=15, ax=axis, name="model")
+        axis.set_title("Reliability diagram (test)")
+    else:
+        predicted, confidence = predicted_and_confidence(probabilities)
+        CalibrationDisplay.from_predictions(predicted == np.asarray(labels), confidence, n_bins=15, ax=axis,
+                                            name="top-label confidence")
+        axis.set_title("Reliability of the predicted class (test)")
     return save_figure(figure, path)
 
 
@@ -126,7 +161,8 @@ def plot_attention(classifier: SentimentClassifier, pooling: str, path: Path) ->
         ids = ids[:, :length]
         tokens = [classifier.encoder.vocabulary[i] for i in ids[0]]
         scores = last_block_attention(classifier.model, ids)[0].mean(axis=0)  # [query, key]
-        probability = float(predict_ids(classifier.model, ids)[0])
+        probabilities = predict_ids(classifier.model, ids)
+        predicted, confidence = predicted_and_confidence(probabilities)
         if pooling == "first_token":
             axis.imshow(scores[:1], aspect="auto", cmap="viridis")
             axis.set_yticks([0], ["[CLS]"])
@@ -134,7 +170,7 @@ def plot_attention(classifier: SentimentClassifier, pooling: str, path: Path) ->
             axis.imshow(scores, aspect="auto", cmap="viridis")
             axis.set_yticks(range(length), tokens, fontsize=7)
         axis.set_xticks(range(length), tokens, rotation=90, fontsize=7)
-        axis.set_title(f"p(positive)={probability:.2f}", fontsize=9)
+        axis.set_title(f"predicted {classifier.labels[int(predicted[0])]} (p={float(confidence[0]):.2f})", fontsize=9)
     figure.suptitle(f"Last encoder block attention ({pooling} pooling; rows attend to columns)")
     return save_figure(figure, path)
 
@@ -180,26 +216,26 @@ def run(config: Config, run: str = "latest", force: bool = False) -> Path:
 
     frame = pd.read_parquet(test_path)
     labels = frame["label"].to_numpy()
+    names = classifier.labels
     ids, token_counts, _ = classifier.encoder.encode_with_counts(frame["text"].tolist())
     probabilities = predict_ids(classifier.model, ids)
-    metrics = binary_metrics(labels, probabilities)
+    metrics = classification_metrics(labels, probabilities, names)
+    predictions = prediction_frame(frame["source_file"], labels, probabilities, names)
+    predictions["token_count"] = token_counts
     max_tokens = classifier.encoder.settings.max_sequence_length - 1
-    buckets = length_bucket_accuracy(labels, probabilities, token_counts, max_tokens)
+    buckets = length_bucket_accuracy(predictions["correct"].to_numpy(), token_counts, max_tokens)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     plots = [
-        plot_confusion_matrix(labels, probabilities, out_dir / "confusion_matrix.png"),
-        plot_roc(labels, probabilities, out_dir / "roc_curve.png"),
+        plot_confusion_matrix(labels, predictions["predicted"], names, out_dir / "confusion_matrix.png"),
+        plot_roc(labels, probabilities, names, out_dir / "roc_curve.png"),
         plot_reliability(labels, probabilities, out_dir / "reliability.png"),
         plot_length_buckets(buckets, out_dir / "accuracy_by_length.png"),
         plot_attention(classifier, pooling, out_dir / "attention.png"),
     ]
-    errors = most_confident_errors(frame, probabilities)
-    errors.to_csv(out_dir / "errors.csv", index=False)
-    predictions = pd.DataFrame({"source_file": frame["source_file"], "label": labels,
-                                "positive_probability": probabilities, "token_count": token_counts})
+    most_confident_errors(frame, predictions, names).to_csv(out_dir / "errors.csv", index=False)
     predictions.to_parquet(out_dir / "test_predictions.parquet", index=False)
-    payload = {"run_id": run_id, "pooling": pooling, "test_rows": len(frame),
+    payload = {"run_id": run_id, "pooling": pooling, "test_rows": len(frame), "labels": names,
                "metrics": {f"test_{k}": v for k, v in metrics.items()},
                "accuracy_by_length": buckets.to_dict(orient="records")}
     atomic_write_json(out_dir / "metrics.json", payload)
@@ -213,7 +249,8 @@ def run(config: Config, run: str = "latest", force: bool = False) -> Path:
         for name in ("errors.csv", "metrics.json", "test_predictions.parquet"):
             mlflow.log_artifact(str(out_dir / name), "evaluation")
     print(f"evaluate: read {len(frame):,} test reviews from {test_path}; run {run_id} ({pooling}): "
-          f"test_accuracy {metrics['accuracy']:.4f}, roc_auc {metrics['roc_auc']:.4f}, ece {metrics['ece']:.4f}; "
+          f"test_accuracy {metrics['accuracy']:.4f}, f1 {metrics['f1']:.4f}, roc_auc {metrics['roc_auc']:.4f}, "
+          f"ece {metrics['ece']:.4f}; "
           f"wrote {out_dir}/ in {time.perf_counter() - started:.0f}s")
     return out_dir
 

@@ -11,14 +11,22 @@ from scipy.stats import binomtest
 from sklearn import metrics as skm
 
 
-def expected_calibration_error(labels: np.ndarray, probabilities: np.ndarray, bins: int = 15) -> float:
-    """Weighted mean |accuracy - confidence| over equal-width confidence bins of the predicted class."""
-    labels = np.asarray(labels)
+def predicted_and_confidence(probabilities: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(predicted class, probability of that class): threshold 0.5 for ``[N]``, arg-max for ``[N, k]``."""
     probabilities = np.asarray(probabilities, dtype=np.float64)
-    predictions = (probabilities >= 0.5).astype(int)
-    confidence = np.where(predictions == 1, probabilities, 1.0 - probabilities)
-    correct = (predictions == labels).astype(np.float64)
-    edges = np.linspace(0.5, 1.0, bins + 1)
+    if probabilities.ndim == 1:
+        predicted = (probabilities >= 0.5).astype(int)
+        return predicted, np.where(predicted == 1, probabilities, 1.0 - probabilities)
+    predicted = probabilities.argmax(axis=1)
+    return predicted, probabilities[np.arange(len(predicted)), predicted]
+
+
+def expected_calibration_error(labels: np.ndarray, probabilities: np.ndarray, bins: int = 15) -> float:
+    """Weighted mean |accuracy - confidence| over equal-width bins of the predicted class's probability."""
+    predicted, confidence = predicted_and_confidence(probabilities)
+    correct = (predicted == np.asarray(labels)).astype(np.float64)
+    low = 0.5 if np.asarray(probabilities).ndim == 1 else 0.0
+    edges = np.linspace(low, 1.0, bins + 1)
     which = np.clip(np.digitize(confidence, edges[1:-1], right=True), 0, bins - 1)
     error = 0.0
     for b in range(bins):
@@ -45,6 +53,38 @@ def binary_metrics(labels: np.ndarray, probabilities: np.ndarray) -> dict[str, f
         "brier": float(skm.brier_score_loss(labels, probabilities)),
         "ece": expected_calibration_error(labels, probabilities),
     }
+
+
+def multiclass_metrics(labels: np.ndarray, probabilities: np.ndarray, names: list[str]) -> dict[str, float]:
+    """Accuracy, macro/weighted F1 (``f1`` is macro), one-vs-rest ROC AUC, log loss, ECE, per-class P/R/F1."""
+    labels = np.asarray(labels).astype(int)
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    classes = list(range(len(names)))
+    predictions = probabilities.argmax(axis=1)
+    present = np.unique(labels)
+    result = {
+        "accuracy": float(skm.accuracy_score(labels, predictions)),
+        "f1": float(skm.f1_score(labels, predictions, average="macro", labels=classes, zero_division=0)),
+        "macro_f1": float(skm.f1_score(labels, predictions, average="macro", labels=classes, zero_division=0)),
+        "weighted_f1": float(skm.f1_score(labels, predictions, average="weighted", labels=classes, zero_division=0)),
+        "roc_auc": (float(skm.roc_auc_score(labels, probabilities, multi_class="ovr", labels=classes))
+                    if len(present) == len(classes) else float("nan")),
+        "log_loss": float(skm.log_loss(labels, np.clip(probabilities, 1e-7, 1.0), labels=classes)),
+        "ece": expected_calibration_error(labels, probabilities),
+    }
+    precision, recall, f1, _ = skm.precision_recall_fscore_support(labels, predictions, labels=classes, zero_division=0)
+    for index, name in enumerate(names):
+        result[f"precision_{name}"] = float(precision[index])
+        result[f"recall_{name}"] = float(recall[index])
+        result[f"f1_{name}"] = float(f1[index])
+    return result
+
+
+def classification_metrics(labels: np.ndarray, probabilities: np.ndarray, names: list[str]) -> dict[str, float]:
+    """The binary report for two classes (``probabilities`` = class-1 probability), else the multi-class one."""
+    if len(names) == 2:
+        return binary_metrics(labels, probabilities)
+    return multiclass_metrics(labels, probabilities, names)
 
 
 def mcnemar_exact(correct_a: np.ndarray, correct_b: np.ndarray) -> dict[str, float]:
