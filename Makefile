@@ -22,7 +22,9 @@ INPUT ?=
 OUTPUT ?=
 MODEL ?=
 TEXT_COLUMN ?= text
-EXAMPLE_CSV := data/examples/reviews.csv
+EXAMPLE_CSV ?= data/examples/reviews.csv
+EXAMPLE_TEXT_COLUMN ?= text
+REPORTS ?= reports
 
 help: ## list every target with a one-line description
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z0-9_-]*:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -34,7 +36,7 @@ setup: ## create .venv/ and install the project with its test extras
 	$(VENV)/bin/pip install -e ".[test]"
 
 all: ingest tokenize compare evaluate register ## ingest, tokenize, compare, evaluate, register, then score the example CSV
-	$(call STAGE,score) --input $(EXAMPLE_CSV) --output reports/example_scored.csv
+	$(call STAGE,score) --input $(EXAMPLE_CSV) --output $(REPORTS)/example_scored.csv --text-column $(EXAMPLE_TEXT_COLUMN)
 
 ingest: $(DATA)/ingest/manifest.json ## IMDB archive -> data/ingest/{train,val,test}.parquet + manifest
 

@@ -59,10 +59,8 @@ class MLflowEpochLogger(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         seconds = time.perf_counter() - self._started
         metrics = {name: float(value) for name, value in (logs or {}).items()}
-        optimizer = self.model.optimizer
-        metrics["learning_rate"] = float(keras.ops.convert_to_numpy(
-            optimizer.learning_rate if not callable(optimizer._learning_rate)
-            else optimizer._learning_rate(optimizer.iterations)))
+        # With a schedule, Keras evaluates it at the optimizer's current step.
+        metrics["learning_rate"] = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
         metrics["epoch_seconds"] = seconds
         metrics["tokens_per_second"] = self.tokens_per_epoch / max(seconds, 1e-9)
         mlflow.log_metrics(metrics, step=epoch)

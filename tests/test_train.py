@@ -33,6 +33,10 @@ def test_run_is_tracked_in_mlflow(trained_run):
     for key in ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "epoch_seconds", "tokens_per_second"):
         history = client.get_metric_history(run.info.run_id, key)
         assert [m.step for m in history] == list(range(manifest["epochs_run"])), key
+    learning_rates = [m.value for m in client.get_metric_history(run.info.run_id, "learning_rate")]
+    assert all(0 <= rate < config.training.learning_rate for rate in learning_rates)  # logged after each epoch
+    assert learning_rates[0] > 0
+    assert learning_rates == sorted(learning_rates, reverse=True)  # cosine decay, no warm-up in smoke
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "plots")}
     assert "plots/training_curves.png" in artifacts
     assert {i.dataset.name for i in run.inputs.dataset_inputs} == {"imdb-train", "imdb-val"}
