@@ -188,7 +188,8 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence[keras.cal
     keras.utils.set_random_seed(config.training.seed)
     strategy, policy, device = choose_hardware(config.training.precision)
     keras.mixed_precision.set_global_policy(policy)
-    print(f"train: devices {[d.name for d in tf.config.list_physical_devices()]}; using {device}, precision {policy}")
+    devices = [d.name.replace("/physical_device:", "") for d in tf.config.list_physical_devices()]
+    print(f"train: devices {devices}; using {device}, precision {policy}")
 
     encoder = TextEncoder.load(tokenize_dir)
     labels = load_labels(tokenize_dir)
@@ -227,6 +228,7 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence[keras.cal
                                "num_classes": num_classes, "class_weight": str(class_weight),
                                "parameters": model.count_params()})
             mlflow.set_tags(standard_tags(config, config_hash, STAGE, device=device, precision=policy,
+                                          devices=",".join(devices),
                                           tokenize_manifest=inputs["tokenize_manifest_sha256"][:16],
                                           ingest_manifest=read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"][:16]))
             ingest_dir = config.data_dir / "ingest"
