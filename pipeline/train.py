@@ -247,7 +247,7 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence[keras.cal
         ]
         fit_started = time.perf_counter()
         model.fit(train_data, validation_data=val_data, epochs=config.training.epochs, callbacks=callbacks,
-                  class_weight=class_weight,
+                  class_weight=class_weight, shuffle=False,  # train_data is already shuffled by tf.data
                   verbose=1 if os.environ.get("PIPELINE_QUIET") is None else 2)
         train_seconds = time.perf_counter() - fit_started
 
