@@ -6,7 +6,6 @@ import pandas as pd
 import pytest
 
 from pipeline import evaluate
-from pipeline.config import load_config
 
 
 def test_length_bucket_accuracy_marks_truncated_buckets():

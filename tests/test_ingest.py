@@ -1,5 +1,4 @@
 import json
-import os
 import shutil
 import tarfile
 from pathlib import Path
@@ -11,7 +10,7 @@ from pipeline import ingest
 from pipeline.__main__ import main as cli_main
 from pipeline.config import load_config
 from tests.conftest import (
-    PROJECT_ROOT, REAL_ARCHIVE, add_member, make_archive, requires_real_archive, write_imdb_tree,
+    PROJECT_ROOT, REAL_ARCHIVE, add_member, make_archive, requires_real_archive,
 )
 
 

@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from pipeline import score
 from pipeline.__main__ import main as cli_main
-from pipeline.inference import SentimentClassifier
 
 
 @pytest.fixture(scope="module")
