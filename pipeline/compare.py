@@ -28,6 +28,7 @@ from pipeline.tracking import flat_params, setup_tracking
 
 FACTORS = {"pooling": ("first_token", "mean"), "position": ("learned", "none")}
 REPORT_NAMES = {"pooling": "comparison", "position": "ablation_position"}
+MEMBERS_TAG = "model_run_ids"  # on the parent: every model run of the comparison, comma-separated
 SIGNIFICANCE_LEVEL = 0.05
 SUMMARY_METRICS = ("test_accuracy", "test_f1", "test_roc_auc", "test_log_loss", "test_ece", "best_val_accuracy",
                    "train_seconds")
@@ -237,17 +238,18 @@ def find_parent_run(config: Config, key: str) -> str | None:
     return runs[0].info.run_id if runs else None
 
 
-def train_and_evaluate(config: Config, factor: str, value: str, seed: int, parent_id: str, key: str) -> dict:
+def train_and_evaluate(config: Config, factor: str, value: str, seed: int, parent_id: str) -> dict:
     from pipeline import evaluate, train
 
     child_config = variant_config(config, factor, value, seed)
     run_dir = train.run(child_config)
     run_id = read_manifest(run_dir)["mlflow_run_id"]
     client = mlflow.tracking.MlflowClient()
-    if client.get_run(run_id).data.tags.get("mlflow.parentRunId") != parent_id:
-        client.set_tag(run_id, "mlflow.parentRunId", parent_id)  # a reused finished run joins this comparison
-    client.set_tag(run_id, "compare_key", key)
-    client.set_tag(run_id, "variant", value)
+    if "mlflow.parentRunId" not in client.get_run(run_id).data.tags:
+        # A run trained on its own (`make train`) joins this comparison. A run already under another
+        # comparison (the `learned` runs are shared by the pooling comparison and the position
+        # ablation) keeps its parent; the MEMBERS_TAG of each parent lists all of its runs.
+        client.set_tag(run_id, "mlflow.parentRunId", parent_id)
     predictions_path = evaluate.run(child_config, run=run_id) / "test_predictions.parquet"
     metrics = {k: v for k, v in client.get_run(run_id).data.metrics.items() if k in SUMMARY_METRICS}
     return {"variant": value, "seed": seed, "run_id": run_id, "metrics": metrics,
@@ -270,9 +272,10 @@ def run(config: Config, factor: str = "pooling") -> Path:
                          "variants": ",".join(variants), "seeds": ",".join(map(str, seeds))})
         if not parent.data.params:
             mlflow.log_params({k: v for k, v in flat_params(config).items() if k != f"model.{factor}"})
-        children = [train_and_evaluate(config, factor, value, seed, parent_id, key)
+        children = [train_and_evaluate(config, factor, value, seed, parent_id)
                     for value in variants for seed in seeds]
         baseline = run_baseline(config, key)
+        mlflow.set_tag(MEMBERS_TAG, ",".join(child["run_id"] for child in children))
 
         order = children[0]["predictions"]["source_file"]
         for child in children[1:] + [baseline]:

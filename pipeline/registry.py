@@ -1,6 +1,7 @@
 """Register the best model of the latest pooling comparison and point alias ``champion`` at it.
 
-Reads:  MLflow: the newest ``compare`` parent run (factor ``pooling``) and its child runs.
+Reads:  MLflow: the newest ``compare`` parent run (factor ``pooling``) and the model runs its
+        ``model_run_ids`` tag lists.
 Writes: MLflow model registry: a version of ``tracking.registered_model_name`` from the
         child with the highest ``best_val_accuracy`` (validation, never test), and the
         ``champion`` alias on it. Re-running when the alias already points there does nothing.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import mlflow
 
+from pipeline.compare import MEMBERS_TAG
 from pipeline.config import Config
 from pipeline.tracking import setup_tracking
 
@@ -33,13 +35,16 @@ def run(config: Config) -> str:
                                  order_by=["attributes.start_time DESC"])
     if not parents:
         raise ValueError(f"no pooling comparison in MLflow experiment {experiment!r}: run `make compare` first")
-    parent_id = parents[0].info.run_id
-    children = mlflow.search_runs(experiment_names=[experiment], output_format="list",
-                                  filter_string=f"tags.mlflow.parentRunId = '{parent_id}' and tags.pipeline_stage = 'train'")
+    parent = parents[0]
+    parent_id = parent.info.run_id
+    member_ids = [i for i in parent.data.tags.get(MEMBERS_TAG, "").split(",") if i]
+    if not member_ids:
+        raise ValueError(f"comparison run {parent_id} lists no model runs: it did not finish; rerun `make compare`")
+    client = mlflow.tracking.MlflowClient()
+    children = [client.get_run(run_id) for run_id in member_ids]
     best = best_child(children)
     name = config.tracking.registered_model_name
     uri = f"models:/{name}@{ALIAS}"
-    client = mlflow.tracking.MlflowClient()
     try:
         current = client.get_model_version_by_alias(name, ALIAS)
     except mlflow.exceptions.MlflowException:

@@ -156,3 +156,27 @@ def test_register_picks_best_validation_run_and_score_uses_champion(comparison, 
     pd.DataFrame({"text": ["superb and wonderful", "awful and dull"]}).to_csv(tmp_path / "in.csv", index=False)
     summary = score.run(config, tmp_path / "in.csv", tmp_path / "out.csv")  # default: the champion
     assert summary["scored"] == 2
+
+
+def test_position_ablation_shares_runs_without_stealing_them(comparison, capsys):
+    from pipeline import registry
+
+    config, _ = comparison
+    pooling = json.loads((config.reports_dir / "comparison.json").read_text())
+    report = compare.run(config, factor="position")
+    assert report == config.reports_dir / "ablation_position.md"
+    ablation = json.loads((config.reports_dir / "ablation_position.json").read_text())
+    assert set(ablation["summary"]) == {"learned", "none", "baseline"}
+    # learned + first_token (the smoke default) is exactly the pooling comparison's first_token runs
+    assert ablation["summary"]["learned"]["run_ids"] == pooling["summary"]["first_token"]["run_ids"]
+    assert "train: up to date" in capsys.readouterr().out
+    client = mlflow.tracking.MlflowClient()
+    for run_id in pooling["summary"]["first_token"]["run_ids"]:
+        assert client.get_run(run_id).data.tags["mlflow.parentRunId"] == pooling["parent_run_id"]
+    for run_id in ablation["summary"]["none"]["run_ids"]:
+        run = client.get_run(run_id)
+        assert run.data.tags["mlflow.parentRunId"] == ablation["parent_run_id"]
+        assert run.data.params["model.position"] == "none"
+    registry.run(config)  # still registers from the pooling comparison's runs
+    champion = client.get_model_version_by_alias("smoke-sentiment", "champion")
+    assert champion.run_id in pooling["summary"]["first_token"]["run_ids"] + pooling["summary"]["mean"]["run_ids"]
