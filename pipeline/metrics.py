@@ -59,6 +59,7 @@ def multiclass_metrics(labels: np.ndarray, probabilities: np.ndarray, names: lis
     """Accuracy, macro/weighted F1 (``f1`` is macro), one-vs-rest ROC AUC, log loss, ECE, per-class P/R/F1."""
     labels = np.asarray(labels).astype(int)
     probabilities = np.asarray(probabilities, dtype=np.float64)
+    probabilities = probabilities / probabilities.sum(axis=1, keepdims=True)  # float32 softmax sums drift from 1
     classes = list(range(len(names)))
     predictions = probabilities.argmax(axis=1)
     present = np.unique(labels)
@@ -69,7 +70,7 @@ def multiclass_metrics(labels: np.ndarray, probabilities: np.ndarray, names: lis
         "weighted_f1": float(skm.f1_score(labels, predictions, average="weighted", labels=classes, zero_division=0)),
         "roc_auc": (float(skm.roc_auc_score(labels, probabilities, multi_class="ovr", labels=classes))
                     if len(present) == len(classes) else float("nan")),
-        "log_loss": float(skm.log_loss(labels, np.clip(probabilities, 1e-7, 1.0), labels=classes)),
+        "log_loss": float(skm.log_loss(labels, probabilities, labels=classes)),
         "ece": expected_calibration_error(labels, probabilities),
     }
     precision, recall, f1, _ = skm.precision_recall_fscore_support(labels, predictions, labels=classes, zero_division=0)

@@ -50,3 +50,15 @@ def test_paired_bootstrap_known_answers():
     noisy = paired_bootstrap_difference(a, b, samples=500)
     assert noisy["ci_low"] < noisy["difference"] < noisy["ci_high"]
     assert noisy["difference"] == pytest.approx(a.mean() - b.mean())
+
+
+def test_multiclass_metrics_hand_example():
+    from pipeline.metrics import multiclass_metrics
+
+    labels = np.array([0, 1, 2, 2])
+    probabilities = np.array([[0.8, 0.1, 0.1], [0.1, 0.7, 0.2], [0.2, 0.2, 0.6], [0.5, 0.3, 0.2]], dtype=np.float32)
+    result = multiclass_metrics(labels, probabilities, ["a", "b", "c"])
+    assert result["accuracy"] == pytest.approx(0.75)
+    assert result["recall_c"] == pytest.approx(0.5) and result["precision_a"] == pytest.approx(0.5)
+    assert result["f1"] == result["macro_f1"] == pytest.approx(np.mean([2 / 3, 1.0, 2 / 3]))
+    assert result["log_loss"] == pytest.approx(-np.mean(np.log([0.8, 0.7, 0.6, 0.2])), rel=1e-5)
