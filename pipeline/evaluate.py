@@ -20,7 +20,7 @@ import pandas as pd
 
 from pipeline.artifacts import atomic_write_json
 from pipeline.config import Config
-from pipeline.inference import SentimentClassifier, predict_ids
+from pipeline.inference import SentimentClassifier, load_classifier, predict_ids
 from pipeline.metrics import classification_metrics, predicted_and_confidence
 from pipeline.tracking import setup_tracking
 
@@ -189,13 +189,6 @@ def resolve_run_id(config: Config, run: str) -> str:
         raise ValueError(f"no finished training run in MLflow experiment {config.tracking.experiment_name!r}: "
                          "run `make train` first (or pass --run RUN_ID)")
     return runs[0].info.run_id
-
-
-def load_classifier(model_uri: str) -> SentimentClassifier:
-    try:
-        return mlflow.pyfunc.load_model(model_uri).unwrap_python_model()
-    except Exception as exc:  # MLflow raises several types; the user needs the URI either way
-        raise ValueError(f"cannot load model {model_uri!r}: {exc}") from exc
 
 
 def run(config: Config, run: str = "latest", force: bool = False) -> Path:

@@ -101,3 +101,15 @@ class SentimentClassifier(mlflow.pyfunc.PythonModel):
             texts = pd.Series(model_input)
         texts = texts.fillna("").astype(str).tolist()
         return output_frame(predict_probabilities(self.model, self.encoder, texts), self.labels)
+
+
+def load_classifier(model_uri: str) -> "SentimentClassifier":
+    """The pipeline's pyfunc model behind ``model_uri`` (models:/, runs:/ or a folder), unwrapped."""
+    try:
+        model = mlflow.pyfunc.load_model(model_uri)
+        classifier = model.unwrap_python_model()
+    except Exception as exc:  # MLflow raises many types for a bad URI; the user needs the URI
+        raise ValueError(f"cannot load model {model_uri!r}: {exc}") from None
+    if not isinstance(classifier, SentimentClassifier):
+        raise ValueError(f"model {model_uri!r} is not a sentiment model logged by this pipeline")
+    return classifier

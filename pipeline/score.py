@@ -27,7 +27,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from pipeline.config import Config
-from pipeline.inference import SentimentClassifier, output_columns, output_frame, predict_probabilities
+from pipeline.inference import SentimentClassifier, load_classifier, output_columns, output_frame, predict_probabilities
 
 ERROR_COLUMN = "score_error"
 _NUMBER_RE = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
@@ -80,19 +80,6 @@ def score_chunk(chunk: pd.DataFrame, text_column: str, classifier: SentimentClas
 
 def default_model_uri(config: Config) -> str:
     return f"models:/{config.tracking.registered_model_name}@champion"
-
-
-def load_classifier(model_uri: str) -> SentimentClassifier:
-    import mlflow
-
-    try:
-        model = mlflow.pyfunc.load_model(model_uri)
-        classifier = model.unwrap_python_model()
-    except Exception as exc:  # MLflow raises many types for a bad URI; the user needs the URI
-        raise ValueError(f"cannot load model {model_uri!r}: {exc}") from None
-    if not isinstance(classifier, SentimentClassifier):
-        raise ValueError(f"model {model_uri!r} is not a sentiment model logged by this pipeline")
-    return classifier
 
 
 def run(config: Config, input_path: str | Path, output_path: str | Path, model_uri: str | None = None,
