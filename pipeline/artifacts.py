@@ -26,12 +26,14 @@ MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT_VERSION = 1
 
 
-def sha256_file(path: str | Path, chunk_size: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
+def file_digest(path: str | Path, algorithm: str = "sha256") -> str:
+    """Hex digest of a file's bytes, read in chunks (``sha256``; ``md5`` for the canonical archive)."""
     with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(chunk_size), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, algorithm).hexdigest()
+
+
+def sha256_file(path: str | Path) -> str:
+    return file_digest(path, "sha256")
 
 
 def sha256_text(text: str) -> str:

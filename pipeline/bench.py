@@ -45,13 +45,13 @@ def score_peak_memory(config: Config, input_path: Path, output_path: Path, model
 def run(config: Config, model_uri: str | None, rows: int, repeat: int) -> dict:
     from pipeline import score
     from pipeline.inference import load_classifier, predict_ids
-    from pipeline.tracking import setup_tracking
+    from pipeline.tracking import champion_uri, setup_tracking
 
     test_path = config.data_dir / "ingest" / "test.parquet"
     if not test_path.is_file():
         raise FileNotFoundError(f"no test split at {test_path}: run `make ingest` first")
     setup_tracking(config)
-    model_uri = model_uri or score.default_model_uri(config)
+    model_uri = model_uri or champion_uri(config)
     classifier = load_classifier(model_uri)
     texts = pd.read_parquet(test_path, columns=["text"])["text"].head(rows)
     results: dict = {"model_uri": model_uri, "rows": len(texts)}

@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from pipeline.artifacts import (
     build_manifest,
+    file_digest,
     is_up_to_date,
     sha256_file,
     sha256_text,
@@ -156,11 +157,15 @@ def split_train_validation(train: pd.DataFrame, fraction: float, seed: int) -> t
     return fit.sort_index().reset_index(drop=True), val.sort_index().reset_index(drop=True)
 
 
-def length_percentiles(texts: pd.Series) -> dict[str, float]:
-    words = texts.str.split().str.len().to_numpy()
-    stats = {f"p{q}": float(np.percentile(words, q)) for q in (50, 90, 95, 99)}
-    stats.update(min=int(words.min()), max=int(words.max()), mean=round(float(words.mean()), 1))
+def percentiles(values: np.ndarray) -> dict[str, float]:
+    """p50/p90/p95/p99, min, max and mean of a length distribution (words or tokens)."""
+    stats = {f"p{q}": float(np.percentile(values, q)) for q in (50, 90, 95, 99)}
+    stats.update(min=int(values.min()), max=int(values.max()), mean=round(float(values.mean()), 1))
     return stats
+
+
+def length_percentiles(texts: pd.Series) -> dict[str, float]:
+    return percentiles(texts.str.split().str.len().to_numpy())
 
 
 def duplicate_counts(train: pd.DataFrame, test: pd.DataFrame) -> dict[str, int]:
@@ -253,11 +258,7 @@ def folder_fingerprint(root: Path) -> str:
 
 
 def md5_file(path: Path) -> str:
-    digest = hashlib.md5()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return file_digest(path, "md5")
 
 
 def download_archive(url: str, md5: str, destination: Path) -> Path:

@@ -13,10 +13,7 @@ import mlflow
 
 from pipeline.compare import MEMBERS_TAG
 from pipeline.config import Config
-from pipeline.tracking import setup_tracking
-
-ALIAS = "champion"
-
+from pipeline.tracking import CHAMPION_ALIAS, champion_uri, setup_tracking
 
 def best_child(children: list) -> "mlflow.entities.Run":
     """The run with the highest validation accuracy (ties: the earliest started)."""
@@ -44,16 +41,16 @@ def run(config: Config) -> str:
     children = [client.get_run(run_id) for run_id in member_ids]
     best = best_child(children)
     name = config.tracking.registered_model_name
-    uri = f"models:/{name}@{ALIAS}"
+    uri = champion_uri(config)
     try:
-        current = client.get_model_version_by_alias(name, ALIAS)
+        current = client.get_model_version_by_alias(name, CHAMPION_ALIAS)
     except mlflow.exceptions.MlflowException:
         current = None
     if current is not None and current.run_id == best.info.run_id:
         print(f"register: up to date, {uri} is already version {current.version} (run {best.info.run_id})")
         return uri
     version = mlflow.register_model(f"runs:/{best.info.run_id}/model", name)
-    client.set_registered_model_alias(name, ALIAS, version.version)
+    client.set_registered_model_alias(name, CHAMPION_ALIAS, version.version)
     client.set_model_version_tag(name, version.version, "pooling", best.data.params.get("model.pooling", ""))
     client.set_model_version_tag(name, version.version, "comparison_run_id", parent_id)
     print(f"register: read {len(children)} runs of comparison {parent_id}; {uri} -> version {version.version} "

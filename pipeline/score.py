@@ -78,14 +78,10 @@ def score_chunk(chunk: pd.DataFrame, text_column: str, classifier: SentimentClas
 # --------------------------------------------------------------------------- I/O edges
 
 
-def default_model_uri(config: Config) -> str:
-    return f"models:/{config.tracking.registered_model_name}@champion"
-
-
 def run(config: Config, input_path: str | Path, output_path: str | Path, model_uri: str | None = None,
         text_column: str = "text", encoding: str = "utf-8-sig", chunk_size: int = 2048) -> dict[str, float]:
     """Score ``input_path`` into ``output_path``; returns the summary counts."""
-    from pipeline.tracking import setup_tracking
+    from pipeline.tracking import champion_uri, setup_tracking
 
     started = time.perf_counter()
     input_path, output_path = Path(input_path), Path(output_path)
@@ -103,7 +99,7 @@ def run(config: Config, input_path: str | Path, output_path: str | Path, model_u
     if text_column not in columns:
         raise ValueError(f"{input_path}: no column {text_column!r}; columns are {columns} (use --text-column / TEXT_COLUMN=)")
     setup_tracking(config)
-    model_uri = model_uri or default_model_uri(config)
+    model_uri = model_uri or champion_uri(config)
     classifier = load_classifier(model_uri)
     added = output_columns(classifier.labels) + [ERROR_COLUMN]
     clashes = [c for c in added if c in columns]

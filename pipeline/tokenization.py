@@ -35,7 +35,7 @@ from pipeline.artifacts import (
     staged_directory,
 )
 from pipeline.config import Config, TokenizerConfig
-from pipeline.ingest import LABELS_FILE, clean_text, read_unlabeled_texts
+from pipeline.ingest import LABELS_FILE, clean_text, percentiles, read_unlabeled_texts
 
 STAGE = "tokenize"
 SPLITS = ("train", "val", "test")
@@ -73,12 +73,6 @@ def truncate_and_pad(token_ids: Sequence[int], max_sequence_length: int, truncat
     row[0] = CLS_ID
     row[1:1 + len(token_ids)] = token_ids
     return row
-
-
-def percentiles(values: np.ndarray) -> dict[str, float]:
-    stats = {f"p{q}": float(np.percentile(values, q)) for q in (50, 90, 95, 99)}
-    stats.update(max=int(values.max()), mean=round(float(values.mean()), 1))
-    return stats
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,12 @@ from pipeline.artifacts import code_version
 from pipeline.config import Config
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+CHAMPION_ALIAS = "champion"
+
+
+def champion_uri(config: Config) -> str:
+    """``models:/<registered name>@champion``: what `make register` sets and `make score` uses by default."""
+    return f"models:/{config.tracking.registered_model_name}@{CHAMPION_ALIAS}"
 
 
 def tracking_uri(config: Config) -> str:
