@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import resource
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -89,7 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=25000, help="test reviews in the small CSV")
     parser.add_argument("--repeat", type=int, default=10, help="the big CSV is the small one repeated this often")
     args = parser.parse_args(argv)
-    run(load_config(args.config, args.overrides), args.model, args.rows, args.repeat)
+    try:
+        run(load_config(args.config, args.overrides), args.model, args.rows, args.repeat)
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
