@@ -76,7 +76,7 @@ test: ## run the test suite (tiny generated data, temporary folders and MLflow s
 	$(PYTHON) -m pytest -q
 
 bench: ## scoring throughput (CSV vs raw predict) and peak memory (25k vs 250k rows) -> reports/bench.json
-	$(PYTHON) -m pipeline.bench --config $(CONFIG) $(SET_ARGS)
+	$(call STAGE,bench) $(if $(MODEL),--model "$(MODEL)")
 
 clean: ## delete stage outputs in data/ (keeps data/raw) and reports/
 	rm -rf $(DATA)/ingest $(DATA)/tokenize $(DATA)/train reports

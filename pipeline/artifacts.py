@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from pipeline import __version__
+from pipeline.errors import MissingInputError
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT_VERSION = 1
@@ -105,6 +106,10 @@ def read_manifest(stage_dir: str | Path) -> dict[str, Any] | None:
         return None
 
 
+def write_manifest(stage_dir: str | Path, manifest: dict) -> Path:
+    return atomic_write_json(Path(stage_dir) / MANIFEST_NAME, manifest)
+
+
 def build_manifest(stage: str, config_hash: str, inputs: dict[str, str], config: dict, **fields: Any) -> dict:
     return {
         "format_version": MANIFEST_FORMAT_VERSION,
@@ -139,6 +144,6 @@ def manifest_hash(stage_dir: str | Path) -> str:
     """
     manifest = read_manifest(stage_dir)
     if manifest is None:
-        raise FileNotFoundError(Path(stage_dir) / MANIFEST_NAME)
+        raise MissingInputError(f"no manifest at {Path(stage_dir) / MANIFEST_NAME}")
     stable = {k: v for k, v in manifest.items() if k not in VOLATILE_MANIFEST_FIELDS}
     return sha256_text(json.dumps(stable, sort_keys=True, default=str))

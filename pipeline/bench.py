@@ -1,4 +1,4 @@
-"""Benchmarks (``make bench``): scoring throughput and memory, kept out of the test suite.
+"""Benchmark stage (``make bench``): scoring throughput and memory, kept out of the test suite.
 
 Reads:  ``data/ingest/test.parquet`` (the review texts to score) and a model URI
         (default: the registered champion).
@@ -10,10 +10,8 @@ Writes: ``reports/bench.json`` and one summary line:
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import resource
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,7 +19,9 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline.artifacts import atomic_write_json
-from pipeline.config import Config, load_config
+from pipeline.config import Config
+from pipeline.errors import InputError
+from pipeline.stages import require_output
 
 
 def _score_in_fresh_process(config: Config, input_path: str, output_path: str, model_uri: str, queue) -> None:
@@ -48,9 +48,9 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int) -> dict:
     from pipeline.inference import load_classifier, predict_ids
     from pipeline.tracking import champion_uri, setup_tracking
 
-    test_path = config.data_dir / "ingest" / "test.parquet"
-    if not test_path.is_file():
-        raise FileNotFoundError(f"no test split at {test_path}: run `make ingest` first")
+    if rows < 1 or repeat < 1:
+        raise InputError(f"--rows and --repeat must be positive, got {rows} and {repeat}")
+    test_path = require_output(config, "ingest") / "test.parquet"
     setup_tracking(config)
     model_uri = model_uri or champion_uri(config)
     classifier = load_classifier(model_uri)
@@ -82,21 +82,5 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int) -> dict:
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=None)
-    parser.add_argument("--set", dest="overrides", action="append", default=[])
-    parser.add_argument("--model", default=None, help="model URI (default: the registered champion)")
-    parser.add_argument("--rows", type=int, default=25000, help="test reviews in the small CSV")
-    parser.add_argument("--repeat", type=int, default=10, help="the big CSV is the small one repeated this often")
-    args = parser.parse_args(argv)
-    try:
-        run(load_config(args.config, args.overrides), args.model, args.rows, args.repeat)
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def main(config: Config, args) -> None:
+    run(config, args.model, args.rows, args.repeat)

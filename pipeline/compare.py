@@ -15,6 +15,7 @@ re-running after a crash continues where it stopped.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
@@ -23,12 +24,34 @@ import pandas as pd
 
 from pipeline.artifacts import atomic_write_json, atomic_write_text, manifest_hash, read_manifest
 from pipeline.config import Config
+from pipeline.errors import InputError
 from pipeline.metrics import classification_metrics, mcnemar_exact, paired_bootstrap_difference
-from pipeline.tracking import flat_params, setup_tracking
+from pipeline.stages import require_output
+from pipeline.text import load_labels
+from pipeline.tracking import (
+    adopt_child,
+    baseline_tags,
+    comparison_tags,
+    find_baseline_run,
+    find_comparison_run_id,
+    flat_params,
+    set_members,
+    setup_tracking,
+)
 
-FACTORS = {"pooling": ("first_token", "mean"), "position": ("learned", "none")}
-REPORT_NAMES = {"pooling": "comparison", "position": "ablation_position"}
-MEMBERS_TAG = "model_run_ids"  # on the parent: every model run of the comparison, comma-separated
+
+@dataclass(frozen=True)
+class Factor:
+    """What a comparison varies: a ``model`` config key, its two values, its report name, and
+    whether its runs are candidates for `make register` (an ablation's are not)."""
+
+    values: tuple[str, str]
+    report_name: str
+    champion_pool: bool
+
+
+FACTORS = {"pooling": Factor(("first_token", "mean"), "comparison", champion_pool=True),
+           "position": Factor(("learned", "none"), "ablation_position", champion_pool=False)}
 SIGNIFICANCE_LEVEL = 0.05
 SUMMARY_METRICS = ("test_accuracy", "test_f1", "test_roc_auc", "test_log_loss", "test_ece", "best_val_accuracy",
                    "train_seconds")
@@ -107,7 +130,7 @@ def correctness(predictions: pd.DataFrame) -> np.ndarray:
 
 
 def tfidf_baseline(train: pd.DataFrame, test: pd.DataFrame, seed: int) -> np.ndarray:
-    """TF-IDF (1-2 grams) + logistic regression on the train split; test probabilities shaped like the model's."""
+    """TF-IDF (1-2 grams) + logistic regression on the train split; test probabilities ``[N, k]``."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
@@ -117,25 +140,21 @@ def tfidf_baseline(train: pd.DataFrame, test: pd.DataFrame, seed: int) -> np.nda
         LogisticRegression(C=4.0, max_iter=2000, random_state=seed),
     )
     model.fit(train["text"], train["label"])
-    probabilities = model.predict_proba(test["text"])
-    return probabilities[:, 1] if probabilities.shape[1] == 2 else probabilities
+    return model.predict_proba(test["text"])  # [N, k] in class-index order, like the Transformer's
 
 
-def run_baseline(config: Config, key: str) -> dict:
+def run_baseline(config: Config, key: str, force: bool = False) -> dict:
     """Train/evaluate the baseline as a child run, or reuse a finished one with the same key."""
-    existing = mlflow.search_runs(
-        experiment_names=[config.tracking.experiment_name], output_format="list",
-        filter_string=f"tags.compare_key = '{key}' and tags.variant = 'baseline' and attributes.status = 'FINISHED'")
+    existing = None if force else find_baseline_run(config, key)
     out_dir = config.reports_dir / f"baseline-{key}"
     predictions_path = out_dir / "test_predictions.parquet"
-    if existing and predictions_path.is_file():
-        run = existing[0]
+    if existing is not None and predictions_path.is_file():
+        run = existing
         return {"variant": "baseline", "seed": None, "run_id": run.info.run_id, "predictions": pd.read_parquet(predictions_path),
                 "metrics": {k: v for k, v in run.data.metrics.items() if k in SUMMARY_METRICS}}
     from pipeline.evaluate import prediction_frame
-    from pipeline.inference import load_labels
 
-    ingest_dir = config.data_dir / "ingest"
+    ingest_dir = require_output(config, "ingest")
     train = pd.read_parquet(ingest_dir / "train.parquet")
     test = pd.read_parquet(ingest_dir / "test.parquet")
     names = load_labels(ingest_dir)
@@ -148,7 +167,7 @@ def run_baseline(config: Config, key: str) -> dict:
         metrics["train_seconds"] = seconds
         mlflow.log_params({"model": "tfidf-1-2gram+logistic-regression", "tfidf.ngram_range": "1,2",
                            "tfidf.min_df": 2, "logreg.C": 4.0})
-        mlflow.set_tags({"variant": "baseline", "compare_key": key, "pipeline_stage": "baseline"})
+        mlflow.set_tags(baseline_tags(key))
         mlflow.log_metrics(metrics)
         predictions = prediction_frame(test["source_file"], test["label"].to_numpy(), probabilities, names)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -227,60 +246,50 @@ def markdown_report(payload: dict) -> str:
 
 
 def comparison_key(config: Config, factor: str) -> str:
-    tokenize_hash = manifest_hash(config.data_dir / "tokenize")[:8]
+    tokenize_hash = manifest_hash(require_output(config, "tokenize"))[:8]
     return f"{factor}-{config.section_hash('model', 'training', 'compare')[:8]}-{tokenize_hash}"
 
 
-def find_parent_run(config: Config, key: str) -> str | None:
-    runs = mlflow.search_runs(experiment_names=[config.tracking.experiment_name], output_format="list",
-                              filter_string=f"tags.compare_key = '{key}' and tags.pipeline_stage = 'compare'",
-                              order_by=["attributes.start_time DESC"], max_results=1)
-    return runs[0].info.run_id if runs else None
-
-
-def train_and_evaluate(config: Config, factor: str, value: str, seed: int, parent_id: str) -> dict:
+def train_and_evaluate(config: Config, factor: str, value: str, seed: int, parent_id: str, force: bool) -> dict:
     from pipeline import evaluate, train
 
     child_config = variant_config(config, factor, value, seed)
-    run_dir = train.run(child_config)
+    run_dir = train.run(child_config, force=force)
     run_id = read_manifest(run_dir)["mlflow_run_id"]
+    adopt_child(run_id, parent_id)
+    predictions_path = evaluate.run(child_config, run=run_id, force=force) / "test_predictions.parquet"
     client = mlflow.tracking.MlflowClient()
-    if "mlflow.parentRunId" not in client.get_run(run_id).data.tags:
-        # A run trained on its own (`make train`) joins this comparison. A run already under another
-        # comparison (the `learned` runs are shared by the pooling comparison and the position
-        # ablation) keeps its parent; the MEMBERS_TAG of each parent lists all of its runs.
-        client.set_tag(run_id, "mlflow.parentRunId", parent_id)
-    predictions_path = evaluate.run(child_config, run=run_id) / "test_predictions.parquet"
     metrics = {k: v for k, v in client.get_run(run_id).data.metrics.items() if k in SUMMARY_METRICS}
     return {"variant": value, "seed": seed, "run_id": run_id, "metrics": metrics,
             "predictions": pd.read_parquet(predictions_path)}
 
 
-def run(config: Config, factor: str = "pooling") -> Path:
-    """Train and evaluate every (variant, seed), the baseline, and write the comparison report."""
+def run(config: Config, factor: str = "pooling", force: bool = False) -> Path:
+    """Train and evaluate every (variant, seed), the baseline, and write the comparison report.
+
+    Finished children are reused; ``force`` retrains and re-evaluates every one of them.
+    """
     started = time.perf_counter()
-    if not (config.data_dir / "tokenize" / "manifest.json").is_file():
-        raise FileNotFoundError(f"no tokenize output in {config.data_dir / 'tokenize'}/: run `make tokenize` first")
-    variants = FACTORS[factor]
+    require_output(config, "tokenize")
+    variants = FACTORS[factor].values
     seeds = list(config.compare.seeds)
     setup_tracking(config)
     key = comparison_key(config, factor)
-    parent_id = find_parent_run(config, key)
+    parent_id = find_comparison_run_id(config, key)
     with mlflow.start_run(run_id=parent_id, run_name=None if parent_id else f"compare-{factor}") as parent:
         parent_id = parent.info.run_id
-        mlflow.set_tags({"pipeline_stage": "compare", "compare_key": key, "factor": factor,
-                         "variants": ",".join(variants), "seeds": ",".join(map(str, seeds))})
+        mlflow.set_tags(comparison_tags(key, factor, variants, seeds, FACTORS[factor].champion_pool))
         if not parent.data.params:
             mlflow.log_params({k: v for k, v in flat_params(config).items() if k != f"model.{factor}"})
-        children = [train_and_evaluate(config, factor, value, seed, parent_id)
+        children = [train_and_evaluate(config, factor, value, seed, parent_id, force)
                     for value in variants for seed in seeds]
-        baseline = run_baseline(config, key)
-        mlflow.set_tag(MEMBERS_TAG, ",".join(child["run_id"] for child in children))
+        baseline = run_baseline(config, key, force)
+        set_members([child["run_id"] for child in children])
 
         order = children[0]["predictions"]["source_file"]
         for child in children[1:] + [baseline]:
             if not child["predictions"]["source_file"].equals(order):
-                raise ValueError(f"run {child['run_id']} was evaluated on different test rows; rerun `make evaluate`")
+                raise InputError(f"run {child['run_id']} was evaluated on different test rows; rerun `make evaluate`")
         correct = {value: np.stack([correctness(c["predictions"]) for c in children if c["variant"] == value])
                    for value in variants}
         pair = compare_pair(correct[variants[0]], correct[variants[1]], seeds, config.compare.bootstrap_samples)
@@ -289,7 +298,7 @@ def run(config: Config, factor: str = "pooling") -> Path:
                    "test_rows": int(len(order)), "summary": summary, "difference": pair,
                    "verdict": verdict(factor, variants[0], variants[1], pair, len(seeds), len(order))}
 
-        name = REPORT_NAMES[factor]
+        name = FACTORS[factor].report_name
         reports = config.reports_dir
         json_path = atomic_write_json(reports / f"{name}.json", payload)
         md_path = atomic_write_text(reports / f"{name}.md", markdown_report(payload))
@@ -307,4 +316,4 @@ def run(config: Config, factor: str = "pooling") -> Path:
 
 
 def main(config: Config, args) -> None:
-    run(config, factor=args.factor)
+    run(config, factor=args.factor, force=args.force)

@@ -20,6 +20,8 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from pipeline.errors import ConfigError, MissingInputError
+
 CANONICAL_IMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
 CANONICAL_IMDB_MD5 = "7c2ac02c03563afcf9b574c7e56c153a"
 
@@ -60,12 +62,12 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         if self.source not in DATA_SOURCES:
-            raise ValueError(f"data.source must be one of {DATA_SOURCES}, got {self.source!r}")
+            raise ConfigError(f"data.source must be one of {DATA_SOURCES}, got {self.source!r}")
         if self.source == "table" and not self.path:
-            raise ValueError("data.source 'table' needs data.path (a CSV, TSV or Parquet file, a glob or a folder)")
+            raise ConfigError("data.source 'table' needs data.path (a CSV, TSV or Parquet file, a glob or a folder)")
         for name in ("validation_fraction", "test_fraction"):
             if not 0.0 < getattr(self, name) < 1.0:
-                raise ValueError(f"data.{name} must be in (0, 1), got {getattr(self, name)}")
+                raise ConfigError(f"data.{name} must be in (0, 1), got {getattr(self, name)}")
 
 
 TRUNCATION_STRATEGIES = ("head", "tail", "head_tail")
@@ -86,18 +88,18 @@ class TokenizerConfig:
 
     def __post_init__(self) -> None:
         if self.truncation not in TRUNCATION_STRATEGIES:
-            raise ValueError(
+            raise ConfigError(
                 f"tokenizer.truncation must be one of {TRUNCATION_STRATEGIES}, got {self.truncation!r}"
             )
         if self.max_sequence_length < 2:
-            raise ValueError("tokenizer.max_sequence_length must be at least 2 ([CLS] plus one token)")
+            raise ConfigError("tokenizer.max_sequence_length must be at least 2 ([CLS] plus one token)")
         if not 0 <= self.head_tokens <= self.max_sequence_length - 1:
-            raise ValueError(
+            raise ConfigError(
                 "tokenizer.head_tokens must be between 0 and max_sequence_length - 1, "
                 f"got {self.head_tokens}"
             )
         if self.vocabulary_size < 10:
-            raise ValueError(f"tokenizer.vocabulary_size is too small: {self.vocabulary_size}")
+            raise ConfigError(f"tokenizer.vocabulary_size is too small: {self.vocabulary_size}")
 
 
 POOLINGS = ("first_token", "mean")
@@ -119,16 +121,16 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if self.pooling not in POOLINGS:
-            raise ValueError(f"model.pooling must be one of {POOLINGS}, got {self.pooling!r}")
+            raise ConfigError(f"model.pooling must be one of {POOLINGS}, got {self.pooling!r}")
         if self.position not in POSITIONS:
-            raise ValueError(f"model.position must be one of {POSITIONS}, got {self.position!r}")
+            raise ConfigError(f"model.position must be one of {POSITIONS}, got {self.position!r}")
         if self.hidden_dim % self.num_heads:
-            raise ValueError(
+            raise ConfigError(
                 f"model.hidden_dim ({self.hidden_dim}) must be divisible by model.num_heads ({self.num_heads})"
             )
         for name in ("dropout", "classifier_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"model.{name} must be in [0, 1)")
+                raise ConfigError(f"model.{name} must be in [0, 1)")
 
 
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
@@ -152,11 +154,11 @@ class TrainingConfig:
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
-            raise ValueError(f"training.precision must be one of {PRECISIONS}, got {self.precision!r}")
+            raise ConfigError(f"training.precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.batch_size < 1 or self.epochs < 1:
-            raise ValueError("training.batch_size and training.epochs must be positive")
+            raise ConfigError("training.batch_size and training.epochs must be positive")
         if not 0.0 <= self.warmup_fraction < 1.0:
-            raise ValueError("training.warmup_fraction must be in [0, 1)")
+            raise ConfigError("training.warmup_fraction must be in [0, 1)")
 
 
 @dataclass(frozen=True)
@@ -225,56 +227,56 @@ def _check_type(value: Any, annotation: Any, where: str) -> Any:
                 return _check_type(value, option, where)
             except ValueError as exc:
                 errors.append(str(exc))
-        raise ValueError(errors[0])
+        raise ConfigError(errors[0])
     if origin is tuple:
         (item_type, _ellipsis) = typing.get_args(annotation)
         if not isinstance(value, (list, tuple)) or not value:
-            raise ValueError(f"{where} must be a non-empty list, got {value!r}")
+            raise ConfigError(f"{where} must be a non-empty list, got {value!r}")
         return tuple(_check_type(item, item_type, where) for item in value)
     if annotation is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if annotation is str and isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)  # YAML reads an all-digit checksum or name as a number
     if annotation is bool and not isinstance(value, bool):
-        raise ValueError(f"{where} must be true or false, got {value!r}")
+        raise ConfigError(f"{where} must be true or false, got {value!r}")
     if annotation is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ValueError(f"{where} must be an integer, got {value!r}")
+        raise ConfigError(f"{where} must be an integer, got {value!r}")
     if not isinstance(value, annotation):
-        raise ValueError(f"{where} must be of type {annotation.__name__}, got {value!r}")
+        raise ConfigError(f"{where} must be of type {annotation.__name__}, got {value!r}")
     return value
 
 
 def _build(raw: Mapping[str, Any], source: str) -> Config:
     if not isinstance(raw, Mapping):
-        raise ValueError(f"{source}: the top level must be a mapping of sections")
+        raise ConfigError(f"{source}: the top level must be a mapping of sections")
     sections = {f.name: f for f in dataclasses.fields(Config)}
     built: dict[str, Any] = {}
     for name, values in raw.items():
         if name not in sections:
-            raise ValueError(f"{source}: unknown section {name!r} (known: {', '.join(sections)})")
+            raise ConfigError(f"{source}: unknown section {name!r} (known: {', '.join(sections)})")
         section_type = sections[name].default_factory  # type: ignore[misc]
         values = values or {}
         if not isinstance(values, Mapping):
-            raise ValueError(f"{source}: section {name!r} must be a mapping")
+            raise ConfigError(f"{source}: section {name!r} must be a mapping")
         hints = typing.get_type_hints(section_type)
         kwargs = {}
         for key, value in values.items():
             if key not in hints:
-                raise ValueError(
+                raise ConfigError(
                     f"{source}: unknown key {name}.{key} (known: {', '.join(sorted(hints))})"
                 )
             kwargs[key] = _check_type(value, hints[key], f"{source}: {name}.{key}")
         try:
             built[name] = section_type(**kwargs)
         except ValueError as exc:
-            raise ValueError(f"{source}: {exc}") from None
+            raise ConfigError(f"{source}: {exc}") from None
     return Config(**built)
 
 
 def parse_override(text: str) -> tuple[str, str, Any]:
     """Parse ``section.key=value``; the value is read as YAML (``3``, ``0.1``, ``null``, ``[1, 2]``)."""
     if "=" not in text or "." not in text.split("=", 1)[0]:
-        raise ValueError(f"--set expects section.key=value, got {text!r}")
+        raise ConfigError(f"--set expects section.key=value, got {text!r}")
     dotted, value_text = text.split("=", 1)
     section, key = dotted.strip().split(".", 1)
     return section, key, yaml.safe_load(value_text) if value_text.strip() else None
@@ -288,13 +290,13 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
         path = Path(path)
         source = str(path)
         if not path.is_file():
-            raise FileNotFoundError(f"config file not found: {path}")
+            raise MissingInputError(f"config file not found: {path}")
         try:
             raw = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError as exc:
-            raise ValueError(f"{path}: not valid YAML: {exc}") from None
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
         if not isinstance(raw, dict):
-            raise ValueError(f"{path}: the top level must be a mapping of sections")
+            raise ConfigError(f"{path}: the top level must be a mapping of sections")
     for text in overrides:
         section, key, value = parse_override(text)
         section_values = raw.setdefault(section, {}) or {}

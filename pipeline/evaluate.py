@@ -21,10 +21,12 @@ import pandas as pd
 from pipeline.artifacts import atomic_write_json
 from pipeline.config import Config
 from pipeline.inference import SentimentClassifier, load_classifier, predict_ids
-from pipeline.metrics import classification_metrics, predicted_and_confidence
-from pipeline.tracking import setup_tracking
+from pipeline.metrics import classification_metrics
+from pipeline.predictions import predicted_and_confidence, probability_columns
+from pipeline.stages import require_output
+from pipeline.text import PAD_ID
+from pipeline.tracking import latest_training_run_id, setup_tracking
 
-STAGE_TAG = "train"
 ATTENTION_EXAMPLES = (
     "A wonderful film with a moving story and superb acting.",
     "The plot was dull and the ending was a complete waste of time.",
@@ -55,17 +57,11 @@ def length_bucket_accuracy(correct: np.ndarray, token_counts: np.ndarray, max_to
 
 
 def prediction_frame(source_files, labels: np.ndarray, probabilities: np.ndarray, names: list[str]) -> pd.DataFrame:
-    """One row per test example: label, prediction, correctness, confidence and the probabilities."""
+    """One row per test example: label, prediction, correctness, confidence and the named probabilities."""
     predicted, confidence = predicted_and_confidence(probabilities)
-    frame = pd.DataFrame({"source_file": list(source_files), "label": np.asarray(labels), "predicted": predicted,
-                          "correct": predicted == np.asarray(labels), "confidence": confidence})
-    probabilities = np.asarray(probabilities)
-    if probabilities.ndim == 1:
-        frame["positive_probability"] = probabilities
-    else:
-        for index, name in enumerate(names):
-            frame[f"probability_{name}"] = probabilities[:, index]
-    return frame
+    return pd.DataFrame({"source_file": list(source_files), "label": np.asarray(labels), "predicted": predicted,
+                         "correct": predicted == np.asarray(labels), "confidence": confidence,
+                         **probability_columns(probabilities, names)})
 
 
 def most_confident_errors(frame: pd.DataFrame, predictions: pd.DataFrame, names: list[str],
@@ -106,8 +102,8 @@ def plot_roc(labels, probabilities, names: list[str], path: Path) -> Path:
 
     figure, axis = new_figure(5, 4.5)
     probabilities = np.asarray(probabilities)
-    if probabilities.ndim == 1:
-        RocCurveDisplay.from_predictions(labels, probabilities, ax=axis, plot_chance_level=True)
+    if len(names) == 2:
+        RocCurveDisplay.from_predictions(labels, probabilities[:, 1], ax=axis, plot_chance_level=True)
     else:
         for index, name in enumerate(names):
             if len(np.unique(np.asarray(labels) == index)) == 2:
@@ -117,15 +113,15 @@ def plot_roc(labels, probabilities, names: list[str], path: Path) -> Path:
     return save_figure(figure, path)
 
 
-def plot_reliability(labels, probabilities, path: Path) -> Path:
+def plot_reliability(labels, probabilities, names: list[str], path: Path) -> Path:
     """Reliability of P(class 1) for two classes; of the top-label confidence for more."""
     from sklearn.calibration import CalibrationDisplay
 
     from pipeline.plots import new_figure, save_figure
 
     figure, axis = new_figure(5, 4.5)
-    if np.asarray(probabilities).ndim == 1:
-        CalibrationDisplay.from_predictions(labels, probabilities, n_bins=15, ax=axis, name="model")
+    if len(names) == 2:
+        CalibrationDisplay.from_predictions(labels, np.asarray(probabilities)[:, 1], n_bins=15, ax=axis, name="model")
         axis.set_title("Reliability diagram (test)")
     else:
         predicted, confidence = predicted_and_confidence(probabilities)
@@ -157,7 +153,7 @@ def plot_attention(classifier: SentimentClassifier, pooling: str, path: Path) ->
     figure, axes = new_figure(width=5 * len(ATTENTION_EXAMPLES), height=5, ncols=len(ATTENTION_EXAMPLES))
     for axis, text in zip(np.atleast_1d(axes), ATTENTION_EXAMPLES):
         ids = classifier.encoder.encode([text])
-        length = int((ids[0] != 0).sum())
+        length = int((ids[0] != PAD_ID).sum())
         ids = ids[:, :length]
         tokens = [classifier.encoder.vocabulary[i] for i in ids[0]]
         scores = last_block_attention(classifier.model, ids)[0].mean(axis=0)  # [query, key]
@@ -178,27 +174,12 @@ def plot_attention(classifier: SentimentClassifier, pooling: str, path: Path) ->
 # --------------------------------------------------------------------------- stage entry point
 
 
-def resolve_run_id(config: Config, run: str) -> str:
-    """``latest`` -> the newest finished training run in the experiment; else the id itself."""
-    if run != "latest":
-        return run
-    runs = mlflow.search_runs(experiment_names=[config.tracking.experiment_name],
-                              filter_string=f"tags.pipeline_stage = '{STAGE_TAG}' and attributes.status = 'FINISHED'",
-                              order_by=["attributes.start_time DESC"], max_results=1, output_format="list")
-    if not runs:
-        raise ValueError(f"no finished training run in MLflow experiment {config.tracking.experiment_name!r}: "
-                         "run `make train` first (or pass --run RUN_ID)")
-    return runs[0].info.run_id
-
-
 def run(config: Config, run: str = "latest", force: bool = False) -> Path:
     """Evaluate a run on the test split; returns ``reports/<run_id>``. Skips runs already evaluated."""
     started = time.perf_counter()
-    test_path = config.data_dir / "ingest" / "test.parquet"
-    if not test_path.is_file():
-        raise FileNotFoundError(f"no test split at {test_path}: run `make ingest` first")
+    test_path = require_output(config, "ingest") / "test.parquet"
     setup_tracking(config)
-    run_id = resolve_run_id(config, run)
+    run_id = latest_training_run_id(config) if run == "latest" else run
     out_dir = config.reports_dir / run_id
     done = (out_dir / "metrics.json").is_file() and (out_dir / "test_predictions.parquet").is_file()
     if done and not force and "test_accuracy" in mlflow.get_run(run_id).data.metrics:
@@ -222,7 +203,7 @@ def run(config: Config, run: str = "latest", force: bool = False) -> Path:
     plots = [
         plot_confusion_matrix(labels, predictions["predicted"], names, out_dir / "confusion_matrix.png"),
         plot_roc(labels, probabilities, names, out_dir / "roc_curve.png"),
-        plot_reliability(labels, probabilities, out_dir / "reliability.png"),
+        plot_reliability(labels, probabilities, names, out_dir / "reliability.png"),
         plot_length_buckets(buckets, out_dir / "accuracy_by_length.png"),
         plot_attention(classifier, pooling, out_dir / "attention.png"),
     ]

@@ -22,7 +22,6 @@ import os
 import re
 import tarfile
 import time
-import unicodedata
 import urllib.error
 import urllib.request
 import zlib
@@ -30,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Iterator
 
-import numpy as np
 import pandas as pd
 from sklearn.model_selection import train_test_split
 from tqdm.auto import tqdm
@@ -42,33 +40,29 @@ from pipeline.artifacts import (
     sha256_file,
     sha256_text,
     staged_directory,
-    atomic_write_json,
+    write_manifest,
 )
 from pipeline.config import Config
+from pipeline.errors import InputError, MissingInputError
+from pipeline.stages import stage_dir
 from pipeline.tables import find_table_files, load_table_splits
+from pipeline.text import LABELS_FILE, clean_text, percentiles, save_labels
 
 STAGE = "ingest"
 ARCHIVE_ENV_VAR = "IMDB_ARCHIVE"
 CANONICAL_ARCHIVE_NAME = "aclImdb_v1.tar.gz"
 SPLIT_FILES = ("train.parquet", "val.parquet", "test.parquet")
 COLUMNS = ("review_id", "text", "label", "label_name", "rating", "source_file")
-LABELS_FILE = "labels.json"
 IMDB_LABELS = ("negative", "positive")  # label 0 = neg folder, 1 = pos folder
 CLASS_FOLDERS = ("train/pos", "train/neg", "test/pos", "test/neg")
 LABELS = {"pos": 1, "neg": 0}
 
 _MEMBER_RE = re.compile(r"^(?:aclImdb/)?(train|test)/(pos|neg)/([^/]+)$")
 _FILE_NAME_RE = re.compile(r"^(\d+)_(\d+)\.txt$")
-_BREAK_RE = re.compile(r"<br\s*/?>", flags=re.IGNORECASE)
 _MAX_REPORTED_NAMES = 10
 
 
 # --------------------------------------------------------------------------- pure functions
-
-
-def clean_text(text: str) -> str:
-    """Turn ``<br />`` tags into line breaks, normalise Unicode to NFC and strip."""
-    return unicodedata.normalize("NFC", _BREAK_RE.sub("\n", text)).strip()
 
 
 def decode_review(data: bytes) -> tuple[str, bool]:
@@ -89,7 +83,7 @@ def check_member_path(name: str, source: str) -> None:
     """Raise ValueError for a member path that would land outside an extraction folder."""
     path = PurePosixPath(name)
     if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name) or ".." in path.parts:
-        raise ValueError(
+        raise InputError(
             f"{source}: refusing archive member {name!r}: its path would escape the destination folder"
         )
 
@@ -142,8 +136,8 @@ def collect_reviews(members: Iterable[tuple[str, bytes | None]], source: str) ->
         if has_rows:
             continue
         if folder in report.seen_folders:
-            raise ValueError(f"{source}: class folder {folder} holds no <id>_<rating>.txt review files")
-        raise ValueError(
+            raise InputError(f"{source}: class folder {folder} holds no <id>_<rating>.txt review files")
+        raise InputError(
             f"{source}: no {folder} folder; expected the aclImdb layout "
             "(aclImdb/{train,test}/{pos,neg}/<id>_<rating>.txt)"
         )
@@ -155,13 +149,6 @@ def split_train_validation(train: pd.DataFrame, fraction: float, seed: int) -> t
     """Stratified, seeded split of ``train`` into (train, validation)."""
     fit, val = train_test_split(train, test_size=fraction, random_state=seed, stratify=train["label"])
     return fit.sort_index().reset_index(drop=True), val.sort_index().reset_index(drop=True)
-
-
-def percentiles(values: np.ndarray) -> dict[str, float]:
-    """p50/p90/p95/p99, min, max and mean of a length distribution (words or tokens)."""
-    stats = {f"p{q}": float(np.percentile(values, q)) for q in (50, 90, 95, 99)}
-    stats.update(min=int(values.min()), max=int(values.max()), mean=round(float(values.mean()), 1))
-    return stats
 
 
 def length_percentiles(texts: pd.Series) -> dict[str, float]:
@@ -191,18 +178,18 @@ def iter_archive(path: Path, wanted: re.Pattern = _MEMBER_RE) -> Iterator[tuple[
             for member in archive:
                 check_member_path(member.name, str(path))
                 if member.issym() or member.islnk():
-                    raise ValueError(f"{path}: refusing archive member {member.name!r}: links are not allowed")
+                    raise InputError(f"{path}: refusing archive member {member.name!r}: links are not allowed")
                 if member.isdir():
                     yield member.name, None
                     continue
                 if not member.isfile():
-                    raise ValueError(f"{path}: refusing archive member {member.name!r}: not a regular file")
+                    raise InputError(f"{path}: refusing archive member {member.name!r}: not a regular file")
                 if not wanted.match(member.name):
                     continue
                 handle = archive.extractfile(member)
                 yield member.name, handle.read() if handle else b""
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
-        raise ValueError(f"{path}: not a readable .tar.gz archive (truncated or corrupt?): {exc}") from None
+        raise InputError(f"{path}: not a readable .tar.gz archive (truncated or corrupt?): {exc}") from None
 
 
 def iter_folder(root: Path) -> Iterator[tuple[str, bytes | None]]:
@@ -214,7 +201,7 @@ def iter_folder(root: Path) -> Iterator[tuple[str, bytes | None]]:
         yield folder, None
         for entry in sorted(directory.iterdir()):
             if entry.is_symlink():
-                raise ValueError(f"{entry}: refusing a symbolic link inside the dataset folder")
+                raise InputError(f"{entry}: refusing a symbolic link inside the dataset folder")
             if entry.is_file():
                 yield f"{folder}/{entry.name}", entry.read_bytes()
 
@@ -227,12 +214,12 @@ def read_unlabeled_texts(path: Path, limit: int | None = None) -> list[str]:
     if path.is_dir():
         folder = dataset_root(path) / "train" / "unsup"
         if not folder.is_dir():
-            raise FileNotFoundError(f"{path}: no train/unsup folder of unlabeled reviews")
+            raise MissingInputError(f"{path}: no train/unsup folder of unlabeled reviews")
         members = ((f.name, f.read_bytes()) for f in sorted(folder.iterdir()) if f.suffix == ".txt")
     elif path.is_file():
         members = iter_archive(path, wanted=_UNLABELED_RE)
     else:
-        raise FileNotFoundError(f"unlabeled corpus not found: {path}")
+        raise MissingInputError(f"unlabeled corpus not found: {path}")
     texts = []
     for _name, data in tqdm(members, desc=f"reading {path.name}", unit=" files", mininterval=1.0):
         if data is None:
@@ -241,7 +228,7 @@ def read_unlabeled_texts(path: Path, limit: int | None = None) -> list[str]:
         if limit is not None and len(texts) >= limit:
             break
     if not texts:
-        raise ValueError(f"{path}: holds no train/unsup/*.txt reviews")
+        raise InputError(f"{path}: holds no train/unsup/*.txt reviews")
     return texts
 
 
@@ -274,7 +261,7 @@ def download_archive(url: str, md5: str, destination: Path) -> Path:
                     bar.update(len(chunk))
     except (urllib.error.URLError, OSError) as exc:
         partial.unlink(missing_ok=True)
-        raise RuntimeError(
+        raise MissingInputError(
             f"could not download the IMDB archive from {url} ({exc}). If this machine is offline, "
             f"point {ARCHIVE_ENV_VAR}=/path/to/{CANONICAL_ARCHIVE_NAME} (or an extracted aclImdb/ folder) "
             f"at a local copy, or pass --set data.archive=PATH, or place it at {destination}"
@@ -282,7 +269,7 @@ def download_archive(url: str, md5: str, destination: Path) -> Path:
     actual = md5_file(partial)
     if actual != md5:
         partial.unlink(missing_ok=True)
-        raise ValueError(f"{url}: downloaded file has md5 {actual}, expected {md5}; nothing was kept")
+        raise InputError(f"{url}: downloaded file has md5 {actual}, expected {md5}; nothing was kept")
     os.replace(partial, destination)
     return destination
 
@@ -295,7 +282,7 @@ def resolve_source(config: Config, environ: dict[str, str] | None = None) -> Pat
         path = Path(explicit).expanduser()
         origin = "data.archive" if config.data.archive else ARCHIVE_ENV_VAR
         if not path.exists():
-            raise FileNotFoundError(f"IMDB archive not found: {path} (from {origin})")
+            raise MissingInputError(f"IMDB archive not found: {path} (from {origin})")
         return path
     canonical = config.data_dir / "raw" / CANONICAL_ARCHIVE_NAME
     if canonical.exists():
@@ -306,12 +293,12 @@ def resolve_source(config: Config, environ: dict[str, str] | None = None) -> Pat
 def verify_checksums(path: Path, config: Config, archive_sha256: str) -> None:
     expected = config.data.archive_sha256
     if expected and expected.lower() != archive_sha256:
-        raise ValueError(f"{path}: sha256 mismatch: expected {expected}, actual {archive_sha256}")
+        raise InputError(f"{path}: sha256 mismatch: expected {expected}, actual {archive_sha256}")
     canonical = config.data_dir / "raw" / CANONICAL_ARCHIVE_NAME
     if path.is_file() and path.resolve() == canonical.resolve():
         actual_md5 = md5_file(path)
         if actual_md5 != config.data.download_md5:
-            raise ValueError(
+            raise InputError(
                 f"{path}: md5 mismatch: expected {config.data.download_md5}, actual {actual_md5} "
                 "(a partial or different download? delete it to download again)"
             )
@@ -374,7 +361,7 @@ def _table_splits(config: Config, force: bool) -> tuple[dict[str, pd.DataFrame],
 
 
 def _skip(config: Config, inputs: dict, source) -> bool:
-    out_dir = config.data_dir / STAGE
+    out_dir = stage_dir(config, STAGE)
     config_hash = config.section_hash("data")
     if is_up_to_date(out_dir, config_hash, inputs, list(SPLIT_FILES) + [LABELS_FILE]):
         print(f"ingest: up to date, nothing to do ({out_dir}/ built from {source} with config {config_hash})")
@@ -385,7 +372,7 @@ def _skip(config: Config, inputs: dict, source) -> bool:
 def run(config: Config, force: bool = False) -> Path:
     """Run ingestion and return ``data/ingest``; skips when inputs and config are unchanged."""
     started = time.perf_counter()
-    out_dir = config.data_dir / STAGE
+    out_dir = stage_dir(config, STAGE)
     reader = _table_splits if config.data.source == "table" else _imdb_splits
     splits, labels, inputs, fields, source = reader(config, force)
     if not splits:  # up to date
@@ -410,8 +397,8 @@ def run(config: Config, force: bool = False) -> Path:
     with staged_directory(out_dir) as staging:
         for name, split in splits.items():
             split.loc[:, list(COLUMNS)].to_parquet(staging / f"{name}.parquet", index=False)
-        atomic_write_json(staging / LABELS_FILE, {"labels": labels})
-        atomic_write_json(staging / "manifest.json", manifest)
+        save_labels(staging, labels)
+        write_manifest(staging, manifest)
     rows = manifest["rows"]
     print(
         f"ingest: read {sum(rows.values()):,} labelled texts from {source}; wrote train {rows['train']:,} / "

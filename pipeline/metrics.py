@@ -10,23 +10,19 @@ import numpy as np
 from scipy.stats import binomtest
 from sklearn import metrics as skm
 
-
-def predicted_and_confidence(probabilities: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(predicted class, probability of that class): threshold 0.5 for ``[N]``, arg-max for ``[N, k]``."""
-    probabilities = np.asarray(probabilities, dtype=np.float64)
-    if probabilities.ndim == 1:
-        predicted = (probabilities >= 0.5).astype(int)
-        return predicted, np.where(predicted == 1, probabilities, 1.0 - probabilities)
-    predicted = probabilities.argmax(axis=1)
-    return predicted, probabilities[np.arange(len(predicted)), predicted]
+from pipeline.predictions import predicted_and_confidence
 
 
 def expected_calibration_error(labels: np.ndarray, probabilities: np.ndarray, bins: int = 15) -> float:
-    """Weighted mean |accuracy - confidence| over equal-width bins of the predicted class's probability."""
+    """Weighted mean |accuracy - confidence| over equal-width bins of the predicted class's probability.
+
+    ``probabilities`` is ``[N, k]``; the bins span ``[1/k, 1]``, the range a top-label
+    confidence can take (``[0.5, 1]`` for two classes).
+    """
+    probabilities = np.asarray(probabilities, dtype=np.float64)
     predicted, confidence = predicted_and_confidence(probabilities)
     correct = (predicted == np.asarray(labels)).astype(np.float64)
-    low = 0.5 if np.asarray(probabilities).ndim == 1 else 0.0
-    edges = np.linspace(low, 1.0, bins + 1)
+    edges = np.linspace(1.0 / probabilities.shape[1], 1.0, bins + 1)
     which = np.clip(np.digitize(confidence, edges[1:-1], right=True), 0, bins - 1)
     error = 0.0
     for b in range(bins):
@@ -36,21 +32,28 @@ def expected_calibration_error(labels: np.ndarray, probabilities: np.ndarray, bi
     return float(error)
 
 
+def _normalised(probabilities: np.ndarray) -> np.ndarray:
+    """float64 rows that sum to 1 (float32 softmax sums drift from 1 in the last digits)."""
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    return probabilities / probabilities.sum(axis=1, keepdims=True)
+
+
 def binary_metrics(labels: np.ndarray, probabilities: np.ndarray) -> dict[str, float]:
-    """Accuracy, precision, recall, F1, ROC AUC, PR AUC, log loss, Brier score and ECE."""
+    """Accuracy, precision, recall, F1, ROC AUC, PR AUC, log loss, Brier score and ECE; class 1 is positive."""
     labels = np.asarray(labels).astype(int)
-    probabilities = np.clip(np.asarray(probabilities, dtype=np.float64), 1e-7, 1 - 1e-7)
-    predictions = (probabilities >= 0.5).astype(int)
+    probabilities = _normalised(probabilities)
+    positive = np.clip(probabilities[:, 1], 1e-7, 1 - 1e-7)
+    predictions, _ = predicted_and_confidence(probabilities)
     both_classes = len(np.unique(labels)) == 2
     return {
         "accuracy": float(skm.accuracy_score(labels, predictions)),
         "precision": float(skm.precision_score(labels, predictions, zero_division=0)),
         "recall": float(skm.recall_score(labels, predictions, zero_division=0)),
         "f1": float(skm.f1_score(labels, predictions, zero_division=0)),
-        "roc_auc": float(skm.roc_auc_score(labels, probabilities)) if both_classes else float("nan"),
-        "pr_auc": float(skm.average_precision_score(labels, probabilities)) if both_classes else float("nan"),
-        "log_loss": float(skm.log_loss(labels, probabilities, labels=[0, 1])),
-        "brier": float(skm.brier_score_loss(labels, probabilities)),
+        "roc_auc": float(skm.roc_auc_score(labels, positive)) if both_classes else float("nan"),
+        "pr_auc": float(skm.average_precision_score(labels, positive)) if both_classes else float("nan"),
+        "log_loss": float(skm.log_loss(labels, positive, labels=[0, 1])),
+        "brier": float(skm.brier_score_loss(labels, positive)),
         "ece": expected_calibration_error(labels, probabilities),
     }
 
@@ -58,10 +61,9 @@ def binary_metrics(labels: np.ndarray, probabilities: np.ndarray) -> dict[str, f
 def multiclass_metrics(labels: np.ndarray, probabilities: np.ndarray, names: list[str]) -> dict[str, float]:
     """Accuracy, macro/weighted F1 (``f1`` is macro), one-vs-rest ROC AUC, log loss, ECE, per-class P/R/F1."""
     labels = np.asarray(labels).astype(int)
-    probabilities = np.asarray(probabilities, dtype=np.float64)
-    probabilities = probabilities / probabilities.sum(axis=1, keepdims=True)  # float32 softmax sums drift from 1
+    probabilities = _normalised(probabilities)
     classes = list(range(len(names)))
-    predictions = probabilities.argmax(axis=1)
+    predictions, _ = predicted_and_confidence(probabilities)
     present = np.unique(labels)
     result = {
         "accuracy": float(skm.accuracy_score(labels, predictions)),
@@ -82,7 +84,7 @@ def multiclass_metrics(labels: np.ndarray, probabilities: np.ndarray, names: lis
 
 
 def classification_metrics(labels: np.ndarray, probabilities: np.ndarray, names: list[str]) -> dict[str, float]:
-    """The binary report for two classes (``probabilities`` = class-1 probability), else the multi-class one."""
+    """The binary report (positive = the second class) for two classes, else the multi-class one."""
     if len(names) == 2:
         return binary_metrics(labels, probabilities)
     return multiclass_metrics(labels, probabilities, names)

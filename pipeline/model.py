@@ -3,7 +3,8 @@
 Token ids (``[CLS]`` at position 0, ``[PAD]`` = 0 after the text) -> token embedding
 plus positional information -> KerasHub ``TransformerEncoder`` blocks, each given the
 padding mask explicitly -> pooling (``first_token`` or masked ``mean``) -> dropout ->
-one sigmoid unit (two classes) or a softmax (more), in float32. The small custom layers are registered so a saved
+a ``num_classes``-way softmax in float32 for every class count, two included (see
+``pipeline.predictions`` for why). The small custom layers are registered so a saved
 ``.keras`` file loads back wherever ``pipeline.model`` is importable.
 """
 
@@ -14,9 +15,9 @@ import keras_hub
 from keras import ops
 
 from pipeline.config import ModelConfig
+from pipeline.text import PAD_ID
 
 PACKAGE = "pipeline"
-PAD_ID = 0
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -75,8 +76,8 @@ def build_model(config: ModelConfig, vocabulary_size: int, max_sequence_length: 
                 num_classes: int = 2) -> keras.Model:
     """The classifier for ``vocabulary_size`` tokens and inputs up to ``max_sequence_length`` long.
 
-    Two classes get one sigmoid unit (the probability of class 1); more get a softmax with
-    one probability per class. The input length is left open (``None``) so a batch may be
+    The output is ``[batch, num_classes]`` class probabilities from a softmax, two classes
+    included (one prediction shape for the whole package). The input length is left open (``None``) so a batch may be
     trimmed of trailing padding columns; learned positions cover up to ``max_sequence_length``.
     """
     if num_classes < 2:
@@ -102,12 +103,9 @@ def build_model(config: ModelConfig, vocabulary_size: int, max_sequence_length: 
         )(x, padding_mask=padding_mask)
     pooled = POOLING_LAYERS[config.pooling](name=f"{config.pooling}_pooling")(x, padding_mask=padding_mask)
     pooled = keras.layers.Dropout(config.classifier_dropout, name="classifier_dropout")(pooled)
-    if num_classes == 2:
-        probability = keras.layers.Dense(1, activation="sigmoid", dtype="float32", name="positive_probability")(pooled)
-    else:
-        probability = keras.layers.Dense(num_classes, activation="softmax", dtype="float32",
-                                         name="class_probabilities")(pooled)
-    return keras.Model(token_ids, probability, name=f"transformer_{config.pooling}")
+    probabilities = keras.layers.Dense(num_classes, activation="softmax", dtype="float32",
+                                       name="class_probabilities")(pooled)
+    return keras.Model(token_ids, probabilities, name=f"transformer_{config.pooling}")
 
 
 def encoder_blocks(model: keras.Model) -> list:

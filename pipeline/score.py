@@ -27,6 +27,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from pipeline.config import Config
+from pipeline.errors import InputError, MissingInputError
 from pipeline.inference import SentimentClassifier, load_classifier, output_columns, output_frame, predict_probabilities
 
 ERROR_COLUMN = "score_error"
@@ -86,25 +87,25 @@ def run(config: Config, input_path: str | Path, output_path: str | Path, model_u
     started = time.perf_counter()
     input_path, output_path = Path(input_path), Path(output_path)
     if not input_path.is_file():
-        raise FileNotFoundError(f"input CSV not found: {input_path}")
+        raise MissingInputError(f"input CSV not found: {input_path}")
     if output_path.resolve() == input_path.resolve():
-        raise ValueError(f"refusing to overwrite the input {input_path}: choose another OUTPUT")
+        raise InputError(f"refusing to overwrite the input {input_path}: choose another OUTPUT")
     if chunk_size < 1:
-        raise ValueError("--chunk-size must be positive")
+        raise InputError("--chunk-size must be positive")
     try:
         header = pd.read_csv(input_path, nrows=0, encoding=encoding, encoding_errors="surrogateescape")
     except (pd.errors.EmptyDataError, pd.errors.ParserError, LookupError) as exc:
-        raise ValueError(f"{input_path}: cannot read as CSV: {exc}") from None
+        raise InputError(f"{input_path}: cannot read as CSV: {exc}") from None
     columns = list(header.columns)
     if text_column not in columns:
-        raise ValueError(f"{input_path}: no column {text_column!r}; columns are {columns} (use --text-column / TEXT_COLUMN=)")
+        raise InputError(f"{input_path}: no column {text_column!r}; columns are {columns} (use --text-column / TEXT_COLUMN=)")
     setup_tracking(config)
     model_uri = model_uri or champion_uri(config)
     classifier = load_classifier(model_uri)
     added = output_columns(classifier.labels) + [ERROR_COLUMN]
     clashes = [c for c in added if c in columns]
     if clashes:
-        raise ValueError(f"{input_path}: already has output column(s) {clashes}; rename them or score the original file")
+        raise InputError(f"{input_path}: already has output column(s) {clashes}; rename them or score the original file")
 
     output_path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp_name = tempfile.mkstemp(prefix=f".{output_path.name}.", suffix=".tmp", dir=output_path.parent)
@@ -124,7 +125,7 @@ def run(config: Config, input_path: str | Path, output_path: str | Path, model_u
                         counts["positives"] += int((scored["predicted_label"] == classifier.labels[1]).sum())
                     progress.update(len(scored))
             except pd.errors.ParserError as exc:
-                raise ValueError(f"{input_path}: malformed CSV after data row {counts['rows']}: {exc}") from None
+                raise InputError(f"{input_path}: malformed CSV after data row {counts['rows']}: {exc}") from None
             if counts["rows"] == 0:
                 pd.DataFrame(columns=columns + added).to_csv(out, index=False)
         os.replace(tmp_name, output_path)

@@ -17,6 +17,7 @@ import pandas as pd
 from sklearn.model_selection import train_test_split
 
 from pipeline.config import DataConfig
+from pipeline.errors import InputError, MissingInputError
 
 SUFFIXES = {".csv": ",", ".tsv": "\t", ".parquet": None}
 SPLIT_VALUES = ("train", "val", "test")
@@ -46,7 +47,7 @@ def find_table_files(pattern: str) -> list[Path]:
     else:
         files = sorted(Path(p) for p in glob.glob(str(path)) if Path(p).suffix.lower() in SUFFIXES)
     if not files:
-        raise FileNotFoundError(f"data.path {pattern!r} matches no .csv, .tsv or .parquet file")
+        raise MissingInputError(f"data.path {pattern!r} matches no .csv, .tsv or .parquet file")
     return files
 
 
@@ -54,13 +55,13 @@ def read_table(path: Path) -> pd.DataFrame:
     """Every column as Python objects; CSV/TSV values stay strings (missing -> empty)."""
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
-        raise ValueError(f"{path}: unsupported file type {suffix!r} (use .csv, .tsv or .parquet)")
+        raise InputError(f"{path}: unsupported file type {suffix!r} (use .csv, .tsv or .parquet)")
     try:
         if suffix == ".parquet":
             return pd.read_parquet(path).astype(object)
         return pd.read_csv(path, sep=SUFFIXES[suffix], dtype=object, keep_default_na=False, encoding="utf-8-sig")
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot read as {suffix[1:].upper()}: {exc}") from None
+        raise InputError(f"{path}: cannot read as {suffix[1:].upper()}: {exc}") from None
 
 
 def _blank(value) -> bool:
@@ -81,12 +82,12 @@ def combine_tables(tables: list[tuple[str, pd.DataFrame]], config: DataConfig) -
     reference_name, reference = tables[0]
     for name, frame in tables[1:]:
         if list(frame.columns) != list(reference.columns):
-            raise ValueError(f"{name} has columns {list(frame.columns)} but {reference_name} has "
+            raise InputError(f"{name} has columns {list(frame.columns)} but {reference_name} has "
                              f"{list(reference.columns)}: all files must have the same columns")
     needed = [config.text_column, config.label_column] + ([config.split_column] if config.split_column else [])
     for column in needed:
         if column not in reference.columns:
-            raise ValueError(f"{reference_name}: no column {column!r}; columns are {list(reference.columns)}")
+            raise InputError(f"{reference_name}: no column {column!r}; columns are {list(reference.columns)}")
     drops = DropReport()
     rows = []
     for name, frame in tables:
@@ -103,7 +104,7 @@ def combine_tables(tables: list[tuple[str, pd.DataFrame]], config: DataConfig) -
             if split is not None:
                 split = str(split).strip().lower()
                 if split not in SPLIT_VALUES:
-                    raise ValueError(f"{where}: column {config.split_column!r} has {split!r}; "
+                    raise InputError(f"{where}: column {config.split_column!r} has {split!r}; "
                                      f"allowed values are {list(SPLIT_VALUES)}")
             rows.append((str(text).strip(), str(label).strip(), split, f"{name}:{number}"))
     return pd.DataFrame(rows, columns=["text", "label_name", "split", "source_file"]), drops
@@ -128,7 +129,7 @@ def split_table(frame: pd.DataFrame, config: DataConfig) -> dict[str, pd.DataFra
         splits = {"train": train, "val": val, "test": test}
     for name, split in splits.items():
         if split.empty:
-            raise ValueError(f"the {name} split is empty (check data.{config.split_column or 'test_fraction'})")
+            raise InputError(f"the {name} split is empty (check data.{config.split_column or 'test_fraction'})")
     return {name: split.drop(columns="split").reset_index(drop=True) for name, split in splits.items()}
 
 
@@ -136,13 +137,13 @@ def label_set(splits: dict[str, pd.DataFrame], label_column: str) -> list[str]:
     """Sorted labels of the train split; errors for a single class or unseen val/test labels."""
     labels = sort_labels(splits["train"]["label_name"])
     if len(labels) < 2:
-        raise ValueError(f"column {label_column!r} has a single class in the train split ({labels}); "
+        raise InputError(f"column {label_column!r} has a single class in the train split ({labels}); "
                          "a classifier needs at least two")
     for name in ("val", "test"):
         unseen = splits[name][~splits[name]["label_name"].isin(labels)]
         if len(unseen):
             examples = ", ".join(f"{r.source_file} ({r.label_name!r})" for r in unseen.head(MAX_EXAMPLES).itertuples())
-            raise ValueError(f"{len(unseen)} {name} row(s) have a {label_column!r} never seen in train: {examples}")
+            raise InputError(f"{len(unseen)} {name} row(s) have a {label_column!r} never seen in train: {examples}")
     return labels
 
 
@@ -151,7 +152,7 @@ def load_table_splits(config: DataConfig) -> tuple[dict[str, pd.DataFrame], list
     files = find_table_files(config.path)
     frame, drops = combine_tables([(str(f), read_table(f)) for f in files], config)
     if frame.empty:
-        raise ValueError(f"{config.path}: no usable rows ({drops.count} dropped: {drops.reasons})")
+        raise InputError(f"{config.path}: no usable rows ({drops.count} dropped: {drops.reasons})")
     splits = split_table(frame, config)
     labels = label_set(splits, config.label_column)
     index = {name: i for i, name in enumerate(labels)}

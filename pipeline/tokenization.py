@@ -33,14 +33,15 @@ from pipeline.artifacts import (
     sha256_file,
     sha256_text,
     staged_directory,
+    write_manifest,
 )
 from pipeline.config import Config, TokenizerConfig
-from pipeline.ingest import LABELS_FILE, clean_text, percentiles, read_unlabeled_texts
+from pipeline.errors import InputError, MissingInputError
+from pipeline.stages import require_output, stage_dir
+from pipeline.text import CLS_ID, LABELS_FILE, PAD_ID, RESERVED_TOKENS, UNK_ID, clean_text, percentiles
 
 STAGE = "tokenize"
 SPLITS = ("train", "val", "test")
-RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
-PAD_ID, UNK_ID, CLS_ID, SEP_ID = range(4)
 VOCABULARY_FILE = "vocabulary.txt"
 SETTINGS_FILE = "tokenizer.json"
 SETTINGS_FORMAT = "pipeline-wordpiece v1"
@@ -96,7 +97,7 @@ class TextEncoder:
         import keras_hub  # imported here so that reading settings does not load TensorFlow
 
         if tuple(vocabulary[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
-            raise ValueError(f"vocabulary must start with {RESERVED_TOKENS}, got {tuple(vocabulary[:4])}")
+            raise InputError(f"vocabulary must start with {RESERVED_TOKENS}, got {tuple(vocabulary[:4])}")
         self.vocabulary = list(vocabulary)
         self.settings = settings
         self.tokenizer = keras_hub.tokenizers.WordPieceTokenizer(
@@ -158,20 +159,20 @@ class TextEncoder:
         settings_path, vocabulary_path = directory / SETTINGS_FILE, directory / VOCABULARY_FILE
         for path in (settings_path, vocabulary_path):
             if not path.is_file():
-                raise FileNotFoundError(f"tokenizer file missing: {path} (run `make tokenize` first)")
+                raise MissingInputError(f"tokenizer file missing: {path} (run `make tokenize` first)")
         payload = json.loads(settings_path.read_text())
         if payload.get("format") != SETTINGS_FORMAT:
-            raise ValueError(f"{settings_path}: format {payload.get('format')!r}, expected {SETTINGS_FORMAT!r}")
+            raise InputError(f"{settings_path}: format {payload.get('format')!r}, expected {SETTINGS_FORMAT!r}")
         vocabulary_text = vocabulary_path.read_text(encoding="utf-8")
         actual = sha256_text(vocabulary_text)
         if actual != payload["vocabulary_sha256"]:
-            raise ValueError(
+            raise InputError(
                 f"{vocabulary_path} does not match {settings_path}: sha256 {actual}, expected "
                 f"{payload['vocabulary_sha256']} (edited or truncated? rerun `make tokenize --force`)"
             )
         vocabulary = vocabulary_text.split("\n")[:-1]
         if len(vocabulary) != payload["vocabulary_size"]:
-            raise ValueError(f"{vocabulary_path}: {len(vocabulary)} tokens, expected {payload['vocabulary_size']}")
+            raise InputError(f"{vocabulary_path}: {len(vocabulary)} tokens, expected {payload['vocabulary_size']}")
         settings = EncoderSettings(**{k: payload[k] for k in EncoderSettings.__dataclass_fields__})
         return cls(vocabulary, settings)
 
@@ -202,7 +203,7 @@ def learn_vocabulary(texts: Sequence[str], config: TokenizerConfig) -> list[str]
         counts = learner.count_words(words)
         frequent = collections.Counter({w: c for w, c in counts.items() if c >= config.min_frequency})
         if not frequent:
-            raise ValueError(f"no word occurs at least tokenizer.min_frequency={config.min_frequency} times")
+            raise InputError(f"no word occurs at least tokenizer.min_frequency={config.min_frequency} times")
         vocabulary = learner.learn(frequent, vocab_size=config.vocabulary_size,
                                    reserved_tokens=list(RESERVED_TOKENS), include_joiner_token=True, joiner="##")
     return list(vocabulary[: config.vocabulary_size])
@@ -235,15 +236,13 @@ def load_split(directory: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
 def run(config: Config, force: bool = False) -> Path:
     """Learn the vocabulary on train, encode every split and return ``data/tokenize``."""
     started = time.perf_counter()
-    ingest_dir = config.data_dir / "ingest"
-    out_dir = config.data_dir / STAGE
-    if not (ingest_dir / "manifest.json").is_file():
-        raise FileNotFoundError(f"no ingest output in {ingest_dir}/: run `make ingest` first")
+    ingest_dir = require_output(config, "ingest")
+    out_dir = stage_dir(config, STAGE)
     inputs = {"ingest_manifest_sha256": manifest_hash(ingest_dir)}
     extra = Path(config.tokenizer.extra_corpus) if config.tokenizer.extra_corpus else None
     if extra is not None:
         if not extra.exists():
-            raise FileNotFoundError(f"tokenizer.extra_corpus not found: {extra}")
+            raise MissingInputError(f"tokenizer.extra_corpus not found: {extra}")
         inputs["extra_corpus_sha256"] = sha256_file(extra) if extra.is_file() else f"folder:{extra.resolve()}"
     config_hash = config.section_hash("tokenizer")
     outputs = [VOCABULARY_FILE, SETTINGS_FILE, LABELS_FILE] + [f"{s}_{k}.npy" for s in SPLITS for k in ("ids", "labels")]
@@ -254,6 +253,8 @@ def run(config: Config, force: bool = False) -> Path:
     frames = {split: pd.read_parquet(ingest_dir / f"{split}.parquet") for split in SPLITS}
     corpus = list(frames["train"]["text"])
     if extra is not None:
+        from pipeline.ingest import read_unlabeled_texts  # reading archives is ingestion's job; only here
+
         corpus += read_unlabeled_texts(extra, config.tokenizer.max_extra_texts)
     print(f"tokenize: learning a {config.tokenizer.vocabulary_size:,}-token WordPiece vocabulary "
           f"from {len(corpus):,} texts ...", flush=True)
@@ -285,7 +286,7 @@ def run(config: Config, force: bool = False) -> Path:
             learn_seconds=round(learn_seconds, 1),
             **stats,
         )
-        atomic_write_json(staging / "manifest.json", manifest)
+        write_manifest(staging, manifest)
     rates = ", ".join(f"{s} {stats['unknown_token_rate'][s]:.2%} unk / {stats['truncated_fraction'][s]:.1%} truncated"
                       for s in SPLITS)
     print(f"tokenize: read {sum(len(f) for f in frames.values()):,} reviews from {ingest_dir}/; wrote "

@@ -1,8 +1,11 @@
-"""MLflow plumbing: where runs go, what every run logs, and a per-epoch metrics callback.
+"""MLflow conventions: where runs go, what every run logs, the tags that tie runs together and the queries.
 
 The tracking URI is ``tracking.tracking_uri`` if set, else ``$MLFLOW_TRACKING_URI``, else the
 embedded SQLite store ``sqlite:///mlflow.db`` in the working directory (the project root
 when run from ``make``).
+
+Tag names and values are defined here and nowhere else, and this is the only module that
+writes an MLflow filter string; stages call the named queries below.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import mlflow
 
 from pipeline.artifacts import code_version
 from pipeline.config import Config
+from pipeline.errors import PipelineError
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 CHAMPION_ALIAS = "champion"
@@ -57,9 +61,100 @@ def flat_params(config: Config) -> dict[str, Any]:
     return params
 
 
+# --------------------------------------------------------------------------- tags
+
+STAGE_TAG = "pipeline_stage"             # which stage made a run: one of the three values below
+TRAIN_STAGE, COMPARE_STAGE, BASELINE_STAGE = "train", "compare", "baseline"
+COMPARE_KEY_TAG = "compare_key"          # a comparison's identity: factor, config hash, tokenizer hash
+FACTOR_TAG = "factor"                    # on a comparison: the config key it varies
+VARIANT_TAG = "variant"                  # on a baseline child: "baseline"
+MEMBERS_TAG = "model_run_ids"            # on a comparison: its model runs, comma-separated
+CHAMPION_POOL_TAG = "champion_pool"      # on a comparison: "true" when `make register` picks from its runs
+PARENT_RUN_TAG = "mlflow.parentRunId"    # MLflow's own: shows a run under its parent in the UI
+
+
 def standard_tags(config: Config, config_hash: str, stage: str, **extra: str) -> dict[str, str]:
-    return {"pipeline_stage": stage, "pooling": config.model.pooling, "position": config.model.position,
+    return {STAGE_TAG: stage, "pooling": config.model.pooling, "position": config.model.position,
             "config_hash": config_hash, "code_version": code_version(), **extra}
+
+
+def comparison_tags(key: str, factor: str, variants, seeds, champion_pool: bool) -> dict[str, str]:
+    return {STAGE_TAG: COMPARE_STAGE, COMPARE_KEY_TAG: key, FACTOR_TAG: factor, "variants": ",".join(variants),
+            "seeds": ",".join(map(str, seeds)), CHAMPION_POOL_TAG: str(champion_pool).lower()}
+
+
+def baseline_tags(key: str) -> dict[str, str]:
+    return {STAGE_TAG: BASELINE_STAGE, VARIANT_TAG: BASELINE_STAGE, COMPARE_KEY_TAG: key}
+
+
+def set_members(run_ids: list[str]) -> None:
+    """Record on the active comparison run which model runs belong to it."""
+    mlflow.set_tag(MEMBERS_TAG, ",".join(run_ids))
+
+
+def adopt_child(run_id: str, parent_id: str) -> None:
+    """Show ``run_id`` under ``parent_id`` unless it already has a parent.
+
+    A run trained on its own (`make train`) joins the comparison. A run already under another
+    comparison (runs shared by the pooling comparison and the position ablation) keeps its
+    parent; the ``MEMBERS_TAG`` of each comparison lists all of its runs.
+    """
+    client = mlflow.tracking.MlflowClient()
+    if PARENT_RUN_TAG not in client.get_run(run_id).data.tags:
+        client.set_tag(run_id, PARENT_RUN_TAG, parent_id)
+
+
+# --------------------------------------------------------------------------- queries
+
+
+def _find_runs(config: Config, tags: dict[str, str], finished: bool = False, limit: int | None = 1) -> list:
+    """Runs of the experiment carrying every tag in ``tags``, newest first."""
+    clauses = [f"tags.`{name}` = '{value}'" for name, value in tags.items()]
+    if finished:
+        clauses.append("attributes.status = 'FINISHED'")
+    return mlflow.search_runs(experiment_names=[config.tracking.experiment_name], output_format="list",
+                              filter_string=" and ".join(clauses), order_by=["attributes.start_time DESC"],
+                              **({"max_results": limit} if limit else {}))
+
+
+def latest_training_run_id(config: Config) -> str:
+    """The newest finished training run of the experiment."""
+    runs = _find_runs(config, {STAGE_TAG: TRAIN_STAGE}, finished=True)
+    if not runs:
+        raise PipelineError(f"no finished training run in MLflow experiment {config.tracking.experiment_name!r}: "
+                            "run `make train` first (or pass --run RUN_ID)")
+    return runs[0].info.run_id
+
+
+def find_comparison_run_id(config: Config, key: str) -> str | None:
+    """The comparison run with this key, to resume or extend; None when there is none yet."""
+    runs = _find_runs(config, {STAGE_TAG: COMPARE_STAGE, COMPARE_KEY_TAG: key})
+    return runs[0].info.run_id if runs else None
+
+
+def find_baseline_run(config: Config, key: str):
+    """The finished baseline child of the comparison with this key, or None."""
+    runs = _find_runs(config, {STAGE_TAG: BASELINE_STAGE, COMPARE_KEY_TAG: key}, finished=True)
+    return runs[0] if runs else None
+
+
+def latest_champion_comparison(config: Config):
+    """The newest comparison whose model runs are candidates for `make register`."""
+    runs = _find_runs(config, {STAGE_TAG: COMPARE_STAGE, CHAMPION_POOL_TAG: "true"})
+    if not runs:
+        raise PipelineError(f"no pooling comparison in MLflow experiment {config.tracking.experiment_name!r}: "
+                            "run `make compare` first (finished runs are reused)")
+    return runs[0]
+
+
+def comparison_members(comparison) -> list:
+    """The model runs a comparison lists in ``MEMBERS_TAG``."""
+    member_ids = [i for i in comparison.data.tags.get(MEMBERS_TAG, "").split(",") if i]
+    if not member_ids:
+        raise PipelineError(f"comparison run {comparison.info.run_id} lists no model runs: it did not finish; "
+                            "rerun `make compare`")
+    client = mlflow.tracking.MlflowClient()
+    return [client.get_run(run_id) for run_id in member_ids]
 
 
 class MLflowEpochLogger(keras.callbacks.Callback):

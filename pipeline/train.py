@@ -1,23 +1,28 @@
 """Training stage: the Transformer classifier on tokenized IMDB, tracked in MLflow.
 
-Reads:  ``data/tokenize/`` (ids, labels, vocabulary, manifest).
+Reads:  ``data/tokenize/`` (ids, labels, vocabulary, manifest) and ``data/ingest/`` (logged as
+        the run's datasets).
 Writes: ``data/train/<pooling>-<position>-seed<seed>-<hash>/`` holding ``model.keras``,
         the tokenizer files, ``history.json``, ``training_curves.png`` and ``manifest.json``
         (with the MLflow run id); the same run in MLflow with params, tags, per-epoch
         metrics, the curves, the dataset inputs and a pyfunc model scoring raw strings.
 
-A killed run resumes from its last finished epoch (``keras.callbacks.BackupAndRestore``)
-and continues the same MLflow run.
+``run`` reads top to bottom like this: skip when up to date; choose the hardware; load the
+data; build and compile the model; start (or resume) the MLflow run and log what goes in;
+fit; save the outputs. A killed run resumes from its last finished epoch
+(``keras.callbacks.BackupAndRestore``) and continues the same MLflow run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import keras
 import mlflow
@@ -25,14 +30,16 @@ import numpy as np
 import pandas as pd
 import tensorflow as tf
 
-from pipeline.artifacts import atomic_write_json, build_manifest, is_up_to_date, manifest_hash, read_manifest
+from pipeline.artifacts import build_manifest, is_up_to_date, manifest_hash, read_manifest, write_manifest
 from pipeline.config import Config
-from pipeline.inference import LABELS_FILE, SentimentClassifier, load_labels
+from pipeline.inference import SentimentClassifier
 from pipeline.model import build_model
-from pipeline.tokenization import PAD_ID, SETTINGS_FILE, VOCABULARY_FILE, TextEncoder, load_split
-from pipeline.tracking import MLflowEpochLogger, flat_params, setup_tracking, standard_tags
+from pipeline.stages import require_output, stage_dir
+from pipeline.text import LABELS_FILE, PAD_ID, load_labels
+from pipeline.tokenization import SETTINGS_FILE, VOCABULARY_FILE, TextEncoder, load_split
+from pipeline.tracking import TRAIN_STAGE, MLflowEpochLogger, flat_params, setup_tracking, standard_tags
 
-STAGE = "train"
+STAGE = TRAIN_STAGE
 MODEL_FILE = "model.keras"
 RUN_ID_FILE = "mlflow_run_id.txt"
 PYFUNC_REQUIREMENTS = ["tensorflow", "tensorflow-text", "keras>=3", "keras-hub", "mlflow", "pandas", "numpy"]
@@ -79,27 +86,24 @@ def learning_rate_schedule(config: Config, steps_per_epoch: int):
 
 
 def make_dataset(ids: np.ndarray, labels: np.ndarray, batch_size: int, shuffle_seed: int | None = None,
-                 shuffle_buffer: int = 0, num_classes: int = 2) -> tf.data.Dataset:
-    targets = np.asarray(labels, dtype=np.float32 if num_classes == 2 else np.int32)
-    dataset = tf.data.Dataset.from_tensor_slices((np.asarray(ids), targets))
+                 shuffle_buffer: int = 0) -> tf.data.Dataset:
+    """(ids, class index) batches; shuffled with ``shuffle_seed`` when one is given."""
+    dataset = tf.data.Dataset.from_tensor_slices((np.asarray(ids), np.asarray(labels, dtype=np.int32)))
     if shuffle_seed is not None:
         dataset = dataset.shuffle(min(shuffle_buffer, len(ids)) or len(ids), seed=shuffle_seed,
                                   reshuffle_each_iteration=True)
     return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
-def compile_model(model: keras.Model, config: Config, steps_per_epoch: int, num_classes: int = 2) -> keras.Model:
-    """AdamW + schedule; binary cross-entropy for two classes, sparse categorical for more.
+def compile_model(model: keras.Model, config: Config, steps_per_epoch: int) -> keras.Model:
+    """AdamW + schedule; sparse categorical cross-entropy on the softmax, for any number of classes.
 
     ``jit_compile`` stays off: XLA made a training step about 15x slower on this CPU.
     """
     optimizer = keras.optimizers.AdamW(learning_rate=learning_rate_schedule(config, steps_per_epoch),
                                        weight_decay=config.training.weight_decay, clipnorm=1.0)
-    if num_classes == 2:
-        loss, accuracy = "binary_crossentropy", keras.metrics.BinaryAccuracy(name="accuracy")
-    else:
-        loss, accuracy = "sparse_categorical_crossentropy", keras.metrics.SparseCategoricalAccuracy(name="accuracy")
-    model.compile(optimizer=optimizer, loss=loss, metrics=[accuracy], jit_compile=False)
+    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy",
+                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")], jit_compile=False)
     return model
 
 
@@ -138,149 +142,221 @@ def history_from_mlflow(run_id: str) -> dict[str, list[float]]:
     return history
 
 
-# --------------------------------------------------------------------------- stage entry point
+# --------------------------------------------------------------------------- stage steps
+
+
+@dataclass(frozen=True)
+class Hardware:
+    strategy: tf.distribute.Strategy
+    policy: str                 # Keras dtype policy
+    device: str                 # what is used, for people
+    devices: tuple[str, ...]    # every device TensorFlow sees
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    encoder: TextEncoder
+    labels: list[str]
+    train_rows: int
+    val_rows: int
+    train: tf.data.Dataset
+    val: tf.data.Dataset
+    steps_per_epoch: int
+    class_weight: dict[int, float] | None
+    tokens_per_epoch: int       # non-padding tokens in one pass over train
+
+
+@dataclass(frozen=True)
+class FitResult:
+    history: dict[str, list[float]]
+    val_loss: float
+    val_accuracy: float
+    train_seconds: float
 
 
 def run_directory(config: Config, tokenize_dir: Path) -> tuple[Path, str, dict[str, str]]:
     inputs = {"tokenize_manifest_sha256": manifest_hash(tokenize_dir)}
     config_hash = config.section_hash("model", "training")
     key = f"{run_name(config)}-{config_hash[:8]}-{inputs['tokenize_manifest_sha256'][:8]}"
-    return config.data_dir / STAGE / key, config_hash, inputs
+    return stage_dir(config, STAGE) / key, config_hash, inputs
+
+
+def prepare_run_directory(run_dir: Path, force: bool) -> None:
+    """Start clean when forced, unless a killed run left a backup to resume from."""
+    if force and not (run_dir / "backup").exists():
+        shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def prepare_hardware(config: Config) -> Hardware:
+    """Seed everything, pick the strategy and dtype policy, and say what was picked."""
+    keras.utils.set_random_seed(config.training.seed)
+    strategy, policy, device = choose_hardware(config.training.precision)
+    keras.mixed_precision.set_global_policy(policy)
+    devices = tuple(d.name.replace("/physical_device:", "") for d in tf.config.list_physical_devices())
+    print(f"train: devices {list(devices)}; using {device}, precision {policy}")
+    return Hardware(strategy, policy, device, devices)
+
+
+def load_training_data(config: Config, tokenize_dir: Path, replicas: int) -> TrainingData:
+    """The tokenized train and validation splits as shuffled/batched datasets."""
+    labels = load_labels(tokenize_dir)
+    train_ids, train_labels = load_split(tokenize_dir, "train")
+    val_ids, val_labels = load_split(tokenize_dir, "val")
+    if config.training.max_train_samples:
+        train_ids = train_ids[: config.training.max_train_samples]
+        train_labels = train_labels[: config.training.max_train_samples]
+    batch_size = config.training.batch_size * replicas
+    return TrainingData(
+        encoder=TextEncoder.load(tokenize_dir), labels=labels, train_rows=len(train_ids), val_rows=len(val_ids),
+        train=make_dataset(train_ids, train_labels, batch_size, config.training.seed, config.training.shuffle_buffer),
+        val=make_dataset(val_ids, val_labels, batch_size * 4),
+        steps_per_epoch=-(-len(train_ids) // batch_size),
+        class_weight=balanced_class_weights(train_labels, len(labels)) if config.training.class_weights else None,
+        tokens_per_epoch=int((np.asarray(train_ids) != PAD_ID).sum()),
+    )
+
+
+def build_and_compile(config: Config, data: TrainingData, hardware: Hardware) -> keras.Model:
+    with hardware.strategy.scope():
+        model = build_model(config.model, data.encoder.vocabulary_size, data.encoder.settings.max_sequence_length,
+                            len(data.labels))
+        return compile_model(model, config, data.steps_per_epoch)
+
+
+@contextlib.contextmanager
+def start_or_resume_run(config: Config, run_dir: Path) -> Iterator[tuple[str, bool]]:
+    """The MLflow run of ``run_dir``: the one a killed run left (with its backup), else a new one.
+
+    Yields ``(run_id, resumed)``; nested under the active run when there is one (a comparison).
+    """
+    setup_tracking(config)
+    run_id_path = run_dir / RUN_ID_FILE
+    resume_run_id = run_id_path.read_text().strip() if run_id_path.is_file() and (run_dir / "backup").exists() else None
+    with mlflow.start_run(run_id=resume_run_id, run_name=None if resume_run_id else run_name(config),
+                          nested=mlflow.active_run() is not None) as active:
+        run_id_path.write_text(active.info.run_id)
+        if resume_run_id:
+            print(f"train: resuming MLflow run {resume_run_id} from {run_dir}/backup")
+        yield active.info.run_id, resume_run_id is not None
+
+
+def log_run_inputs(config: Config, data: TrainingData, hardware: Hardware, model: keras.Model, config_hash: str,
+                   inputs: dict[str, str], tokenize_dir: Path) -> None:
+    """Params, tags, the datasets and the token-length plot of a new run."""
+    mlflow.log_params({**flat_params(config), "device": hardware.device, "precision_policy": hardware.policy,
+                       "vocabulary_size": data.encoder.vocabulary_size, "train_rows": data.train_rows,
+                       "num_classes": len(data.labels), "class_weight": str(data.class_weight),
+                       "parameters": model.count_params()})
+    mlflow.set_tags(standard_tags(config, config_hash, STAGE, device=hardware.device, precision=hardware.policy,
+                                  devices=",".join(hardware.devices),
+                                  tokenize_manifest=inputs["tokenize_manifest_sha256"][:16],
+                                  ingest_manifest=read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"][:16]))
+    ingest_dir = stage_dir(config, "ingest")
+    for split, context in (("train", "training"), ("val", "validation")):
+        frame = pd.read_parquet(ingest_dir / f"{split}.parquet", columns=["review_id", "label", "rating"])
+        mlflow.log_input(mlflow.data.from_pandas(frame, source=str(ingest_dir / f"{split}.parquet"),
+                                                 name=f"imdb-{split}", targets="label"), context=context)
+    mlflow.log_artifact(str(tokenize_dir / "token_lengths.png"), "data")
+
+
+def fit(model: keras.Model, data: TrainingData, config: Config, run_dir: Path, run_id: str,
+        extra_callbacks: Sequence[keras.callbacks.Callback] = ()) -> FitResult:
+    """Train with resume, early stopping (best weights restored) and per-epoch MLflow metrics."""
+    callbacks = [
+        keras.callbacks.BackupAndRestore(str(run_dir / "backup"), delete_checkpoint=True),
+        keras.callbacks.EarlyStopping(monitor="val_loss", patience=config.training.early_stopping_patience,
+                                      restore_best_weights=True),
+        MLflowEpochLogger(data.tokens_per_epoch),
+        *extra_callbacks,
+    ]
+    fit_started = time.perf_counter()
+    model.fit(data.train, validation_data=data.val, epochs=config.training.epochs, callbacks=callbacks,
+              class_weight=data.class_weight, shuffle=False,  # data.train is already shuffled by tf.data
+              verbose=1 if os.environ.get("PIPELINE_QUIET") is None else 2)
+    train_seconds = time.perf_counter() - fit_started
+    val_loss, val_accuracy = model.evaluate(data.val, verbose=0)
+    history = history_from_mlflow(run_id)
+    best_epoch = int(np.argmin(history["val_loss"])) if history["val_loss"] else 0
+    mlflow.log_metrics({"best_val_loss": float(val_loss), "best_val_accuracy": float(val_accuracy),
+                        "train_seconds": train_seconds, "best_epoch": best_epoch})
+    return FitResult(history, float(val_loss), float(val_accuracy), train_seconds)
 
 
 def log_pyfunc_model(run_dir: Path, example_texts: Sequence[str]) -> str:
-    """Log the pyfunc model (Keras file + tokenizer inside its artifacts); returns its model URI."""
-    package_dir = Path(__file__).resolve().parent
+    """Log the pyfunc model (Keras file + tokenizer as its artifacts); returns its model URI.
+
+    The logged instance is empty: MLflow pickles it, and the Keras model is loaded from the
+    artifacts by ``load_context``, not pickled into it.
+    """
+    artifacts = SentimentClassifier.artifacts(run_dir / MODEL_FILE, run_dir / "tokenizer")
     example = pd.DataFrame({"text": list(example_texts)})
-    # The signature comes from a loaded copy; the logged instance must stay empty so the
-    # Keras model is not cloudpickled into it (it is loaded from the artifacts instead).
-    loaded = SentimentClassifier()
-    loaded.load_context(type("Context", (), {"artifacts": {
-        "keras_model": str(run_dir / MODEL_FILE), "tokenizer": str(run_dir / "tokenizer")}})())
-    signature = mlflow.models.infer_signature(example, loaded.predict(None, example))
+    loaded = SentimentClassifier.from_paths(run_dir / MODEL_FILE, run_dir / "tokenizer")
     info = mlflow.pyfunc.log_model(
         name="model",
         python_model=SentimentClassifier(),
-        artifacts={"keras_model": str(run_dir / MODEL_FILE), "tokenizer": str(run_dir / "tokenizer")},
-        code_paths=[str(package_dir)],
-        signature=signature,
+        artifacts=artifacts,
+        code_paths=[str(Path(__file__).resolve().parent)],
+        signature=mlflow.models.infer_signature(example, loaded.predict(None, example)),
         input_example=example,
         pip_requirements=PYFUNC_REQUIREMENTS,
     )
     return info.model_uri
 
 
+def save_outputs(config: Config, run_dir: Path, model: keras.Model, tokenize_dir: Path, run_id: str,
+                 result: FitResult, hardware: Hardware, config_hash: str, inputs: dict[str, str]) -> dict:
+    """``model.keras``, the tokenizer copy, history and curves, the pyfunc model, then the manifest last."""
+    model_path = run_dir / MODEL_FILE
+    tmp_path = run_dir / f".{MODEL_FILE}.tmp.keras"
+    model.save(tmp_path)
+    os.replace(tmp_path, model_path)
+    tokenizer_dir = run_dir / "tokenizer"
+    tokenizer_dir.mkdir(exist_ok=True)
+    for name in (VOCABULARY_FILE, SETTINGS_FILE, LABELS_FILE):
+        shutil.copy2(tokenize_dir / name, tokenizer_dir / name)
+    curves = plot_training_curves(result.history, run_dir / "training_curves.png", run_name(config))
+    mlflow.log_artifact(str(curves), "plots")
+    (run_dir / "history.json").write_text(json.dumps(result.history, indent=2))
+    model_uri = log_pyfunc_model(run_dir, ["A wonderful, moving film.", "Dull and far too long."])
+    manifest = build_manifest(
+        STAGE, config_hash, inputs, {k: v for k, v in config.to_dict().items() if k in ("model", "training")},
+        mlflow_run_id=run_id, model_uri=model_uri, tracking_uri=mlflow.get_tracking_uri(),
+        device=hardware.device, precision=hardware.policy, train_seconds=round(result.train_seconds, 1),
+        best_val_accuracy=result.val_accuracy, best_val_loss=result.val_loss,
+        epochs_run=len(result.history["loss"]), parameters=model.count_params(),
+    )
+    write_manifest(run_dir, manifest)
+    return manifest
+
+
+# --------------------------------------------------------------------------- stage entry point
+
+
 def run(config: Config, force: bool = False, extra_callbacks: Sequence[keras.callbacks.Callback] = ()) -> Path:
     """Train one model; returns its folder. Skips when an identical finished run exists."""
     started = time.perf_counter()
-    tokenize_dir = config.data_dir / "tokenize"
-    if not (tokenize_dir / "manifest.json").is_file():
-        raise FileNotFoundError(f"no tokenize output in {tokenize_dir}/: run `make tokenize` first")
+    tokenize_dir = require_output(config, "tokenize")
     run_dir, config_hash, inputs = run_directory(config, tokenize_dir)
     if not force and is_up_to_date(run_dir, config_hash, inputs, [MODEL_FILE]):
-        manifest = read_manifest(run_dir)
-        print(f"train: up to date, nothing to do ({run_dir}/, MLflow run {manifest['mlflow_run_id']})")
+        print(f"train: up to date, nothing to do ({run_dir}/, MLflow run {read_manifest(run_dir)['mlflow_run_id']})")
         return run_dir
-    if force and not (run_dir / "backup").exists():
-        shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
-
-    keras.utils.set_random_seed(config.training.seed)
-    strategy, policy, device = choose_hardware(config.training.precision)
-    keras.mixed_precision.set_global_policy(policy)
-    devices = [d.name.replace("/physical_device:", "") for d in tf.config.list_physical_devices()]
-    print(f"train: devices {devices}; using {device}, precision {policy}")
-
-    encoder = TextEncoder.load(tokenize_dir)
-    labels = load_labels(tokenize_dir)
-    num_classes = len(labels)
-    train_ids, train_labels = load_split(tokenize_dir, "train")
-    val_ids, val_labels = load_split(tokenize_dir, "val")
-    if config.training.max_train_samples:
-        train_ids = train_ids[: config.training.max_train_samples]
-        train_labels = train_labels[: config.training.max_train_samples]
-    replicas = strategy.num_replicas_in_sync
-    batch_size = config.training.batch_size * replicas
-    steps_per_epoch = -(-len(train_ids) // batch_size)
-    train_data = make_dataset(train_ids, train_labels, batch_size, config.training.seed, config.training.shuffle_buffer,
-                              num_classes)
-    val_data = make_dataset(val_ids, val_labels, batch_size * 4, num_classes=num_classes)
-    class_weight = balanced_class_weights(train_labels, num_classes) if config.training.class_weights else None
-    tokens_per_epoch = int((np.asarray(train_ids) != PAD_ID).sum())
-
-    with strategy.scope():
-        model = build_model(config.model, encoder.vocabulary_size, encoder.settings.max_sequence_length, num_classes)
-        compile_model(model, config, steps_per_epoch, num_classes)
-
-    setup_tracking(config)
-    run_id_path = run_dir / RUN_ID_FILE
-    resume_run_id = run_id_path.read_text().strip() if run_id_path.is_file() and (run_dir / "backup").exists() else None
-    parent = mlflow.active_run()
-    with mlflow.start_run(run_id=resume_run_id, run_name=None if resume_run_id else run_name(config),
-                          nested=parent is not None) as active:
-        run_id = active.info.run_id
-        run_id_path.write_text(run_id)
-        if resume_run_id:
-            print(f"train: resuming MLflow run {run_id} from {run_dir}/backup")
-        else:
-            mlflow.log_params({**flat_params(config), "device": device, "precision_policy": policy,
-                               "vocabulary_size": encoder.vocabulary_size, "train_rows": len(train_ids),
-                               "num_classes": num_classes, "class_weight": str(class_weight),
-                               "parameters": model.count_params()})
-            mlflow.set_tags(standard_tags(config, config_hash, STAGE, device=device, precision=policy,
-                                          devices=",".join(devices),
-                                          tokenize_manifest=inputs["tokenize_manifest_sha256"][:16],
-                                          ingest_manifest=read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"][:16]))
-            ingest_dir = config.data_dir / "ingest"
-            for split, context in (("train", "training"), ("val", "validation")):
-                frame = pd.read_parquet(ingest_dir / f"{split}.parquet", columns=["review_id", "label", "rating"])
-                mlflow.log_input(mlflow.data.from_pandas(frame, source=str(ingest_dir / f"{split}.parquet"),
-                                                         name=f"imdb-{split}", targets="label"), context=context)
-            mlflow.log_artifact(str(tokenize_dir / "token_lengths.png"), "data")
-
-        callbacks = [
-            keras.callbacks.BackupAndRestore(str(run_dir / "backup"), delete_checkpoint=True),
-            keras.callbacks.EarlyStopping(monitor="val_loss", patience=config.training.early_stopping_patience,
-                                          restore_best_weights=True),
-            MLflowEpochLogger(tokens_per_epoch),
-            *extra_callbacks,
-        ]
-        fit_started = time.perf_counter()
-        model.fit(train_data, validation_data=val_data, epochs=config.training.epochs, callbacks=callbacks,
-                  class_weight=class_weight, shuffle=False,  # train_data is already shuffled by tf.data
-                  verbose=1 if os.environ.get("PIPELINE_QUIET") is None else 2)
-        train_seconds = time.perf_counter() - fit_started
-
-        val_loss, val_accuracy = model.evaluate(val_data, verbose=0)
-        history = history_from_mlflow(run_id)
-        best_epoch = int(np.argmin(history["val_loss"])) if history["val_loss"] else 0
-        mlflow.log_metrics({"best_val_loss": float(val_loss), "best_val_accuracy": float(val_accuracy),
-                            "train_seconds": train_seconds, "best_epoch": best_epoch})
-
-        model_path = run_dir / MODEL_FILE
-        tmp_path = run_dir / f".{MODEL_FILE}.tmp.keras"
-        model.save(tmp_path)
-        os.replace(tmp_path, model_path)
-        tokenizer_dir = run_dir / "tokenizer"
-        tokenizer_dir.mkdir(exist_ok=True)
-        for name in (VOCABULARY_FILE, SETTINGS_FILE, LABELS_FILE):
-            shutil.copy2(tokenize_dir / name, tokenizer_dir / name)
-        curves = plot_training_curves(history, run_dir / "training_curves.png", run_name(config))
-        mlflow.log_artifact(str(curves), "plots")
-        (run_dir / "history.json").write_text(json.dumps(history, indent=2))
-        model_uri = log_pyfunc_model(run_dir, ["A wonderful, moving film.", "Dull and far too long."])
-        manifest = build_manifest(
-            STAGE, config_hash, inputs, {k: v for k, v in config.to_dict().items() if k in ("model", "training")},
-            mlflow_run_id=run_id, model_uri=model_uri, tracking_uri=mlflow.get_tracking_uri(),
-            device=device, precision=policy, train_seconds=round(train_seconds, 1),
-            best_val_accuracy=float(val_accuracy), best_val_loss=float(val_loss),
-            epochs_run=len(history["loss"]), parameters=model.count_params(),
-        )
-        atomic_write_json(run_dir / "manifest.json", manifest)
-    keras.mixed_precision.set_global_policy("float32")
-    print(f"train: read {len(train_ids):,} train / {len(val_ids):,} val rows from {tokenize_dir}/; wrote "
-          f"{run_dir}/{MODEL_FILE} and MLflow run {run_id}: val_accuracy {val_accuracy:.4f} after "
-          f"{len(history['loss'])} epochs in {time.perf_counter() - started:.0f}s on {device} ({policy})")
+    prepare_run_directory(run_dir, force)
+    hardware = prepare_hardware(config)
+    try:
+        data = load_training_data(config, tokenize_dir, hardware.strategy.num_replicas_in_sync)
+        model = build_and_compile(config, data, hardware)
+        with start_or_resume_run(config, run_dir) as (run_id, resumed):
+            if not resumed:
+                log_run_inputs(config, data, hardware, model, config_hash, inputs, tokenize_dir)
+            result = fit(model, data, config, run_dir, run_id, extra_callbacks)
+            save_outputs(config, run_dir, model, tokenize_dir, run_id, result, hardware, config_hash, inputs)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    print(f"train: read {data.train_rows:,} train / {data.val_rows:,} val rows from {tokenize_dir}/; wrote "
+          f"{run_dir}/{MODEL_FILE} and MLflow run {run_id}: val_accuracy {result.val_accuracy:.4f} after "
+          f"{len(result.history['loss'])} epochs in {time.perf_counter() - started:.0f}s on {hardware.device} "
+          f"({hardware.policy})")
     return run_dir
 
 

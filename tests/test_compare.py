@@ -180,3 +180,29 @@ def test_position_ablation_shares_runs_without_stealing_them(comparison, capsys)
     registry.run(config)  # still registers from the pooling comparison's runs
     champion = client.get_model_version_by_alias("smoke-sentiment", "champion")
     assert champion.run_id in pooling["summary"]["first_token"]["run_ids"] + pooling["summary"]["mean"]["run_ids"]
+
+
+def test_force_retrains_every_child_and_registers_a_new_version(comparison, capsys):
+    """Last in this module: --force replaces the comparison's runs (the parent stays the same)."""
+    import argparse
+
+    from pipeline import registry
+
+    config, _ = comparison
+    before = json.loads((config.reports_dir / "comparison.json").read_text())
+    compare.main(config, argparse.Namespace(factor="pooling", force=True))
+    output = capsys.readouterr().out
+    assert "up to date" not in output and output.count("train: read") == 4
+    after = json.loads((config.reports_dir / "comparison.json").read_text())
+    assert after["parent_run_id"] == before["parent_run_id"]
+    runs_before = set(before["summary"]["first_token"]["run_ids"] + before["summary"]["mean"]["run_ids"])
+    runs_after = set(after["summary"]["first_token"]["run_ids"] + after["summary"]["mean"]["run_ids"])
+    assert len(runs_after) == 4 and runs_before.isdisjoint(runs_after)
+    assert after["summary"]["baseline"]["run_ids"] != before["summary"]["baseline"]["run_ids"]
+
+    client = mlflow.tracking.MlflowClient()
+    registry.run(config)
+    version = int(client.get_model_version_by_alias("smoke-sentiment", "champion").version)
+    registry.main(config, argparse.Namespace(force=True))
+    champion = client.get_model_version_by_alias("smoke-sentiment", "champion")
+    assert int(champion.version) == version + 1 and champion.run_id in runs_after

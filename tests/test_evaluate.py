@@ -18,7 +18,8 @@ def test_length_bucket_accuracy_marks_truncated_buckets():
 
 
 def test_most_confident_errors_are_wrong_and_sorted():
-    probabilities, names = np.array([0.1, 0.95, 0.8, 0.6]), ["negative", "positive"]
+    positive, names = np.array([0.1, 0.95, 0.8, 0.6]), ["negative", "positive"]
+    probabilities = np.column_stack([1 - positive, positive])
     frame = pd.DataFrame({"review_id": range(4), "source_file": list("abcd"), "label": [1, 0, 1, 0],
                           "text": ["x", "y", "z", "w"]})
     predictions = evaluate.prediction_frame(frame["source_file"], frame["label"].to_numpy(), probabilities, names)

@@ -9,6 +9,8 @@ import pytest
 from pipeline import ingest
 from pipeline.__main__ import main as cli_main
 from pipeline.config import load_config
+from pipeline.errors import PipelineError
+from pipeline.text import clean_text
 from tests.conftest import (
     PROJECT_ROOT, REAL_ARCHIVE, add_member, make_archive, requires_real_archive,
 )
@@ -20,7 +22,7 @@ def read_splits(out_dir: Path) -> dict[str, pd.DataFrame]:
 
 def test_clean_text_turns_breaks_into_newlines_and_normalises():
     decomposed = "Cafe\u0301"  # e + combining acute accent
-    assert ingest.clean_text(f"  Good.<br /><br />{decomposed} <BR>x  ") == "Good.\n\nCaf\u00e9 \nx"
+    assert clean_text(f"  Good.<br /><br />{decomposed} <BR>x  ") == "Good.\n\nCaf\u00e9 \nx"
 
 
 def test_decode_review_replaces_bad_bytes():
@@ -126,7 +128,7 @@ def test_download_with_wrong_md5_keeps_nothing(tiny_imdb_archive, tmp_path):
 def test_offline_error_names_the_environment_variable(tmp_path):
     config = load_config(None, [f"paths.data_dir={tmp_path / 'data'}",
                                 "data.download_url=http://127.0.0.1:9/aclImdb_v1.tar.gz"])
-    with pytest.raises(RuntimeError, match="IMDB_ARCHIVE"):
+    with pytest.raises(PipelineError, match="IMDB_ARCHIVE"):
         ingest.resolve_source(config)
 
 

@@ -5,11 +5,16 @@ from sklearn.metrics import accuracy_score, roc_auc_score
 from pipeline.metrics import binary_metrics, expected_calibration_error, mcnemar_exact, paired_bootstrap_difference
 
 
+def two_class(positive: np.ndarray) -> np.ndarray:
+    """[N] probabilities of class 1 as the package's [N, 2] shape."""
+    return np.column_stack([1.0 - positive, positive])
+
+
 def test_binary_metrics_agree_with_sklearn():
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, 500)
     probabilities = np.clip(labels * 0.6 + rng.random(500) * 0.4, 0, 1)
-    result = binary_metrics(labels, probabilities)
+    result = binary_metrics(labels, two_class(probabilities))
     assert result["accuracy"] == pytest.approx(accuracy_score(labels, probabilities >= 0.5))
     assert result["roc_auc"] == pytest.approx(roc_auc_score(labels, probabilities))
     assert set(result) == {"accuracy", "precision", "recall", "f1", "roc_auc", "pr_auc", "log_loss", "brier", "ece"}
@@ -19,8 +24,8 @@ def test_expected_calibration_error_hand_example():
     # four predictions at confidence 0.9 of which half are right -> |0.5 - 0.9| = 0.4
     labels = np.array([1, 0, 1, 0])
     probabilities = np.array([0.9, 0.9, 0.9, 0.9])
-    assert expected_calibration_error(labels, probabilities) == pytest.approx(0.4)
-    assert expected_calibration_error(np.array([1, 0]), np.array([1.0, 0.0])) == pytest.approx(0.0)
+    assert expected_calibration_error(labels, two_class(probabilities)) == pytest.approx(0.4)
+    assert expected_calibration_error(np.array([1, 0]), two_class(np.array([1.0, 0.0]))) == pytest.approx(0.0)
 
 
 def test_mcnemar_known_answer():

@@ -4,7 +4,7 @@ import keras
 
 from pipeline.config import ModelConfig
 from pipeline.model import FirstTokenPooling, MaskedMeanPooling, PaddingMask, build_model, last_block_attention
-from pipeline.tokenization import CLS_ID, PAD_ID
+from pipeline.text import CLS_ID, PAD_ID
 
 VOCABULARY_SIZE, MAX_LENGTH = 50, 32
 

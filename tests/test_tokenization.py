@@ -7,7 +7,8 @@ import pytest
 
 from pipeline import ingest, tokenization
 from pipeline.config import load_config
-from pipeline.tokenization import CLS_ID, PAD_ID, UNK_ID, EncoderSettings, TextEncoder, truncate_and_pad
+from pipeline.text import CLS_ID, PAD_ID, UNK_ID
+from pipeline.tokenization import EncoderSettings, TextEncoder, truncate_and_pad
 from tests.conftest import PROJECT_ROOT, REAL_ARCHIVE, requires_real_archive
 
 

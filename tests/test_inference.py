@@ -1,0 +1,87 @@
+"""One prediction shape, models saved before it, and a scoring path free of ingestion and scikit-learn."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline.inference import SentimentClassifier, output_columns, output_frame
+from pipeline.predictions import as_class_probabilities, predicted_and_confidence, probability_columns
+from tests.conftest import PROJECT_ROOT
+
+LEGACY = PROJECT_ROOT / "tests" / "data" / "legacy_binary_model"
+
+
+def test_legacy_sigmoid_output_becomes_two_class_probabilities():
+    converted = as_class_probabilities(np.array([[0.2], [0.9]], dtype=np.float32))
+    np.testing.assert_allclose(converted, [[0.8, 0.2], [0.1, 0.9]], rtol=1e-6)
+    softmax = np.array([[0.1, 0.3, 0.6]], dtype=np.float32)
+    np.testing.assert_array_equal(as_class_probabilities(softmax), softmax)
+    with pytest.raises(ValueError, match=r"\[N, k\]"):
+        as_class_probabilities(np.array([0.2, 0.9]))
+
+
+def test_one_prediction_rule_for_two_and_more_classes():
+    predicted, confidence = predicted_and_confidence(np.array([[0.3, 0.7], [0.6, 0.4], [0.5, 0.5]]))
+    assert predicted.tolist() == [1, 0, 0] and confidence.tolist() == pytest.approx([0.7, 0.6, 0.5])
+    predicted, confidence = predicted_and_confidence(np.array([[0.2, 0.5, 0.3], [0.1, 0.1, 0.8]]))
+    assert predicted.tolist() == [1, 2] and confidence.tolist() == pytest.approx([0.5, 0.8])
+
+
+def test_named_columns_only_at_the_edge():
+    two = np.array([[0.3, 0.7]])
+    assert list(probability_columns(two, ["negative", "positive"])) == ["positive_probability"]
+    assert list(probability_columns(np.array([[0.2, 0.5, 0.3]]), ["a", "b", "c"])) == \
+        ["probability_a", "probability_b", "probability_c"]
+    frame = output_frame(two, ["negative", "positive"])
+    assert frame.to_dict("records") == [{"positive_probability": pytest.approx(0.7), "predicted_label": "positive"}]
+    assert output_columns(["neg", "pos"]) == ["positive_probability", "predicted_label"]
+    assert output_columns(["a", "b", "c"]) == ["probability_a", "probability_b", "probability_c", "predicted_label"]
+
+
+def test_model_saved_before_the_change_scores_the_same():
+    """tests/data/legacy_binary_model was trained and saved by the pipeline when two classes had one sigmoid unit;
+    expected.json holds what that code predicted."""
+    expected = json.loads((LEGACY / "expected.json").read_text())
+    classifier = SentimentClassifier.from_paths(LEGACY / "model.keras", LEGACY / "tokenizer")
+    scored = classifier.predict(None, pd.DataFrame({"text": expected["texts"]}))
+    np.testing.assert_allclose(scored["positive_probability"], expected["positive_probability"], atol=1e-6)
+    labels = np.where(np.asarray(expected["positive_probability"]) >= 0.5, "positive", "negative")
+    assert scored["predicted_label"].tolist() == labels.tolist()
+
+
+def test_pyfunc_loads_from_its_logged_artifact_names():
+    """MLflow calls load_context with the artifact names used by every model logged so far."""
+    context = type("Context", (), {"artifacts": {"keras_model": str(LEGACY / "model.keras"),
+                                                 "tokenizer": str(LEGACY / "tokenizer")}})()
+    classifier = SentimentClassifier()
+    classifier.load_context(context)
+    assert classifier.labels == ["negative", "positive"]
+    assert SentimentClassifier.artifacts("m.keras", "tok") == {"keras_model": "m.keras", "tokenizer": "tok"}
+
+
+def test_scoring_path_imports_no_ingestion_and_needs_no_sklearn(tmp_path):
+    """Keras imports scikit-learn when it is installed, so the check blocks it: the pyfunc model must load
+    and score without it, and without the ingestion, table, metrics or comparison modules."""
+    script = f"""
+import sys
+class BlockSklearn:
+    def find_spec(self, name, path=None, target=None):
+        if name == "sklearn" or name.startswith("sklearn."):
+            raise ImportError("scikit-learn is blocked in this test")
+sys.meta_path.insert(0, BlockSklearn())
+from pipeline.inference import SentimentClassifier
+import pandas as pd
+classifier = SentimentClassifier.from_paths({str(LEGACY / "model.keras")!r}, {str(LEGACY / "tokenizer")!r})
+print(classifier.predict(None, pd.DataFrame({{"text": ["superb", "awful"]}}))["predicted_label"].tolist())
+loaded = sorted(m for m in sys.modules if m.startswith(("sklearn", "pipeline.ingest", "pipeline.tables",
+                                                         "pipeline.metrics", "pipeline.compare")))
+print("LOADED", loaded)
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=PROJECT_ROOT,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "LOADED []" in result.stdout

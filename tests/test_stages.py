@@ -1,0 +1,102 @@
+"""The stage table: the CLI, `make help` and the README agree with it; --force and errors behave."""
+
+import json
+import re
+import subprocess
+
+import pytest
+
+from pipeline import stages
+from pipeline.__main__ import build_parser
+from pipeline.__main__ import main as cli_main
+from pipeline.errors import MissingInputError
+from tests.conftest import PROJECT_ROOT
+
+
+def subcommands() -> dict:
+    parser = build_parser()
+    action = next(a for a in parser._actions if a.dest == "stage")
+    return action.choices
+
+
+def test_cli_offers_every_stage_of_the_table_and_nothing_else():
+    assert set(subcommands()) == set(stages.STAGES)
+
+
+def test_force_is_offered_exactly_where_the_stage_honours_it():
+    for name, sub in subcommands().items():
+        options = {option for action in sub._actions for option in action.option_strings}
+        assert ("--force" in options) == stages.STAGES[name].force, name
+
+
+def test_every_stage_module_has_a_main_and_its_upstream_stages_exist():
+    import importlib
+
+    for stage in stages.STAGES.values():
+        assert callable(importlib.import_module(stage.module).main), stage.module
+        assert set(stage.reads) <= set(stages.STAGES), stage.name
+
+
+def test_readme_stage_table_lists_every_stage():
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    table = readme.split("## Stages", 1)[1].split("\n\n", 2)[1]
+    listed = set(re.findall(r"^\| `make ([a-z-]+)", table, flags=re.MULTILINE))
+    assert set(stages.STAGES) <= listed
+
+
+def test_make_help_lists_every_stage():
+    result = subprocess.run(["make", "-s", "help"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    listed = set(re.findall(r"^\s+make ([a-z-]+)\s", result.stdout, flags=re.MULTILINE))
+    assert set(stages.STAGES) <= listed
+
+
+def test_require_output_names_the_make_target(smoke_config):
+    with pytest.raises(MissingInputError, match=r"no tokenize output in .*: run `make tokenize` first"):
+        stages.require_output(smoke_config, "tokenize")
+    assert stages.stage_dir(smoke_config, "ingest") == smoke_config.data_dir / "ingest"
+
+
+def test_user_mistakes_are_one_line_and_bugs_keep_their_traceback(smoke_config, monkeypatch, capsys):
+    assert cli_main(["train", "--set", f"paths.data_dir={smoke_config.data_dir}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no tokenize output") and err.count("\n") == 1
+    assert cli_main(["ingest", "--set", "model.pooling=max"]) == 2
+    assert "model.pooling must be one of" in capsys.readouterr().err
+
+    from pipeline import registry
+
+    def bug(config, args):
+        raise KeyError("a bug, not a user's mistake")
+
+    monkeypatch.setattr(registry, "main", bug)
+    with pytest.raises(KeyError, match="a bug"):
+        cli_main(["register"])
+
+
+def test_bench_is_a_stage_with_one_line_errors(smoke_config, capsys):
+    code = cli_main(["bench", "--set", f"paths.data_dir={smoke_config.data_dir}"])
+    assert code == 2 and "run `make ingest` first" in capsys.readouterr().err
+    assert cli_main(["bench", "--rows", "0"]) == 2
+    assert "--rows and --repeat must be positive" in capsys.readouterr().err
+
+
+def test_force_reruns_ingest_tokenize_train_and_evaluate(smoke_config, capsys):
+    """Each stage says "up to date" on a second run and really reruns with --force."""
+    config_args = ["--config", str(PROJECT_ROOT / "configs" / "smoke.yaml"),
+                   "--set", f"data.archive={smoke_config.data.archive}",
+                   "--set", f"paths.data_dir={smoke_config.data_dir}",
+                   "--set", f"paths.reports_dir={smoke_config.reports_dir}",
+                   "--set", "training.epochs=1"]
+    for stage in ("ingest", "tokenize", "train", "evaluate"):
+        assert cli_main([stage, *config_args]) == 0, stage
+        capsys.readouterr()
+        assert cli_main([stage, *config_args]) == 0
+        assert "up to date" in capsys.readouterr().out, stage
+        manifest = smoke_config.data_dir / stage / "manifest.json"
+        before = manifest.stat().st_mtime_ns if manifest.is_file() else None
+        assert cli_main([stage, *config_args, "--force"]) == 0
+        output = capsys.readouterr().out
+        assert "up to date" not in output and f"{stage}: read" in output, stage
+        if before is not None:
+            assert manifest.stat().st_mtime_ns != before and json.loads(manifest.read_text())["stage"] == stage
