@@ -11,6 +11,9 @@ SET ?=
 DATA ?= data
 SET_ARGS := $(foreach s,$(SET),--set $(s))
 STAGE = $(PYTHON) -m pipeline $(1) --config $(CONFIG) $(SET_ARGS)
+# FORCE=1 reruns a stage that is up to date (stages that offer --force)
+FORCE ?=
+FORCE_ARG = $(if $(FORCE),--force)
 
 .DEFAULT_GOAL := help
 POOLING ?=
@@ -28,7 +31,7 @@ REPORTS ?= reports
 
 help: ## list every target with a one-line description
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z0-9_-]*:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "  variables: CONFIG=$(CONFIG) SET='section.key=value ...' IMDB_ARCHIVE=path"
+	@echo "  variables: CONFIG=$(CONFIG) SET='section.key=value ...' FORCE=1 IMDB_ARCHIVE=path"
 
 setup: ## create .venv/ and install the project with its test extras
 	python3 -m venv $(VENV)
@@ -41,27 +44,27 @@ all: ingest tokenize compare evaluate register ## ingest, tokenize, compare, eva
 ingest: $(DATA)/ingest/manifest.json ## IMDB archive -> data/ingest/{train,val,test}.parquet + manifest
 
 $(DATA)/ingest/manifest.json: FORCE
-	$(call STAGE,ingest)
+	$(call STAGE,ingest) $(FORCE_ARG)
 
 tokenize: $(DATA)/tokenize/manifest.json ## learn the WordPiece vocabulary on train, encode all splits -> data/tokenize/
 
 $(DATA)/tokenize/manifest.json: $(DATA)/ingest/manifest.json FORCE
-	$(call STAGE,tokenize)
+	$(call STAGE,tokenize) $(FORCE_ARG)
 
 train: $(DATA)/tokenize/manifest.json ## train one model (POOLING=first_token|mean), log it to MLflow -> data/train/
-	$(call STAGE,train)
+	$(call STAGE,train) $(FORCE_ARG)
 
 evaluate: ## score the test split with a run (RUN=latest|RUN_ID), log test_ metrics and plots -> reports/<run_id>/
-	$(call STAGE,evaluate) --run $(RUN)
+	$(call STAGE,evaluate) --run $(RUN) $(FORCE_ARG)
 
 compare: $(DATA)/tokenize/manifest.json ## first_token vs mean pooling x compare.seeds + TF-IDF baseline -> reports/comparison.{md,json,png}
-	$(call STAGE,compare) --factor pooling
+	$(call STAGE,compare) --factor pooling $(FORCE_ARG)
 
 ablate-position: $(DATA)/tokenize/manifest.json ## learned vs no position information, same protocol -> reports/ablation_position.*
-	$(call STAGE,compare) --factor position
+	$(call STAGE,compare) --factor position $(FORCE_ARG)
 
 register: ## register the best model (by validation accuracy) of the latest comparison as @champion
-	$(call STAGE,register)
+	$(call STAGE,register) $(FORCE_ARG)
 
 score: ## score a CSV: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=models:/imdb-sentiment@champion] [TEXT_COLUMN=text]
 	@test -n "$(INPUT)" -a -n "$(OUTPUT)" || { echo "usage: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=...] [TEXT_COLUMN=text]"; exit 2; }

@@ -11,6 +11,7 @@ Writes: ``reports/bench.json`` and one summary line:
 from __future__ import annotations
 
 import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 import resource
 import tempfile
 import time
@@ -24,23 +25,17 @@ from pipeline.errors import InputError
 from pipeline.stages import require_output
 
 
-def _score_in_fresh_process(config: Config, input_path: str, output_path: str, model_uri: str, queue) -> None:
+def _score_in_fresh_process(config: Config, input_path: str, output_path: str, model_uri: str) -> dict:
     from pipeline import score
 
     summary = score.run(config, input_path, output_path, model_uri=model_uri)
-    queue.put({**summary, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+    return {**summary, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def score_peak_memory(config: Config, input_path: Path, output_path: Path, model_uri: str) -> dict:
-    """Run ``score`` in a new interpreter and return its summary plus peak RSS in MiB."""
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    process = context.Process(target=_score_in_fresh_process,
-                              args=(config, str(input_path), str(output_path), model_uri, queue))
-    process.start()
-    result = queue.get()
-    process.join()
-    return result
+    """Run ``score`` in a new interpreter and return its summary plus peak RSS in MiB (its errors re-raised here)."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_score_in_fresh_process, config, str(input_path), str(output_path), model_uri).result()
 
 
 def run(config: Config, model_uri: str | None, rows: int, repeat: int) -> dict:

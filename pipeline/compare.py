@@ -15,7 +15,6 @@ re-running after a crash continues where it stopped.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
@@ -23,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.artifacts import atomic_write_json, atomic_write_text, manifest_hash, read_manifest
-from pipeline.config import Config
+from pipeline.config import FACTORS, Config
 from pipeline.errors import InputError
 from pipeline.metrics import classification_metrics, mcnemar_exact, paired_bootstrap_difference
 from pipeline.stages import require_output
@@ -39,19 +38,6 @@ from pipeline.tracking import (
     setup_tracking,
 )
 
-
-@dataclass(frozen=True)
-class Factor:
-    """What a comparison varies: a ``model`` config key, its two values, its report name, and
-    whether its runs are candidates for `make register` (an ablation's are not)."""
-
-    values: tuple[str, str]
-    report_name: str
-    champion_pool: bool
-
-
-FACTORS = {"pooling": Factor(("first_token", "mean"), "comparison", champion_pool=True),
-           "position": Factor(("learned", "none"), "ablation_position", champion_pool=False)}
 SIGNIFICANCE_LEVEL = 0.05
 SUMMARY_METRICS = ("test_accuracy", "test_f1", "test_roc_auc", "test_log_loss", "test_ece", "best_val_accuracy",
                    "train_seconds")
@@ -149,9 +135,9 @@ def run_baseline(config: Config, key: str, force: bool = False) -> dict:
     out_dir = config.reports_dir / f"baseline-{key}"
     predictions_path = out_dir / "test_predictions.parquet"
     if existing is not None and predictions_path.is_file():
-        run = existing
-        return {"variant": "baseline", "seed": None, "run_id": run.info.run_id, "predictions": pd.read_parquet(predictions_path),
-                "metrics": {k: v for k, v in run.data.metrics.items() if k in SUMMARY_METRICS}}
+        return {"variant": "baseline", "seed": None, "run_id": existing.info.run_id,
+                "predictions": pd.read_parquet(predictions_path),
+                "metrics": {k: v for k, v in existing.data.metrics.items() if k in SUMMARY_METRICS}}
     from pipeline.evaluate import prediction_frame
 
     ingest_dir = require_output(config, "ingest")
@@ -278,7 +264,7 @@ def run(config: Config, factor: str = "pooling", force: bool = False) -> Path:
     parent_id = find_comparison_run_id(config, key)
     with mlflow.start_run(run_id=parent_id, run_name=None if parent_id else f"compare-{factor}") as parent:
         parent_id = parent.info.run_id
-        mlflow.set_tags(comparison_tags(key, factor, variants, seeds, FACTORS[factor].champion_pool))
+        mlflow.set_tags(comparison_tags(key, factor, variants, seeds))
         if not parent.data.params:
             mlflow.log_params({k: v for k, v in flat_params(config).items() if k != f"model.{factor}"})
         children = [train_and_evaluate(config, factor, value, seed, parent_id, force)

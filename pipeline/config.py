@@ -107,6 +107,21 @@ POSITIONS = ("learned", "sinusoidal", "none")
 
 
 @dataclass(frozen=True)
+class Factor:
+    """What a comparison varies: two values of one ``model`` key, the report's file name, and
+    whether its runs are candidates for `make register` (an ablation's are not)."""
+
+    values: tuple[str, str]
+    report_name: str
+    champion_pool: bool
+
+
+# `make compare` varies pooling; `make ablate-position` varies position (key = the model config key).
+FACTORS = {"pooling": Factor(("first_token", "mean"), "comparison", champion_pool=True),
+           "position": Factor(("learned", "none"), "ablation_position", champion_pool=False)}
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """Transformer encoder classifier shape."""
 
@@ -149,14 +164,14 @@ class TrainingConfig:
     seed: int = 42
     precision: str = "auto"
     max_train_samples: int | None = None
-    shuffle_buffer: int = 25000
+    length_multiple: int = 16  # batches are trimmed to their longest review rounded up to this
     class_weights: bool = False
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ConfigError(f"training.precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if self.batch_size < 1 or self.epochs < 1:
-            raise ConfigError("training.batch_size and training.epochs must be positive")
+        if self.batch_size < 1 or self.epochs < 1 or self.length_multiple < 1:
+            raise ConfigError("training.batch_size, training.epochs and training.length_multiple must be positive")
         if not 0.0 <= self.warmup_fraction < 1.0:
             raise ConfigError("training.warmup_fraction must be in [0, 1)")
 

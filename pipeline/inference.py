@@ -14,6 +14,7 @@ so a logged model loads wherever Keras, KerasHub and MLflow are installed.
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 from typing import Sequence
 
@@ -21,31 +22,50 @@ import mlflow
 import numpy as np
 import pandas as pd
 
+from pipeline.batching import batch_width, bucketed_batches
 from pipeline.errors import InputError
-from pipeline.predictions import as_class_probabilities, predicted_and_confidence, probability_columns
+from pipeline.predictions import as_class_probabilities, check_shape, predicted_and_confidence, probability_columns
 from pipeline.text import PAD_ID, load_labels
 from pipeline.tokenization import TextEncoder
 
-LENGTH_BUCKET = 32  # batches are trimmed of trailing padding to a multiple of this
+LENGTH_MULTIPLE = 16  # batches are trimmed of trailing padding to a multiple of this
+_COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 ARTIFACT_KERAS_MODEL = "keras_model"  # names of the pyfunc model's artifacts (models logged so far use them)
 ARTIFACT_TOKENIZER = "tokenizer"
 
 
-def predict_ids(model, ids: np.ndarray, batch_size: int = 256) -> np.ndarray:
+def compiled_forward(model):
+    """``model(ids, training=False)`` as one graph traced once for any ``[batch, width]`` int32 input.
+
+    Eager calls pay Python and op-dispatch overhead on every batch; the graph is built on the
+    first call and reused for every batch shape. Cached per model.
+    """
+    forward = _COMPILED.get(model)
+    if forward is None:
+        import tensorflow as tf
+
+        reference = weakref.ref(model)  # the cache must not keep the model alive
+        forward = tf.function(lambda ids: reference()(ids, training=False),
+                              input_signature=[tf.TensorSpec((None, None), tf.int32)])
+        _COMPILED[model] = forward
+    return forward
+
+
+def predict_ids(model, ids: np.ndarray, batch_size: int = 256, compiled: bool = True) -> np.ndarray:
     """Class probabilities ``[N, k]`` for encoded rows.
 
-    Rows are grouped by length so short reviews are not run through the full
-    ``max_sequence_length``; the padding mask makes the result independent of padding.
+    Rows are grouped by length (``pipeline.batching``) so short reviews are not run through
+    the full ``max_sequence_length``; the padding mask makes the result independent of
+    padding. ``compiled=False`` calls the model eagerly batch by batch (the reference path).
     """
-    ids = np.asarray(ids)
+    ids = np.asarray(ids, dtype=np.int32)
+    forward = compiled_forward(model) if compiled else (lambda batch: model(batch, training=False))
     classes = as_class_probabilities(np.zeros((1, int(model.output_shape[-1])))).shape[1]
     probabilities = np.empty((len(ids), classes), dtype=np.float32)
     lengths = (ids != PAD_ID).sum(axis=1)
-    order = np.argsort(lengths, kind="stable")
-    for start in range(0, len(ids), batch_size):
-        rows = order[start:start + batch_size]
-        width = int(min(ids.shape[1], -(-int(lengths[rows].max()) // LENGTH_BUCKET) * LENGTH_BUCKET))
-        probabilities[rows] = as_class_probabilities(model(ids[rows, :width], training=False))
+    for rows in bucketed_batches(lengths, batch_size, seed=None):
+        width = batch_width(lengths[rows].max(), LENGTH_MULTIPLE, ids.shape[1])
+        probabilities[rows] = as_class_probabilities(forward(ids[rows, :width]))
     return probabilities
 
 
@@ -55,7 +75,7 @@ def predict_probabilities(model, encoder: TextEncoder, texts: Sequence[str], bat
 
 def output_frame(probabilities: np.ndarray, labels: Sequence[str]) -> pd.DataFrame:
     """The scored columns: ``positive_probability`` (two classes) or ``probability_<label>``s, and ``predicted_label``."""
-    probabilities = np.asarray(probabilities, dtype=np.float64).reshape(-1, len(labels))
+    probabilities = check_shape(probabilities, len(labels))
     predicted, _ = predicted_and_confidence(probabilities)
     names = np.asarray(labels, dtype=object)[predicted]
     return pd.DataFrame({**probability_columns(probabilities, labels),
@@ -115,9 +135,12 @@ def load_classifier(model_uri: str) -> "SentimentClassifier":
     """The pipeline's pyfunc model behind ``model_uri`` (models:/, runs:/ or a folder), unwrapped."""
     try:
         model = mlflow.pyfunc.load_model(model_uri)
-        classifier = model.unwrap_python_model()
-    except Exception as exc:  # MLflow raises many types for a bad URI; the user needs the URI
+    except (mlflow.exceptions.MlflowException, OSError) as exc:  # a bad URI, a missing run or folder
         raise InputError(f"cannot load model {model_uri!r}: {exc}") from None
+    try:
+        classifier = model.unwrap_python_model()
+    except mlflow.exceptions.MlflowException:  # a model of another flavor
+        classifier = None
     if not isinstance(classifier, SentimentClassifier):
         raise InputError(f"model {model_uri!r} is not a sentiment model logged by this pipeline")
     return classifier

@@ -33,9 +33,17 @@ def predicted_and_confidence(probabilities: np.ndarray) -> tuple[np.ndarray, np.
     For two classes this is the 0.5 threshold on the second class's probability (ties go to
     the first class, as ``argmax`` does; an exact 0.5 is vanishingly rare in float32).
     """
-    probabilities = np.asarray(probabilities)
+    probabilities = np.asarray(probabilities, dtype=np.float64)
     predicted = probabilities.argmax(axis=1)
     return predicted, probabilities[np.arange(len(predicted)), predicted]
+
+
+def check_shape(probabilities: np.ndarray, num_classes: int) -> np.ndarray:
+    """``probabilities`` as float64 ``[N, num_classes]``; anything else is an error, never reshaped."""
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    if probabilities.ndim != 2 or probabilities.shape[1] != num_classes:
+        raise ValueError(f"expected probabilities of shape [N, {num_classes}], got shape {probabilities.shape}")
+    return probabilities
 
 
 def probability_columns(probabilities: np.ndarray, labels: Sequence[str]) -> dict[str, np.ndarray]:
@@ -44,7 +52,7 @@ def probability_columns(probabilities: np.ndarray, labels: Sequence[str]) -> dic
     Two classes: ``positive_probability`` (the second label's probability); more:
     ``probability_<label>`` for every class.
     """
-    probabilities = np.asarray(probabilities).reshape(-1, len(labels))
+    probabilities = check_shape(probabilities, len(labels))
     if len(labels) == 2:
         return {"positive_probability": probabilities[:, 1]}
     return {f"probability_{label}": probabilities[:, index] for index, label in enumerate(labels)}

@@ -20,6 +20,7 @@ from pipeline.tracking import (
     comparison_members,
     latest_champion_comparison,
     setup_tracking,
+    tag_champion_version,
 )
 
 
@@ -49,8 +50,7 @@ def run(config: Config, force: bool = False) -> str:
         return uri
     version = mlflow.register_model(f"runs:/{best.info.run_id}/model", name)
     client.set_registered_model_alias(name, CHAMPION_ALIAS, version.version)
-    client.set_model_version_tag(name, version.version, "pooling", best.data.params.get("model.pooling", ""))
-    client.set_model_version_tag(name, version.version, "comparison_run_id", comparison.info.run_id)
+    tag_champion_version(name, version.version, best, comparison.info.run_id)
     print(f"register: read {len(members)} runs of comparison {comparison.info.run_id}; {uri} -> version "
           f"{version.version} (run {best.info.run_id}, {best.data.params.get('model.pooling')} pooling, "
           f"best_val_accuracy {best.data.metrics['best_val_accuracy']:.4f})")

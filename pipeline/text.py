@@ -1,7 +1,8 @@
 """Text conventions shared by ingestion, tokenization and inference (no I/O beyond label files).
 
 - ``clean_text``: the one cleaning rule for every review, at ingestion and at scoring time.
-- Reserved token ids: ``[PAD]`` = 0, ``[UNK]``, ``[CLS]``, ``[SEP]``; every vocabulary starts with them.
+- Reserved token ids: ``[PAD]`` = 0, ``[UNK]``, ``[CLS]``, ``[SEP]``, ``[MASK]``; every vocabulary starts
+  with them (vocabularies learned before pretraining existed have the first four only).
 - ``labels.json``: the class names in index order, written by ingestion and carried with every model.
 
 This module imports nothing heavy, so the scoring path (the MLflow pyfunc model) loads
@@ -21,8 +22,9 @@ import numpy as np
 from pipeline.artifacts import atomic_write_json
 from pipeline.errors import MissingInputError
 
-RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
-PAD_ID, UNK_ID, CLS_ID, SEP_ID = range(len(RESERVED_TOKENS))
+RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(RESERVED_TOKENS))
+REQUIRED_RESERVED = 4  # [MASK] is only needed for pretraining; older vocabularies stop at [SEP]
 LABELS_FILE = "labels.json"
 
 _BREAK_RE = re.compile(r"<br\s*/?>", flags=re.IGNORECASE)

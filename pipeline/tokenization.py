@@ -38,7 +38,17 @@ from pipeline.artifacts import (
 from pipeline.config import Config, TokenizerConfig
 from pipeline.errors import InputError, MissingInputError
 from pipeline.stages import require_output, stage_dir
-from pipeline.text import CLS_ID, LABELS_FILE, PAD_ID, RESERVED_TOKENS, UNK_ID, clean_text, percentiles
+from pipeline.text import (
+    CLS_ID,
+    LABELS_FILE,
+    MASK_ID,
+    PAD_ID,
+    REQUIRED_RESERVED,
+    RESERVED_TOKENS,
+    UNK_ID,
+    clean_text,
+    percentiles,
+)
 
 STAGE = "tokenize"
 SPLITS = ("train", "val", "test")
@@ -51,29 +61,40 @@ _ENCODE_BATCH = 2048
 # --------------------------------------------------------------------------- pure functions
 
 
+def truncate_and_pad_rows(flat_ids: np.ndarray, row_splits: np.ndarray, max_sequence_length: int,
+                          truncation: str, head_tokens: int) -> np.ndarray:
+    """Many token rows at once (given as ragged ``flat_ids`` + ``row_splits``) -> ``[N, max_sequence_length]``.
+
+    Each row becomes ``[CLS]`` + the kept tokens + ``[PAD]``s. ``head`` keeps the first tokens,
+    ``tail`` the last, ``head_tail`` the first ``head_tokens`` and the last
+    ``max_sequence_length - 1 - head_tokens``. Vectorised: no Python loop over rows.
+    """
+    if truncation not in ("head", "tail", "head_tail"):
+        raise ValueError(f"unknown truncation strategy {truncation!r}")
+    flat_ids, row_splits = np.asarray(flat_ids), np.asarray(row_splits, dtype=np.int64)
+    starts, lengths = row_splits[:-1, None], np.diff(row_splits)[:, None]
+    budget = max_sequence_length - 1
+    kept = np.minimum(lengths, budget)
+    columns = np.arange(budget)[None, :]
+    if truncation == "head":
+        source = columns
+    elif truncation == "tail":
+        source = lengths - kept + columns
+    else:  # beyond the budget: the first head_tokens, then the row's last tokens
+        source = np.where((lengths > budget) & (columns >= head_tokens), lengths - budget + columns, columns)
+    ids = np.full((len(lengths), max_sequence_length), PAD_ID, dtype=np.int32)
+    ids[:, 0] = CLS_ID
+    valid = columns < kept
+    ids[:, 1:][valid] = flat_ids[(starts + source)[valid]]
+    return ids
+
+
 def truncate_and_pad(token_ids: Sequence[int], max_sequence_length: int, truncation: str,
                      head_tokens: int) -> np.ndarray:
-    """``[CLS]`` + the kept tokens + ``[PAD]``s, exactly ``max_sequence_length`` long.
-
-    ``head`` keeps the first tokens, ``tail`` the last, ``head_tail`` the first
-    ``head_tokens`` and the last ``max_sequence_length - 1 - head_tokens``.
-    """
-    budget = max_sequence_length - 1
-    token_ids = list(token_ids)
-    if len(token_ids) > budget:
-        if truncation == "head":
-            token_ids = token_ids[:budget]
-        elif truncation == "tail":
-            token_ids = token_ids[len(token_ids) - budget:]
-        elif truncation == "head_tail":
-            tail = budget - head_tokens
-            token_ids = token_ids[:head_tokens] + (token_ids[-tail:] if tail else [])
-        else:
-            raise ValueError(f"unknown truncation strategy {truncation!r}")
-    row = np.full(max_sequence_length, PAD_ID, dtype=np.int32)
-    row[0] = CLS_ID
-    row[1:1 + len(token_ids)] = token_ids
-    return row
+    """One row of :func:`truncate_and_pad_rows`."""
+    token_ids = np.asarray(token_ids, dtype=np.int32)
+    return truncate_and_pad_rows(token_ids, np.array([0, len(token_ids)]), max_sequence_length, truncation,
+                                 head_tokens)[0]
 
 
 @dataclass(frozen=True)
@@ -96,8 +117,8 @@ class TextEncoder:
     def __init__(self, vocabulary: Sequence[str], settings: EncoderSettings):
         import keras_hub  # imported here so that reading settings does not load TensorFlow
 
-        if tuple(vocabulary[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
-            raise InputError(f"vocabulary must start with {RESERVED_TOKENS}, got {tuple(vocabulary[:4])}")
+        if tuple(vocabulary[:REQUIRED_RESERVED]) != RESERVED_TOKENS[:REQUIRED_RESERVED]:
+            raise InputError(f"vocabulary must start with {RESERVED_TOKENS}, got {tuple(vocabulary[:REQUIRED_RESERVED])}")
         self.vocabulary = list(vocabulary)
         self.settings = settings
         self.tokenizer = keras_hub.tokenizers.WordPieceTokenizer(
@@ -108,31 +129,33 @@ class TextEncoder:
     def vocabulary_size(self) -> int:
         return len(self.vocabulary)
 
-    def token_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """Untruncated WordPiece ids of each cleaned text (no ``[CLS]``, no padding)."""
+    @property
+    def can_mask(self) -> bool:
+        """Whether the vocabulary has ``[MASK]`` at its reserved id (needed for pretraining)."""
+        return len(self.vocabulary) > MASK_ID and self.vocabulary[MASK_ID] == RESERVED_TOKENS[MASK_ID]
+
+    def _ragged_batches(self, texts: Sequence[str]):
+        """(flat ids, row splits) of the untruncated WordPiece ids, one batch of texts at a time."""
         import tensorflow as tf
 
         cleaned = [clean_text(text) for text in texts]
-        rows: list[np.ndarray] = []
         dataset = tf.data.Dataset.from_tensor_slices(tf.constant(cleaned, dtype=tf.string) if cleaned else
                                                      tf.zeros([0], tf.string))
         dataset = dataset.batch(_ENCODE_BATCH).map(self.tokenizer, num_parallel_calls=tf.data.AUTOTUNE)
         for ragged in dataset:
-            flat = ragged.flat_values.numpy()
-            splits = ragged.row_splits.numpy()
-            rows.extend(flat[start:end] for start, end in zip(splits[:-1], splits[1:]))
-        return rows
+            yield ragged.flat_values.numpy(), ragged.row_splits.numpy()
 
     def encode_with_counts(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, int]:
         """(ids ``[N, max_sequence_length]``, untruncated token counts, number of ``[UNK]`` tokens)."""
-        rows = self.token_ids(texts)
         s = self.settings
-        ids = np.full((len(rows), s.max_sequence_length), PAD_ID, dtype=np.int32)
-        for index, row in enumerate(rows):
-            ids[index] = truncate_and_pad(row, s.max_sequence_length, s.truncation, s.head_tokens)
-        counts = np.array([len(row) for row in rows], dtype=np.int32)
-        unknown = int(sum(int((row == UNK_ID).sum()) for row in rows))
-        return ids, counts, unknown
+        ids, counts, unknown = [], [], 0
+        for flat, splits in self._ragged_batches(texts):
+            ids.append(truncate_and_pad_rows(flat, splits, s.max_sequence_length, s.truncation, s.head_tokens))
+            counts.append(np.diff(splits).astype(np.int32))
+            unknown += int((flat == UNK_ID).sum())
+        if not ids:
+            return np.zeros((0, s.max_sequence_length), np.int32), np.zeros(0, np.int32), 0
+        return np.concatenate(ids), np.concatenate(counts), unknown
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """The model input for ``texts``: int32 ``[N, max_sequence_length]``."""
@@ -168,7 +191,7 @@ class TextEncoder:
         if actual != payload["vocabulary_sha256"]:
             raise InputError(
                 f"{vocabulary_path} does not match {settings_path}: sha256 {actual}, expected "
-                f"{payload['vocabulary_sha256']} (edited or truncated? rerun `make tokenize --force`)"
+                f"{payload['vocabulary_sha256']} (edited or truncated? rerun `make tokenize FORCE=1`)"
             )
         vocabulary = vocabulary_text.split("\n")[:-1]
         if len(vocabulary) != payload["vocabulary_size"]:

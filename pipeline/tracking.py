@@ -19,7 +19,7 @@ import keras
 import mlflow
 
 from pipeline.artifacts import code_version
-from pipeline.config import Config
+from pipeline.config import FACTORS, Config
 from pipeline.errors import PipelineError
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -69,8 +69,9 @@ COMPARE_KEY_TAG = "compare_key"          # a comparison's identity: factor, conf
 FACTOR_TAG = "factor"                    # on a comparison: the config key it varies
 VARIANT_TAG = "variant"                  # on a baseline child: "baseline"
 MEMBERS_TAG = "model_run_ids"            # on a comparison: its model runs, comma-separated
-CHAMPION_POOL_TAG = "champion_pool"      # on a comparison: "true" when `make register` picks from its runs
 PARENT_RUN_TAG = "mlflow.parentRunId"    # MLflow's own: shows a run under its parent in the UI
+VERSION_POOLING_TAG = "pooling"          # on a registered model version: the champion's pooling
+VERSION_COMPARISON_TAG = "comparison_run_id"  # on a registered model version: where it was chosen
 
 
 def standard_tags(config: Config, config_hash: str, stage: str, **extra: str) -> dict[str, str]:
@@ -78,9 +79,15 @@ def standard_tags(config: Config, config_hash: str, stage: str, **extra: str) ->
             "config_hash": config_hash, "code_version": code_version(), **extra}
 
 
-def comparison_tags(key: str, factor: str, variants, seeds, champion_pool: bool) -> dict[str, str]:
+def comparison_tags(key: str, factor: str, variants, seeds) -> dict[str, str]:
     return {STAGE_TAG: COMPARE_STAGE, COMPARE_KEY_TAG: key, FACTOR_TAG: factor, "variants": ",".join(variants),
-            "seeds": ",".join(map(str, seeds)), CHAMPION_POOL_TAG: str(champion_pool).lower()}
+            "seeds": ",".join(map(str, seeds))}
+
+
+def tag_champion_version(name: str, version: str, run, comparison_id: str) -> None:
+    client = mlflow.tracking.MlflowClient()
+    client.set_model_version_tag(name, version, VERSION_POOLING_TAG, run.data.params.get("model.pooling", ""))
+    client.set_model_version_tag(name, version, VERSION_COMPARISON_TAG, comparison_id)
 
 
 def baseline_tags(key: str) -> dict[str, str]:
@@ -107,14 +114,14 @@ def adopt_child(run_id: str, parent_id: str) -> None:
 # --------------------------------------------------------------------------- queries
 
 
-def _find_runs(config: Config, tags: dict[str, str], finished: bool = False, limit: int | None = 1) -> list:
-    """Runs of the experiment carrying every tag in ``tags``, newest first."""
+def _find_runs(config: Config, tags: dict[str, str], finished: bool = False) -> list:
+    """The newest run of the experiment carrying every tag in ``tags`` (a list of one, or empty)."""
     clauses = [f"tags.`{name}` = '{value}'" for name, value in tags.items()]
     if finished:
         clauses.append("attributes.status = 'FINISHED'")
     return mlflow.search_runs(experiment_names=[config.tracking.experiment_name], output_format="list",
                               filter_string=" and ".join(clauses), order_by=["attributes.start_time DESC"],
-                              **({"max_results": limit} if limit else {}))
+                              max_results=1)
 
 
 def latest_training_run_id(config: Config) -> str:
@@ -139,8 +146,10 @@ def find_baseline_run(config: Config, key: str):
 
 
 def latest_champion_comparison(config: Config):
-    """The newest comparison whose model runs are candidates for `make register`."""
-    runs = _find_runs(config, {STAGE_TAG: COMPARE_STAGE, CHAMPION_POOL_TAG: "true"})
+    """The newest comparison whose model runs are candidates for `make register` (see ``config.FACTORS``)."""
+    runs = [run for name, factor in FACTORS.items() if factor.champion_pool
+            for run in _find_runs(config, {STAGE_TAG: COMPARE_STAGE, FACTOR_TAG: name})]
+    runs.sort(key=lambda run: run.info.start_time, reverse=True)
     if not runs:
         raise PipelineError(f"no pooling comparison in MLflow experiment {config.tracking.experiment_name!r}: "
                             "run `make compare` first (finished runs are reused)")

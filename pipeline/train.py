@@ -16,6 +16,7 @@ fit; save the outputs. A killed run resumes from its last finished epoch
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -31,6 +32,7 @@ import pandas as pd
 import tensorflow as tf
 
 from pipeline.artifacts import build_manifest, is_up_to_date, manifest_hash, read_manifest, write_manifest
+from pipeline.batching import batch_width, bucketed_batches, padding_fraction
 from pipeline.config import Config
 from pipeline.inference import SentimentClassifier
 from pipeline.model import build_model
@@ -86,13 +88,35 @@ def learning_rate_schedule(config: Config, steps_per_epoch: int):
 
 
 def make_dataset(ids: np.ndarray, labels: np.ndarray, batch_size: int, shuffle_seed: int | None = None,
-                 shuffle_buffer: int = 0) -> tf.data.Dataset:
-    """(ids, class index) batches; shuffled with ``shuffle_seed`` when one is given."""
-    dataset = tf.data.Dataset.from_tensor_slices((np.asarray(ids), np.asarray(labels, dtype=np.int32)))
-    if shuffle_seed is not None:
-        dataset = dataset.shuffle(min(shuffle_buffer, len(ids)) or len(ids), seed=shuffle_seed,
-                                  reshuffle_each_iteration=True)
-    return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+                 length_multiple: int = 16) -> tf.data.Dataset:
+    """Length-bucketed ``(ids, class index)`` batches, each trimmed to its own width (``pipeline.batching``).
+
+    With ``shuffle_seed`` every epoch draws a new order (seed, seed + 1, ...); without, rows are
+    sorted by length. Widths are multiples of ``length_multiple``, so a compiled step sees a
+    small fixed set of shapes.
+    """
+    ids, labels = np.asarray(ids), np.asarray(labels, dtype=np.int32)
+    lengths = (ids != PAD_ID).sum(axis=1)
+    epochs = itertools.count()
+
+    def batches():
+        seed = None if shuffle_seed is None else shuffle_seed + next(epochs)
+        for rows in bucketed_batches(lengths, batch_size, seed):
+            width = batch_width(lengths[rows].max(), length_multiple, ids.shape[1])
+            yield ids[rows, :width], labels[rows]
+
+    dataset = tf.data.Dataset.from_generator(batches, output_signature=(
+        tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None,), tf.int32)))
+    return dataset.apply(tf.data.experimental.assert_cardinality(-(-len(ids) // batch_size))).prefetch(2)
+
+
+def padding_fractions(ids: np.ndarray, batch_size: int, seed: int, length_multiple: int) -> dict[str, float]:
+    """Padded share of computed positions: every batch at full width vs length-bucketed."""
+    lengths = (np.asarray(ids) != PAD_ID).sum(axis=1)
+    width = int(np.asarray(ids).shape[1])
+    return {"padding_fraction_full_width": padding_fraction(lengths, [np.arange(len(lengths))], width, width),
+            "padding_fraction": padding_fraction(lengths, bucketed_batches(lengths, batch_size, seed),
+                                                 length_multiple, width)}
 
 
 def compile_model(model: keras.Model, config: Config, steps_per_epoch: int) -> keras.Model:
@@ -164,6 +188,7 @@ class TrainingData:
     steps_per_epoch: int
     class_weight: dict[int, float] | None
     tokens_per_epoch: int       # non-padding tokens in one pass over train
+    padding: dict[str, float]   # padded share of computed positions, full width vs bucketed
 
 
 @dataclass(frozen=True)
@@ -209,11 +234,12 @@ def load_training_data(config: Config, tokenize_dir: Path, replicas: int) -> Tra
     batch_size = config.training.batch_size * replicas
     return TrainingData(
         encoder=TextEncoder.load(tokenize_dir), labels=labels, train_rows=len(train_ids), val_rows=len(val_ids),
-        train=make_dataset(train_ids, train_labels, batch_size, config.training.seed, config.training.shuffle_buffer),
-        val=make_dataset(val_ids, val_labels, batch_size * 4),
+        train=make_dataset(train_ids, train_labels, batch_size, config.training.seed, config.training.length_multiple),
+        val=make_dataset(val_ids, val_labels, batch_size * 4, length_multiple=config.training.length_multiple),
         steps_per_epoch=-(-len(train_ids) // batch_size),
         class_weight=balanced_class_weights(train_labels, len(labels)) if config.training.class_weights else None,
         tokens_per_epoch=int((np.asarray(train_ids) != PAD_ID).sum()),
+        padding=padding_fractions(train_ids, batch_size, config.training.seed, config.training.length_multiple),
     )
 
 
@@ -248,6 +274,7 @@ def log_run_inputs(config: Config, data: TrainingData, hardware: Hardware, model
                        "vocabulary_size": data.encoder.vocabulary_size, "train_rows": data.train_rows,
                        "num_classes": len(data.labels), "class_weight": str(data.class_weight),
                        "parameters": model.count_params()})
+    mlflow.log_metrics(data.padding)
     mlflow.set_tags(standard_tags(config, config_hash, STAGE, device=hardware.device, precision=hardware.policy,
                                   devices=",".join(hardware.devices),
                                   tokenize_manifest=inputs["tokenize_manifest_sha256"][:16],
@@ -337,6 +364,7 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence[keras.cal
     """Train one model; returns its folder. Skips when an identical finished run exists."""
     started = time.perf_counter()
     tokenize_dir = require_output(config, "tokenize")
+    require_output(config, "ingest")  # its splits are logged as the run's datasets
     run_dir, config_hash, inputs = run_directory(config, tokenize_dir)
     if not force and is_up_to_date(run_dir, config_hash, inputs, [MODEL_FILE]):
         print(f"train: up to date, nothing to do ({run_dir}/, MLflow run {read_manifest(run_dir)['mlflow_run_id']})")

@@ -7,6 +7,7 @@ project's ``data/``, ``reports/`` or ``mlflow.db``. Review texts are generated h
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import random
@@ -83,6 +84,18 @@ def add_member(archive_path: Path, name: str, data: bytes = b"x", kind: bytes = 
         new.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
 
 
+@contextlib.contextmanager
+def inside(folder: Path):
+    """Work in ``folder`` while a session- or module-scoped fixture is built.
+
+    Such fixtures are set up before the per-test ``isolated_workdir``; without this, MLflow's
+    default artifact folder (``./mlruns``) would be created in the project checkout.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def isolated_workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     work = tmp_path / "work"
@@ -130,7 +143,8 @@ def trained_run(tmp_path_factory):
         f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}",
         f"tracking.tracking_uri=sqlite:///{root / 'mlflow.db'}", "training.epochs=12", "training.early_stopping_patience=3",
     ])
-    ingest.run(config)
-    tokenization.run(config)
-    run_dir = train.run(config)
+    with inside(root):
+        ingest.run(config)
+        tokenization.run(config)
+        run_dir = train.run(config)
     return config, run_dir

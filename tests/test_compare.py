@@ -13,7 +13,7 @@ import pytest
 from pipeline import compare, ingest, tokenization
 from pipeline.config import load_config
 from pipeline.metrics import mcnemar_exact
-from tests.conftest import PROJECT_ROOT, make_archive, write_imdb_tree
+from tests.conftest import PROJECT_ROOT, inside, make_archive, write_imdb_tree
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +26,10 @@ def comparison(tmp_path_factory):
         f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}",
         f"tracking.tracking_uri={tracking_uri}", "training.epochs=2",
     ])
-    ingest.run(config)
-    tokenization.run(config)
-    report = compare.run(config)
+    with inside(root):
+        ingest.run(config)
+        tokenization.run(config)
+        report = compare.run(config)
     return config, report
 
 

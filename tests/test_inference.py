@@ -63,7 +63,7 @@ def test_pyfunc_loads_from_its_logged_artifact_names():
     assert SentimentClassifier.artifacts("m.keras", "tok") == {"keras_model": "m.keras", "tokenizer": "tok"}
 
 
-def test_scoring_path_imports_no_ingestion_and_needs_no_sklearn(tmp_path):
+def test_scoring_path_imports_no_ingestion_and_needs_no_sklearn():
     """Keras imports scikit-learn when it is installed, so the check blocks it: the pyfunc model must load
     and score without it, and without the ingestion, table, metrics or comparison modules."""
     script = f"""
@@ -85,3 +85,27 @@ print("LOADED", loaded)
                             timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "LOADED []" in result.stdout
+
+
+def test_a_wrong_shape_is_an_error_not_a_reshape():
+    from pipeline.predictions import check_shape
+
+    with pytest.raises(ValueError, match=r"\[N, 2\]"):
+        output_frame(np.array([0.2, 0.9]), ["negative", "positive"])
+    with pytest.raises(ValueError, match=r"\[N, 3\]"):
+        check_shape(np.zeros((4, 2)), 3)
+
+
+def test_compiled_scoring_gives_the_eager_probabilities():
+    from pipeline.inference import load_keras_model, predict_ids
+    from pipeline.tokenization import TextEncoder
+
+    model = load_keras_model(LEGACY / "model.keras")
+    encoder = TextEncoder.load(LEGACY / "tokenizer")
+    rng = np.random.default_rng(0)
+    words = ["superb", "awful", "the", "movie", "dull", "wonderful", "plot"]
+    ids = encoder.encode([" ".join(rng.choice(words, rng.integers(1, 60))) for _ in range(300)])
+    compiled = predict_ids(model, ids, batch_size=64)
+    eager = predict_ids(model, ids, batch_size=64, compiled=False)
+    np.testing.assert_allclose(compiled, eager, atol=1e-5)
+    assert compiled.shape == (300, 2)

@@ -67,3 +67,10 @@ def test_multiclass_metrics_hand_example():
     assert result["recall_c"] == pytest.approx(0.5) and result["precision_a"] == pytest.approx(0.5)
     assert result["f1"] == result["macro_f1"] == pytest.approx(np.mean([2 / 3, 1.0, 2 / 3]))
     assert result["log_loss"] == pytest.approx(-np.mean(np.log([0.8, 0.7, 0.6, 0.2])), rel=1e-5)
+
+
+def test_expected_calibration_error_for_three_classes_uses_top_label_confidence():
+    # top-label confidence 0.6 in every row, two of three right -> |2/3 - 0.6|
+    labels = np.array([0, 1, 2])
+    probabilities = np.array([[0.6, 0.3, 0.1], [0.2, 0.6, 0.2], [0.6, 0.2, 0.2]])
+    assert expected_calibration_error(labels, probabilities) == pytest.approx(2 / 3 - 0.6)

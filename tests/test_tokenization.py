@@ -144,3 +144,21 @@ def test_real_archive_subsample(tmp_path):
     assert 1500 < manifest["vocabulary_size"] <= 2000
     assert manifest["unknown_token_rate"]["test"] < 0.01
     assert 0.2 < manifest["truncated_fraction"]["test"] < 0.6
+
+
+@pytest.mark.parametrize("strategy", ["head", "tail", "head_tail"])
+def test_vectorised_rows_match_a_row_by_row_reference(strategy):
+    """The batch encoder against a plain reading of the rule, on rows shorter, equal and longer than the budget."""
+    from pipeline.tokenization import truncate_and_pad_rows
+
+    rng = np.random.default_rng(0)
+    rows = [rng.integers(4, 100, n).tolist() for n in (0, 1, 5, 7, 8, 20, 3)]
+    max_length, head = 8, 3  # budget 7
+    expected = []
+    for row in rows:
+        if len(row) > 7:
+            row = {"head": row[:7], "tail": row[-7:], "head_tail": row[:head] + row[-(7 - head):]}[strategy]
+        expected.append([CLS_ID] + row + [PAD_ID] * (7 - len(row)))
+    splits = np.cumsum([0] + [len(r) for r in rows])
+    flat = np.array([t for r in rows for t in r], dtype=np.int32)
+    assert truncate_and_pad_rows(flat, splits, max_length, strategy, head).tolist() == expected
