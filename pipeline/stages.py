@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from pipeline.artifacts import MANIFEST_NAME
-from pipeline.config import Config
+from pipeline.config import FACTORS, Config
 from pipeline.errors import MissingInputError
 
 
@@ -39,7 +39,7 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _compare_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--factor", choices=("pooling", "position"), default="pooling",
+    parser.add_argument("--factor", choices=tuple(FACTORS), default="pooling",
                         help="what the comparison varies: model.pooling (default) or model.position")
 
 
@@ -62,6 +62,8 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     _model_argument(parser)
     parser.add_argument("--rows", type=int, default=25000, help="test reviews in the small CSV")
     parser.add_argument("--repeat", type=int, default=10, help="the big CSV is the small one repeated this often")
+    parser.add_argument("--only", action="append", choices=("train", "score"),
+                        help="measure only training steps or only scoring (repeatable; default: everything)")
 
 
 STAGES: dict[str, Stage] = {stage.name: stage for stage in (
@@ -84,8 +86,8 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("score", "pipeline.score", "add probabilities and labels to every row of a CSV of reviews",
           reads=("register",), writes="the CSV with probability, label and score_error columns",
           arguments=_score_arguments),
-    Stage("bench", "pipeline.bench", "scoring throughput (CSV vs model alone) and peak memory",
-          reads=("ingest", "register"), writes="reports/bench.json", arguments=_bench_arguments),
+    Stage("bench", "pipeline.bench", "training and scoring speed against the same run's GEMM peak; memory",
+          reads=("tokenize", "ingest", "register"), writes="reports/bench.{json,md}", arguments=_bench_arguments),
 )}
 
 

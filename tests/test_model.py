@@ -87,3 +87,41 @@ def test_output_is_float32_under_mixed_precision():
         assert model(review(5, 8)).dtype == "float32"
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+def test_masked_lm_shares_the_backbone_and_its_weights_transfer_by_name():
+    from pipeline.model import backbone_layer_names, backbone_weights, build_masked_lm, load_backbone_weights
+
+    keras.utils.set_random_seed(0)
+    config = ModelConfig(hidden_dim=16, num_layers=2, num_heads=2, intermediate_dim=32, dropout=0.0)
+    masked_lm = build_masked_lm(config, VOCABULARY_SIZE, MAX_LENGTH)
+    logits = masked_lm({"token_ids": review(10, 12), "mask_positions": np.array([[1, 3, 5]], dtype=np.int32)})
+    assert tuple(logits.shape) == (1, 3, VOCABULARY_SIZE) and logits.dtype == "float32"
+    # the output projection is the token embedding itself (tied), not a second matrix
+    head = masked_lm.get_layer("mlm_head")
+    assert head.token_embedding is masked_lm.get_layer("token_embedding")
+
+    classifier = build_model(config, VOCABULARY_SIZE, MAX_LENGTH)
+    assert backbone_layer_names(classifier) == backbone_layer_names(masked_lm)
+    assert backbone_layer_names(classifier) == ["token_embedding", "position_embedding", "embedding_norm",
+                                                "encoder_0", "encoder_1"]
+    loaded = load_backbone_weights(classifier, backbone_weights(masked_lm), "test")
+    for name in loaded:
+        for a, b in zip(classifier.get_layer(name).get_weights(), masked_lm.get_layer(name).get_weights()):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_pretrained_weights_of_another_vocabulary_or_width_are_refused():
+    from pipeline.errors import InputError
+    from pipeline.model import backbone_weights, build_masked_lm, load_backbone_weights
+
+    config = ModelConfig(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32)
+    weights = backbone_weights(build_masked_lm(config, VOCABULARY_SIZE, MAX_LENGTH))
+    with pytest.raises(InputError, match=r"token_embedding.*\(50, 16\).*\(60, 16\).*vocabulary"):
+        load_backbone_weights(build_model(config, 60, MAX_LENGTH), weights, "pretrained.npz")
+    wider = ModelConfig(hidden_dim=32, num_layers=1, num_heads=2, intermediate_dim=32)
+    with pytest.raises(InputError, match="width"):
+        load_backbone_weights(build_model(wider, VOCABULARY_SIZE, MAX_LENGTH), weights, "pretrained.npz")
+    deeper = ModelConfig(hidden_dim=16, num_layers=2, num_heads=2, intermediate_dim=32)
+    with pytest.raises(InputError, match="encoder_1"):
+        load_backbone_weights(build_model(deeper, VOCABULARY_SIZE, MAX_LENGTH), weights, "pretrained.npz")

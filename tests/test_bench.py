@@ -1,0 +1,48 @@
+"""The benchmark report's arithmetic (timings themselves live in `make bench`, never in tests)."""
+
+import numpy as np
+
+from pipeline import bench
+from pipeline.config import ModelConfig
+
+
+def synthetic_results() -> dict:
+    rates = {"seconds": 1.0, "tokens_per_second": 1000.0, "rows_per_second": 10.0, "gflops": 50.0, "ms_per_step": 100}
+    return {
+        "peak": {"float32": {"square_2048": 200.0, "m: tokens x 8 x 8": 20.0},
+                 "bfloat16": {"square_2048": 500.0, "m: tokens x 8 x 8": 25.0}},
+        "classifier_step": {"m": {"float32": rates, "mixed_bfloat16": {**rates, "gflops": 100.0}}},
+        "masked_lm_step": {"m": {"float32": {**rates, "gflops": 150.0}}},
+        "padding": {"full_width": 0.4, "bucketed": 0.05},
+    }
+
+
+def test_utilisation_is_against_the_same_precision_peak():
+    rows = {(r["workload"], r["variant"]): r for r in bench.utilisation_rows(synthetic_results())}
+    assert rows[("classifier step", "float32")]["fraction_of_peak"] == 0.25
+    assert rows[("classifier step", "mixed_bfloat16")]["fraction_of_peak"] == 0.2
+    assert rows[("classifier step", "mixed_bfloat16")]["fraction_of_float32_peak"] == 0.5
+    assert rows[("masked lm step", "float32")]["fraction_of_peak"] == 0.75
+
+
+def test_markdown_report_shows_peaks_rows_and_padding():
+    text = bench.markdown_report(synthetic_results())
+    assert "float32 200 GFLOP/s, bfloat16 500 GFLOP/s" in text
+    assert "| classifier step | m | float32 | 100 | 1,000 | 50.0 | 25% | 25% |" in text
+    assert "40.0% of computed positions at full width, 5.0% with length-bucketed batches" in text
+
+
+def test_sampled_batches_are_trimmed_real_rows():
+    rng = np.random.default_rng(0)
+    ids = np.zeros((100, 64), dtype=np.int32)
+    for row, length in enumerate(rng.integers(2, 64, 100)):
+        ids[row, :length] = rng.integers(4, 50, length)
+    batches = bench.sample_batches(ids, batch_size=16, count=3)
+    assert len(batches) == 3
+    for batch in batches:
+        longest = int((batch != 0).sum(axis=1).max())
+        assert batch.shape[1] % 16 == 0 and longest <= batch.shape[1] < longest + 16  # trimmed to its bucket
+
+
+def test_reference_encoders_are_valid_model_configs():
+    assert all(isinstance(m, ModelConfig) for m in bench.REFERENCE_ENCODERS.values())
