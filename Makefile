@@ -18,7 +18,7 @@ FORCE_ARG = $(if $(FORCE),--force)
 .DEFAULT_GOAL := help
 POOLING ?=
 SET_ARGS += $(if $(POOLING),--set model.pooling=$(POOLING))
-.PHONY: help setup all ingest tokenize train evaluate compare ablate-position register score ui test bench clean FORCE
+.PHONY: help setup all ingest tokenize pretrain pretrain-budget train evaluate compare ablate-position register score ui test bench clean FORCE
 RUN ?= latest
 UI_PORT ?= 5000
 INPUT ?=
@@ -31,14 +31,14 @@ REPORTS ?= reports
 
 help: ## list every target with a one-line description
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z0-9_-]*:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "  variables: CONFIG=$(CONFIG) SET='section.key=value ...' FORCE=1 IMDB_ARCHIVE=path"
+	@echo "  variables: CONFIG=$(CONFIG) SET='section.key=value ...' FORCE=1 IMDB_ARCHIVE=path IMDB_UNSUP_ARCHIVE=path"
 
 setup: ## create .venv/ and install the project with its test extras
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --upgrade pip
 	$(VENV)/bin/pip install -e ".[test]"
 
-all: ingest tokenize compare evaluate register ## ingest, tokenize, compare, evaluate, register, then score the example CSV
+all: ingest tokenize pretrain compare evaluate register ## ingest, tokenize, pretrain, compare, evaluate, register, then score the example CSV
 	$(call STAGE,score) --input $(EXAMPLE_CSV) --output $(REPORTS)/example_scored.csv --text-column $(EXAMPLE_TEXT_COLUMN)
 
 ingest: $(DATA)/ingest/manifest.json ## IMDB archive -> data/ingest/{train,val,test}.parquet + manifest
@@ -51,13 +51,19 @@ tokenize: $(DATA)/tokenize/manifest.json ## learn the WordPiece vocabulary on tr
 $(DATA)/tokenize/manifest.json: $(DATA)/ingest/manifest.json FORCE
 	$(call STAGE,tokenize) $(FORCE_ARG)
 
+pretrain: $(DATA)/tokenize/manifest.json ## masked-LM pretraining of the encoder on train + unlabeled reviews -> data/pretrain/
+	$(call STAGE,pretrain) $(FORCE_ARG)
+
+pretrain-budget: $(DATA)/tokenize/manifest.json ## test accuracy vs pretraining minutes (SET='pretrain.max_minutes=20 pretrain.snapshot_minutes=[5,10]') -> reports/pretraining_budget.*
+	$(call STAGE,pretrain-budget)
+
 train: $(DATA)/tokenize/manifest.json ## train one model (POOLING=first_token|mean), log it to MLflow -> data/train/
 	$(call STAGE,train) $(FORCE_ARG)
 
 evaluate: ## score the test split with a run (RUN=latest|RUN_ID), log test_ metrics and plots -> reports/<run_id>/
 	$(call STAGE,evaluate) --run $(RUN) $(FORCE_ARG)
 
-compare: $(DATA)/tokenize/manifest.json ## first_token vs mean pooling x compare.seeds + TF-IDF baseline -> reports/comparison.{md,json,png}
+compare: $(DATA)/tokenize/manifest.json ## pooling x init (scratch, pretrained) x compare.seeds + TF-IDF baseline -> reports/comparison.{md,json,png}
 	$(call STAGE,compare) --factor pooling $(FORCE_ARG)
 
 ablate-position: $(DATA)/tokenize/manifest.json ## learned vs no position information, same protocol -> reports/ablation_position.*
@@ -78,10 +84,10 @@ ui: ## open the MLflow UI on MLFLOW_TRACKING_URI (default sqlite:///mlflow.db) a
 test: ## run the test suite (tiny generated data, temporary folders and MLflow store)
 	$(PYTHON) -m pytest -q
 
-bench: ## scoring throughput (CSV vs raw predict) and peak memory (25k vs 250k rows) -> reports/bench.json
+bench: ## training/MLM/scoring speed vs the same run's GEMM peak, padding, threads, memory -> reports/bench.{json,md}
 	$(call STAGE,bench) $(if $(MODEL),--model "$(MODEL)")
 
 clean: ## delete stage outputs in data/ (keeps data/raw) and reports/
-	rm -rf $(DATA)/ingest $(DATA)/tokenize $(DATA)/train reports
+	rm -rf $(DATA)/ingest $(DATA)/tokenize $(DATA)/pretrain $(DATA)/train reports
 
 FORCE:

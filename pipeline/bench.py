@@ -175,7 +175,19 @@ def _score_in_fresh_process(config: Config, input_path: str, output_path: str, m
     from pipeline import score
 
     summary = score.run(config, input_path, output_path, model_uri=model_uri)
-    return {**summary, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {**summary, "peak_rss_mb": peak_rss_mb()}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MiB (``VmHWM``).
+
+    Not ``getrusage``: on Linux a spawned child inherits the parent's ``ru_maxrss`` across
+    fork and exec, so a child of a large bench process would report the parent's peak.
+    """
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # not Linux
 
 
 def score_peak_memory(config: Config, input_path: Path, output_path: Path, model_uri: str) -> dict:
@@ -193,7 +205,7 @@ def measure_scoring(config: Config, model_uri: str, texts: pd.Series, repeat: in
     started = time.perf_counter()
     ids = classifier.encoder.encode(texts.tolist())
     results["tokenize_rows_per_second"] = len(texts) / (time.perf_counter() - started)
-    predict_ids(classifier.model, ids[:512])  # warm-up: traces the compiled forward pass
+    predict_ids(classifier.model, ids)  # warm-up: compiles the forward pass for every batch width
     for name, compiled in (("model_only_rows_per_second", True), ("model_only_eager_rows_per_second", False)):
         started = time.perf_counter()
         predict_ids(classifier.model, ids, compiled=compiled)

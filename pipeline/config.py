@@ -55,6 +55,8 @@ class DataConfig:
     split_column: str | None = None
     test_fraction: float = 0.2
     archive_sha256: str | None = None
+    unlabeled_archive: str | None = None  # train/unsup reviews when the archive lacks them ($IMDB_UNSUP_ARCHIVE)
+    max_unlabeled: int | None = None
     download_url: str = CANONICAL_IMDB_URL
     download_md5: str = CANONICAL_IMDB_MD5
     validation_fraction: float = 0.1
@@ -83,8 +85,7 @@ class TokenizerConfig:
     max_sequence_length: int = 256
     truncation: str = "head_tail"
     head_tokens: int = 64
-    extra_corpus: str | None = None
-    max_extra_texts: int | None = None
+    include_unlabeled: bool = True  # learn the vocabulary on the unlabeled reviews too, when ingested
 
     def __post_init__(self) -> None:
         if self.truncation not in TRUNCATION_STRATEGIES:
@@ -104,21 +105,24 @@ class TokenizerConfig:
 
 POOLINGS = ("first_token", "mean")
 POSITIONS = ("learned", "sinusoidal", "none")
+INITS = ("scratch", "pretrained")
+BACKBONE_KEYS = ("position", "hidden_dim", "num_layers", "num_heads", "intermediate_dim", "dropout")
 
 
 @dataclass(frozen=True)
-class Factor:
-    """What a comparison varies: two values of one ``model`` key, the report's file name, and
-    whether its runs are candidates for `make register` (an ablation's are not)."""
+class Design:
+    """A comparison: the ``model`` keys it varies (two values each, the first called A), the
+    report's file name, and whether its runs are candidates for `make register` (an ablation's are not)."""
 
-    values: tuple[str, str]
+    factors: tuple[tuple[str, tuple[str, str]], ...]
     report_name: str
     champion_pool: bool
 
 
-# `make compare` varies pooling; `make ablate-position` varies position (key = the model config key).
-FACTORS = {"pooling": Factor(("first_token", "mean"), "comparison", champion_pool=True),
-           "position": Factor(("learned", "none"), "ablation_position", champion_pool=False)}
+# `make compare`: pooling x init (2 x 2); `make ablate-position`: learned vs no positions.
+DESIGNS = {"pooling": Design((("pooling", ("first_token", "mean")), ("init", ("pretrained", "scratch"))),
+                             "comparison", champion_pool=True),
+           "position": Design((("position", ("learned", "none")),), "ablation_position", champion_pool=False)}
 
 
 @dataclass(frozen=True)
@@ -133,8 +137,12 @@ class ModelConfig:
     intermediate_dim: int = 128
     dropout: float = 0.1
     classifier_dropout: float = 0.1
+    init: str = "scratch"           # scratch | pretrained (backbone weights from `make pretrain`)
+    pretrained: str | None = None   # a pretrain output folder or runs:/<run_id>/backbone; default data/pretrain
 
     def __post_init__(self) -> None:
+        if self.init not in INITS:
+            raise ConfigError(f"model.init must be one of {INITS}, got {self.init!r}")
         if self.pooling not in POOLINGS:
             raise ConfigError(f"model.pooling must be one of {POOLINGS}, got {self.pooling!r}")
         if self.position not in POSITIONS:
@@ -166,6 +174,8 @@ class TrainingConfig:
     max_train_samples: int | None = None
     length_multiple: int = 16  # batches are trimmed to their longest review rounded up to this
     class_weights: bool = False
+    fine_tune_learning_rate: float = 3e-4  # instead of learning_rate when model.init is pretrained
+    fine_tune_warmup_fraction: float = 0.1
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -174,6 +184,40 @@ class TrainingConfig:
             raise ConfigError("training.batch_size, training.epochs and training.length_multiple must be positive")
         if not 0.0 <= self.warmup_fraction < 1.0:
             raise ConfigError("training.warmup_fraction must be in [0, 1)")
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """Masked-language-model pretraining of the ``model`` section's encoder on train + unlabeled reviews.
+
+    The budget is ``max_minutes`` of training time and/or ``max_steps``, whichever ends first;
+    metrics are logged and a checkpoint is written every ``log_every_steps`` steps.
+    """
+
+    max_minutes: float | None = 20.0
+    max_steps: int | None = None
+    batch_size: int = 64
+    learning_rate: float = 5e-4
+    warmup_steps: int = 300
+    weight_decay: float = 0.01
+    mask_rate: float = 0.15
+    log_every_steps: int = 100
+    max_texts: int | None = None
+    seed: int = 0
+    precision: str = "auto"
+    snapshot_minutes: tuple[float, ...] | None = None  # also keep the backbone as it was after these minutes
+
+    def __post_init__(self) -> None:
+        if self.max_minutes is None and self.max_steps is None:
+            raise ConfigError("pretrain needs a budget: pretrain.max_minutes and/or pretrain.max_steps")
+        if (self.max_minutes is not None and self.max_minutes <= 0) or (self.max_steps is not None and self.max_steps < 1):
+            raise ConfigError("pretrain.max_minutes and pretrain.max_steps must be positive")
+        if not 0.0 < self.mask_rate < 1.0:
+            raise ConfigError(f"pretrain.mask_rate must be in (0, 1), got {self.mask_rate}")
+        if self.batch_size < 1 or self.log_every_steps < 1:
+            raise ConfigError("pretrain.batch_size and pretrain.log_every_steps must be positive")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"pretrain.precision must be one of {PRECISIONS}, got {self.precision!r}")
 
 
 @dataclass(frozen=True)
@@ -200,6 +244,7 @@ class Config:
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
 
@@ -213,6 +258,10 @@ class Config:
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return dataclasses.asdict(self)
+
+    def backbone(self) -> dict:
+        """The ``model`` keys that shape the encoder backbone (what pretraining depends on)."""
+        return {key: getattr(self.model, key) for key in BACKBONE_KEYS}
 
     def section_hash(self, *sections: str) -> str:
         """Stable hash of the named sections: a stage reruns only when what it reads changed."""

@@ -3,9 +3,13 @@
 Reads:  ``data.source: imdb``: an aclImdb ``.tar.gz`` or ``aclImdb/`` folder (``data.archive``,
         ``$IMDB_ARCHIVE``, ``data/raw/aclImdb_v1.tar.gz``, or the canonical download, in that
         order); ``data.source: table``: CSV/TSV/Parquet file(s) at ``data.path`` (see tables.py).
+        Unlabeled reviews (``train/unsup``, for pretraining): ``data.unlabeled_archive`` or
+        ``$IMDB_UNSUP_ARCHIVE`` when set, else the labeled archive's own ``train/unsup`` when it has one
+        (the canonical archive does).
 Writes: ``data/ingest/{train,val,test}.parquet`` (columns ``review_id``, ``text``, ``label``
-        (class index), ``label_name``, ``rating``, ``source_file``), ``labels.json`` (class names,
-        index order) and ``data/ingest/manifest.json``.
+        (class index), ``label_name``, ``rating``, ``source_file``), ``unlabeled.parquet`` (``text``,
+        when there are unlabeled reviews), ``labels.json`` (class names, index order) and
+        ``data/ingest/manifest.json``.
 
 The archive is streamed member by member and never extracted, so no member path can
 write anywhere; members whose paths would escape an extraction folder (``..``,
@@ -46,10 +50,11 @@ from pipeline.config import Config
 from pipeline.errors import InputError, MissingInputError
 from pipeline.stages import stage_dir
 from pipeline.tables import find_table_files, load_table_splits
-from pipeline.text import LABELS_FILE, clean_text, percentiles, save_labels
+from pipeline.text import LABELS_FILE, UNLABELED_FILE, clean_text, percentiles, save_labels
 
 STAGE = "ingest"
 ARCHIVE_ENV_VAR = "IMDB_ARCHIVE"
+UNLABELED_ENV_VAR = "IMDB_UNSUP_ARCHIVE"
 CANONICAL_ARCHIVE_NAME = "aclImdb_v1.tar.gz"
 SPLIT_FILES = ("train.parquet", "val.parquet", "test.parquet")
 COLUMNS = ("review_id", "text", "label", "label_name", "rating", "source_file")
@@ -210,7 +215,7 @@ _UNLABELED_RE = re.compile(r"^(?:aclImdb/)?train/unsup/[^/]+\.txt$")
 
 
 def read_unlabeled_texts(path: Path, limit: int | None = None) -> list[str]:
-    """Cleaned texts of ``train/unsup/*.txt`` from an aclImdb archive or folder (for the tokenizer)."""
+    """Cleaned texts of ``train/unsup/*.txt`` from an aclImdb archive or folder (for pretraining)."""
     if path.is_dir():
         folder = dataset_root(path) / "train" / "unsup"
         if not folder.is_dir():
@@ -312,8 +317,33 @@ def dataset_root(path: Path) -> Path:
 # --------------------------------------------------------------------------- stage entry point
 
 
-def _imdb_splits(config: Config, force: bool) -> tuple[dict[str, pd.DataFrame], list[str], dict, dict, str]:
-    """(splits, label names, inputs, manifest fields, source) for the aclImdb archive or folder."""
+def resolve_unlabeled_source(config: Config, environ: dict[str, str] | None = None) -> Path | None:
+    """The unlabeled reviews named by ``data.unlabeled_archive`` or ``$IMDB_UNSUP_ARCHIVE``; None when neither is set."""
+    environ = dict(os.environ) if environ is None else environ
+    explicit = config.data.unlabeled_archive or environ.get(UNLABELED_ENV_VAR)
+    if not explicit:
+        return None
+    path = Path(explicit).expanduser()
+    if not path.exists():
+        origin = "data.unlabeled_archive" if config.data.unlabeled_archive else UNLABELED_ENV_VAR
+        raise MissingInputError(f"unlabeled reviews not found: {path} (from {origin})")
+    return path
+
+
+def read_unlabeled(config: Config, explicit: Path | None, labeled_source: Path) -> pd.DataFrame | None:
+    """The unlabeled reviews as a ``text`` frame: from ``explicit`` (errors name it), else from the
+    labeled source's own ``train/unsup`` when it has one, else None."""
+    if explicit is not None:
+        return pd.DataFrame({"text": read_unlabeled_texts(explicit, config.data.max_unlabeled)})
+    try:
+        return pd.DataFrame({"text": read_unlabeled_texts(labeled_source, config.data.max_unlabeled)})
+    except (InputError, MissingInputError):  # this copy of the dataset has no unlabeled part
+        return None
+
+
+def _imdb_splits(config: Config, force: bool) -> tuple[dict[str, pd.DataFrame], list[str], dict, dict, str,
+                                                        pd.DataFrame | None]:
+    """(splits, label names, inputs, manifest fields, source, unlabeled) for the aclImdb archive or folder."""
     source = resolve_source(config)
     if source.is_dir():
         root = dataset_root(source)
@@ -322,8 +352,12 @@ def _imdb_splits(config: Config, force: bool) -> tuple[dict[str, pd.DataFrame], 
         source_checksum = sha256_file(source)
         verify_checksums(source, config, source_checksum)
     inputs = {"archive_sha256": source_checksum}
+    unlabeled_source = resolve_unlabeled_source(config)
+    if unlabeled_source is not None:
+        inputs["unlabeled_sha256"] = (sha256_file(unlabeled_source) if unlabeled_source.is_file()
+                                      else f"folder:{unlabeled_source.resolve()}")
     if not force and _skip(config, inputs, source):
-        return {}, [], inputs, {}, str(source)
+        return {}, [], inputs, {}, str(source), None
     members = iter_folder(root) if source.is_dir() else iter_archive(source)
     progress = tqdm(members, desc=f"reading {source.name}", unit=" files", mininterval=1.0)
     frame, report = collect_reviews(progress, str(source))
@@ -336,28 +370,36 @@ def _imdb_splits(config: Config, force: bool) -> tuple[dict[str, pd.DataFrame], 
     test = frame[frame["split"] == "test"].drop(columns="split").reset_index(drop=True)
     train, val = split_train_validation(original_train, config.data.validation_fraction, config.data.seed)
     splits = {"train": train, "val": val, "test": test}
+    unlabeled = read_unlabeled(config, unlabeled_source, source)
     fields = {
         "archive_sha256": source_checksum,
         "duplicates": duplicate_counts(original_train, test),
         "decode_error_files": report.decode_error_files,
         "skipped_files": {"count": report.skipped_count, "examples": report.skipped_names},
+        "unlabeled_source": str(unlabeled_source or (source if unlabeled is not None else "none")),
     }
-    return splits, list(IMDB_LABELS), inputs, fields, str(source)
+    return splits, list(IMDB_LABELS), inputs, fields, str(source), unlabeled
 
 
-def _table_splits(config: Config, force: bool) -> tuple[dict[str, pd.DataFrame], list[str], dict, dict, str]:
-    """(splits, label names, inputs, manifest fields, source) for the user's CSV/TSV/Parquet files."""
+def _table_splits(config: Config, force: bool) -> tuple[dict[str, pd.DataFrame], list[str], dict, dict, str,
+                                                         pd.DataFrame | None]:
+    """(splits, label names, inputs, manifest fields, source, unlabeled) for the user's CSV/TSV/Parquet files."""
     files = find_table_files(config.data.path)
     inputs = {"files_sha256": {str(f): sha256_file(f) for f in files}}
+    unlabeled_source = resolve_unlabeled_source(config)
+    if unlabeled_source is not None:
+        inputs["unlabeled_sha256"] = sha256_file(unlabeled_source) if unlabeled_source.is_file() else "folder"
     if not force and _skip(config, inputs, config.data.path):
-        return {}, [], inputs, {}, config.data.path
+        return {}, [], inputs, {}, config.data.path, None
     splits, labels, drops, _ = load_table_splits(config.data)
     if drops.count:
         print(f"ingest: warning: dropped {drops.count} row(s) with empty text or label "
               f"({drops.reasons}), e.g. {'; '.join(drops.examples)}")
     fields = {"dropped_rows": {"count": drops.count, "reasons": drops.reasons, "examples": drops.examples},
-              "duplicates": duplicate_counts(pd.concat([splits["train"], splits["val"]]), splits["test"])}
-    return splits, labels, inputs, fields, config.data.path
+              "duplicates": duplicate_counts(pd.concat([splits["train"], splits["val"]]), splits["test"]),
+              "unlabeled_source": str(unlabeled_source or "none")}
+    unlabeled = None if unlabeled_source is None else read_unlabeled(config, unlabeled_source, unlabeled_source)
+    return splits, labels, inputs, fields, config.data.path, unlabeled
 
 
 def _skip(config: Config, inputs: dict, source) -> bool:
@@ -374,7 +416,7 @@ def run(config: Config, force: bool = False) -> Path:
     started = time.perf_counter()
     out_dir = stage_dir(config, STAGE)
     reader = _table_splits if config.data.source == "table" else _imdb_splits
-    splits, labels, inputs, fields, source = reader(config, force)
+    splits, labels, inputs, fields, source, unlabeled = reader(config, force)
     if not splits:  # up to date
         return out_dir
     for split in splits.values():
@@ -392,18 +434,21 @@ def run(config: Config, force: bool = False) -> Path:
                 for name, split in splits.items()},
         length_words={name: length_percentiles(split["text"]) for name, split in splits.items()},
         split_checksums={name: sha256_text("\n".join(split["source_file"])) for name, split in splits.items()},
+        unlabeled_rows=0 if unlabeled is None else len(unlabeled),
         **fields,
     )
     with staged_directory(out_dir) as staging:
         for name, split in splits.items():
             split.loc[:, list(COLUMNS)].to_parquet(staging / f"{name}.parquet", index=False)
+        if unlabeled is not None:
+            unlabeled.to_parquet(staging / UNLABELED_FILE, index=False)
         save_labels(staging, labels)
         write_manifest(staging, manifest)
     rows = manifest["rows"]
     print(
         f"ingest: read {sum(rows.values()):,} labelled texts from {source}; wrote train {rows['train']:,} / "
-        f"val {rows['val']:,} / test {rows['test']:,} rows ({len(labels)} classes) to {out_dir}/ "
-        f"in {time.perf_counter() - started:.1f}s"
+        f"val {rows['val']:,} / test {rows['test']:,} rows ({len(labels)} classes) and "
+        f"{manifest['unlabeled_rows']:,} unlabeled reviews to {out_dir}/ in {time.perf_counter() - started:.1f}s"
     )
     return out_dir
 

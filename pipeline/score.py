@@ -9,8 +9,8 @@ Writes: ``--output``, a CSV with every input column and row in the input's order
         adds one ``probability_<label>`` column per class instead of ``positive_probability``. It is written to a temporary file
         beside the output and renamed at the end, so an interrupted run leaves no partial file.
 
-The input is streamed in chunks, so memory stays flat for any file size; a reader thread
-parses the next chunk while the current one is scored. Every value is
+The input is streamed in chunks, so memory stays flat for any file size; a read-ahead thread
+parses, checks and tokenizes the next chunk while the model scores the current one. Every value is
 read as text and written back unchanged. Rows whose text is missing, blank or not text,
 or holds undecodable bytes, get a ``score_error`` message instead of a score.
 """
@@ -19,19 +19,21 @@ from __future__ import annotations
 
 import csv
 import os
-from concurrent.futures import ThreadPoolExecutor
 import re
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import psutil
 from tqdm.auto import tqdm
 
 from pipeline.config import Config
 from pipeline.errors import InputError, MissingInputError
-from pipeline.inference import SentimentClassifier, load_classifier, output_columns, output_frame, predict_probabilities
+from pipeline.inference import SentimentClassifier, load_classifier, output_columns, output_frame, predict_ids
 
 ERROR_COLUMN = "score_error"
 _NUMBER_RE = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
@@ -52,14 +54,22 @@ def text_problem(value: str) -> str:
     return ""
 
 
-def score_chunk(chunk: pd.DataFrame, text_column: str, classifier: SentimentClassifier, first_row: int,
-                encoding: str) -> pd.DataFrame:
-    """The chunk with the probability, label and error columns added; rows keep their order.
+@dataclass
+class PreparedChunk:
+    """A chunk checked and tokenized, ready for the model."""
 
-    Values are Python strings (object dtype): Arrow-backed strings cannot hold the
-    surrogate escapes that mark undecodable bytes.
+    chunk: pd.DataFrame       # the input rows, undecodable bytes shown as U+FFFD
+    errors: list[str]         # per row: why it cannot be scored, or ""
+    scorable: list[int]       # positions of the rows to score
+    ids: np.ndarray           # their token ids
 
-    ``first_row`` is the 1-based data-row number of the chunk's first row, for messages.
+
+def prepare_chunk(chunk: pd.DataFrame, text_column: str, encoder, first_row: int, encoding: str) -> PreparedChunk:
+    """Check every row's text and tokenize the scorable ones (the part that can run ahead of the model).
+
+    Values are Python strings (object dtype): Arrow-backed strings cannot hold the surrogate
+    escapes that mark undecodable bytes. ``first_row`` is the 1-based data-row number of the
+    chunk's first row, for messages.
     """
     texts = chunk[text_column].tolist()
     errors = [text_problem(text) for text in texts]
@@ -67,23 +77,35 @@ def score_chunk(chunk: pd.DataFrame, text_column: str, classifier: SentimentClas
         if not errors[index] and _UNDECODABLE_RE.search(text):
             errors[index] = f"row {first_row + index}: undecodable bytes for encoding {encoding}"
     scorable = [i for i, error in enumerate(errors) if not error]
-    scored = output_frame(predict_probabilities(classifier.model, classifier.encoder, [texts[i] for i in scorable]),
-                          classifier.labels)
-    scored.index = chunk.index[scorable]
+    clean = chunk.copy()
+    for column in chunk.columns:  # surrogate-escaped bytes cannot be written as UTF-8
+        clean[column] = clean[column].map(lambda v: _UNDECODABLE_RE.sub("\ufffd", v) if isinstance(v, str) else v)
+    return PreparedChunk(clean, errors, scorable, encoder.encode([texts[i] for i in scorable]))
+
+
+def finish_chunk(prepared: PreparedChunk, classifier: SentimentClassifier) -> pd.DataFrame:
+    """The chunk with the probability, label and error columns added; rows keep their order."""
+    chunk = prepared.chunk
+    scored = output_frame(predict_ids(classifier.model, prepared.ids), classifier.labels)
+    scored.index = chunk.index[prepared.scorable]
     out = chunk.copy()
     for column in scored.columns:  # rows with an error keep these cells empty
         out[column] = scored[column].astype(object).reindex(chunk.index, fill_value="")
-    out["score_error"] = errors
-    for column in chunk.columns:  # surrogate-escaped bytes cannot be written as UTF-8
-        out[column] = out[column].map(lambda v: _UNDECODABLE_RE.sub("\ufffd", v) if isinstance(v, str) else v)
+    out[ERROR_COLUMN] = prepared.errors
     return out
+
+
+def score_chunk(chunk: pd.DataFrame, text_column: str, classifier: SentimentClassifier, first_row: int,
+                encoding: str) -> pd.DataFrame:
+    """:func:`prepare_chunk` then :func:`finish_chunk`, in one go."""
+    return finish_chunk(prepare_chunk(chunk, text_column, classifier.encoder, first_row, encoding), classifier)
 
 
 # --------------------------------------------------------------------------- I/O edges
 
 
 def read_ahead(chunks):
-    """The items of ``chunks``, with the next one read in a background thread meanwhile."""
+    """The items of ``chunks``, with the next one produced in a background thread meanwhile."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="csv-reader") as reader:
         pending = reader.submit(next, chunks, None)
         while (chunk := pending.result()) is not None:
@@ -128,9 +150,15 @@ def run(config: Config, input_path: str | Path, output_path: str | Path, model_u
                 tqdm(unit=" rows", desc=f"scoring {input_path.name}", mininterval=0.5) as progress:
             reader = pd.read_csv(input_path, dtype=object, keep_default_na=False, na_filter=False, chunksize=chunk_size,
                                  encoding=encoding, encoding_errors="surrogateescape")
+            def prepared_chunks():  # runs in the read-ahead thread: parse, check, tokenize
+                first_row = 1
+                for chunk in reader:
+                    yield prepare_chunk(chunk, text_column, classifier.encoder, first_row, encoding)
+                    first_row += len(chunk)
+
             try:
-                for chunk in read_ahead(reader):
-                    scored = score_chunk(chunk, text_column, classifier, counts["rows"] + 1, encoding)
+                for prepared in read_ahead(prepared_chunks()):
+                    scored = finish_chunk(prepared, classifier)
                     scored.to_csv(out, header=counts["rows"] == 0, index=False, quoting=csv.QUOTE_MINIMAL)
                     counts["rows"] += len(scored)
                     counts["errors"] += int((scored[ERROR_COLUMN] != "").sum())

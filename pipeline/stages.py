@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from pipeline.artifacts import MANIFEST_NAME
-from pipeline.config import FACTORS, Config
+from pipeline.config import DESIGNS, Config
 from pipeline.errors import MissingInputError
 
 
@@ -39,7 +39,7 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _compare_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--factor", choices=tuple(FACTORS), default="pooling",
+    parser.add_argument("--factor", choices=tuple(DESIGNS), default="pooling",
                         help="what the comparison varies: model.pooling (default) or model.position")
 
 
@@ -66,12 +66,20 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
                         help="measure only training steps or only scoring (repeatable; default: everything)")
 
 
+def _budget_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seeds", default="42", help="fine-tuning seeds per budget, comma-separated (default 42)")
+    parser.add_argument("--baseline", type=float, default=None, help="TF-IDF test accuracy to draw on the plot")
+
+
 STAGES: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("ingest", "pipeline.ingest", "IMDB archive or your tables -> data/ingest/{train,val,test}.parquet",
           reads=(), writes="train/val/test Parquet splits, labels.json, manifest", folder="ingest", force=True),
     Stage("tokenize", "pipeline.tokenization", "learn the WordPiece vocabulary on train, encode all splits",
           reads=("ingest",), writes="vocabulary, tokenizer settings, token ids per split, manifest",
           folder="tokenize", force=True),
+    Stage("pretrain", "pipeline.pretrain", "masked-LM pretraining of the encoder on train + unlabeled reviews",
+          reads=("tokenize",), writes="backbone weights, spec, loss curve, manifest; one MLflow run",
+          folder="pretrain", force=True),
     Stage("train", "pipeline.train", "train the Transformer classifier, log the run and its model to MLflow",
           reads=("tokenize", "ingest"), writes="a run folder with model.keras and a manifest; one MLflow run",
           folder="train", force=True),
@@ -86,6 +94,9 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("score", "pipeline.score", "add probabilities and labels to every row of a CSV of reviews",
           reads=("register",), writes="the CSV with probability, label and score_error columns",
           arguments=_score_arguments),
+    Stage("pretrain-budget", "pipeline.budget_curve", "test accuracy against minutes of pretraining (an experiment)",
+          reads=("pretrain", "train", "evaluate"), writes="reports/pretraining_budget.{json,md,png}",
+          arguments=_budget_arguments),
     Stage("bench", "pipeline.bench", "training and scoring speed against the same run's GEMM peak; memory",
           reads=("tokenize", "ingest", "register"), writes="reports/bench.{json,md}", arguments=_bench_arguments),
 )}

@@ -26,6 +26,7 @@ RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(RESERVED_TOKENS))
 REQUIRED_RESERVED = 4  # [MASK] is only needed for pretraining; older vocabularies stop at [SEP]
 LABELS_FILE = "labels.json"
+UNLABELED_FILE = "unlabeled.parquet"  # unlabeled reviews written by ingestion, read by tokenization
 
 _BREAK_RE = re.compile(r"<br\s*/?>", flags=re.IGNORECASE)
 

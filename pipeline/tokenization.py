@@ -1,9 +1,11 @@
 """Tokenization stage: a WordPiece vocabulary learned on train, and fixed-length token ids.
 
-Reads:  ``data/ingest/{train,val,test}.parquet`` and its manifest (and, optionally, the
-        unlabeled ``train/unsup`` reviews named by ``tokenizer.extra_corpus``).
+Reads:  ``data/ingest/{train,val,test}.parquet``, ``unlabeled.parquet`` when ingestion wrote one, and
+        the manifest. The vocabulary is learned on train plus (``tokenizer.include_unlabeled``) the
+        unlabeled reviews, never on validation or test texts.
 Writes: ``data/tokenize/vocabulary.txt``, ``tokenizer.json`` (encoding settings and the
-        vocabulary checksum), ``{split}_ids.npy`` (int32, ``[rows, max_sequence_length]``),
+        vocabulary checksum), ``{split}_ids.npy`` (int32, ``[rows, max_sequence_length]``; also
+        ``unlabeled_ids.npy``),
         ``{split}_labels.npy`` (class indices), ``{split}_token_counts.npy`` (tokens before
         truncation), ``labels.json`` (class names, copied from ingest), ``token_lengths.png``
         and ``manifest.json``.
@@ -46,12 +48,14 @@ from pipeline.text import (
     REQUIRED_RESERVED,
     RESERVED_TOKENS,
     UNK_ID,
+    UNLABELED_FILE,
     clean_text,
     percentiles,
 )
 
 STAGE = "tokenize"
 SPLITS = ("train", "val", "test")
+UNLABELED = "unlabeled"      # token ids only (unlabeled_ids.npy), for pretraining
 VOCABULARY_FILE = "vocabulary.txt"
 SETTINGS_FILE = "tokenizer.json"
 SETTINGS_FORMAT = "pipeline-wordpiece v1"
@@ -257,16 +261,11 @@ def load_split(directory: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run(config: Config, force: bool = False) -> Path:
-    """Learn the vocabulary on train, encode every split and return ``data/tokenize``."""
+    """Learn the vocabulary on train (+ unlabeled), encode every split and return ``data/tokenize``."""
     started = time.perf_counter()
     ingest_dir = require_output(config, "ingest")
     out_dir = stage_dir(config, STAGE)
-    inputs = {"ingest_manifest_sha256": manifest_hash(ingest_dir)}
-    extra = Path(config.tokenizer.extra_corpus) if config.tokenizer.extra_corpus else None
-    if extra is not None:
-        if not extra.exists():
-            raise MissingInputError(f"tokenizer.extra_corpus not found: {extra}")
-        inputs["extra_corpus_sha256"] = sha256_file(extra) if extra.is_file() else f"folder:{extra.resolve()}"
+    inputs = {"ingest_manifest_sha256": manifest_hash(ingest_dir), "reserved_tokens": ",".join(RESERVED_TOKENS)}
     config_hash = config.section_hash("tokenizer")
     outputs = [VOCABULARY_FILE, SETTINGS_FILE, LABELS_FILE] + [f"{s}_{k}.npy" for s in SPLITS for k in ("ids", "labels")]
     if not force and is_up_to_date(out_dir, config_hash, inputs, outputs):
@@ -274,11 +273,12 @@ def run(config: Config, force: bool = False) -> Path:
         return out_dir
 
     frames = {split: pd.read_parquet(ingest_dir / f"{split}.parquet") for split in SPLITS}
+    unlabeled_path = ingest_dir / UNLABELED_FILE
+    if unlabeled_path.is_file():  # for pretraining; never validation or test texts
+        frames[UNLABELED] = pd.read_parquet(unlabeled_path)
     corpus = list(frames["train"]["text"])
-    if extra is not None:
-        from pipeline.ingest import read_unlabeled_texts  # reading archives is ingestion's job; only here
-
-        corpus += read_unlabeled_texts(extra, config.tokenizer.max_extra_texts)
+    if config.tokenizer.include_unlabeled and UNLABELED in frames:
+        corpus += list(frames[UNLABELED]["text"])
     print(f"tokenize: learning a {config.tokenizer.vocabulary_size:,}-token WordPiece vocabulary "
           f"from {len(corpus):,} texts ...", flush=True)
     learn_started = time.perf_counter()
@@ -290,10 +290,11 @@ def run(config: Config, force: bool = False) -> Path:
     with staged_directory(out_dir) as staging:
         encoder.save(staging)
         shutil.copy2(ingest_dir / LABELS_FILE, staging / LABELS_FILE)
-        for split in SPLITS:
+        for split in frames:
             ids, counts, unknown = encoder.encode_with_counts(list(frames[split]["text"]))
             np.save(staging / f"{split}_ids.npy", ids)
-            np.save(staging / f"{split}_labels.npy", frames[split]["label"].to_numpy(np.int32))
+            if split != UNLABELED:
+                np.save(staging / f"{split}_labels.npy", frames[split]["label"].to_numpy(np.int32))
             np.save(staging / f"{split}_token_counts.npy", counts)
             counts_by_split[split] = counts
             stats["unknown_token_rate"][split] = round(unknown / max(int(counts.sum()), 1), 6)
@@ -304,14 +305,14 @@ def run(config: Config, force: bool = False) -> Path:
             STAGE, config_hash, inputs, config.to_dict()["tokenizer"],
             vocabulary_size=encoder.vocabulary_size,
             vocabulary_sha256=sha256_file(staging / VOCABULARY_FILE),
-            rows={split: len(frames[split]) for split in SPLITS},
+            rows={split: len(frame) for split, frame in frames.items()},
             corpus_texts=len(corpus),
             learn_seconds=round(learn_seconds, 1),
             **stats,
         )
         write_manifest(staging, manifest)
     rates = ", ".join(f"{s} {stats['unknown_token_rate'][s]:.2%} unk / {stats['truncated_fraction'][s]:.1%} truncated"
-                      for s in SPLITS)
+                      for s in frames)
     print(f"tokenize: read {sum(len(f) for f in frames.values()):,} reviews from {ingest_dir}/; wrote "
           f"{encoder.vocabulary_size:,}-token vocabulary and ids to {out_dir}/ ({rates}) "
           f"in {time.perf_counter() - started:.1f}s")

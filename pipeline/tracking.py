@@ -19,7 +19,7 @@ import keras
 import mlflow
 
 from pipeline.artifacts import code_version
-from pipeline.config import FACTORS, Config
+from pipeline.config import DESIGNS, Config
 from pipeline.errors import PipelineError
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -63,8 +63,9 @@ def flat_params(config: Config) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- tags
 
-STAGE_TAG = "pipeline_stage"             # which stage made a run: one of the three values below
-TRAIN_STAGE, COMPARE_STAGE, BASELINE_STAGE = "train", "compare", "baseline"
+STAGE_TAG = "pipeline_stage"             # which stage made a run: one of the values below
+TRAIN_STAGE, COMPARE_STAGE, BASELINE_STAGE, PRETRAIN_STAGE = "train", "compare", "baseline", "pretrain"
+PRETRAINED_FROM_TAG = "pretrained_from"  # on a classifier run: the pretraining run its backbone came from
 COMPARE_KEY_TAG = "compare_key"          # a comparison's identity: factor, config hash, tokenizer hash
 FACTOR_TAG = "factor"                    # on a comparison: the config key it varies
 VARIANT_TAG = "variant"                  # on a baseline child: "baseline"
@@ -76,7 +77,7 @@ VERSION_COMPARISON_TAG = "comparison_run_id"  # on a registered model version: w
 
 def standard_tags(config: Config, config_hash: str, stage: str, **extra: str) -> dict[str, str]:
     return {STAGE_TAG: stage, "pooling": config.model.pooling, "position": config.model.position,
-            "config_hash": config_hash, "code_version": code_version(), **extra}
+            "init": config.model.init, "config_hash": config_hash, "code_version": code_version(), **extra}
 
 
 def comparison_tags(key: str, factor: str, variants, seeds) -> dict[str, str]:
@@ -146,8 +147,8 @@ def find_baseline_run(config: Config, key: str):
 
 
 def latest_champion_comparison(config: Config):
-    """The newest comparison whose model runs are candidates for `make register` (see ``config.FACTORS``)."""
-    runs = [run for name, factor in FACTORS.items() if factor.champion_pool
+    """The newest comparison whose model runs are candidates for `make register` (see ``config.DESIGNS``)."""
+    runs = [run for name, design in DESIGNS.items() if design.champion_pool
             for run in _find_runs(config, {STAGE_TAG: COMPARE_STAGE, FACTOR_TAG: name})]
     runs.sort(key=lambda run: run.info.start_time, reverse=True)
     if not runs:

@@ -31,15 +31,23 @@ import numpy as np
 import pandas as pd
 import tensorflow as tf
 
-from pipeline.artifacts import build_manifest, is_up_to_date, manifest_hash, read_manifest, write_manifest
+from pipeline.artifacts import build_manifest, is_up_to_date, manifest_hash, read_manifest, sha256_file, write_manifest
 from pipeline.batching import batch_width, bucketed_batches, padding_fraction
 from pipeline.config import Config
 from pipeline.inference import SentimentClassifier
-from pipeline.model import build_model
+from pipeline.model import build_model, load_backbone_weights
+from pipeline.pretrain import WEIGHTS_FILE, check_vocabulary, load_backbone, resolve_pretrained
 from pipeline.stages import require_output, stage_dir
 from pipeline.text import LABELS_FILE, PAD_ID, load_labels
 from pipeline.tokenization import SETTINGS_FILE, VOCABULARY_FILE, TextEncoder, load_split
-from pipeline.tracking import TRAIN_STAGE, MLflowEpochLogger, flat_params, setup_tracking, standard_tags
+from pipeline.tracking import (
+    PRETRAINED_FROM_TAG,
+    TRAIN_STAGE,
+    MLflowEpochLogger,
+    flat_params,
+    setup_tracking,
+    standard_tags,
+)
 
 STAGE = TRAIN_STAGE
 MODEL_FILE = "model.keras"
@@ -50,7 +58,19 @@ PYFUNC_REQUIREMENTS = ["tensorflow", "tensorflow-text", "keras>=3", "keras-hub",
 # --------------------------------------------------------------------------- hardware
 
 
-def choose_hardware(precision: str) -> tuple[tf.distribute.Strategy, str, str]:
+BFLOAT16_MIN_WIDTH = 256  # on CPUs with bfloat16 units, mixed_bfloat16 pays off from this width (make bench)
+
+
+def cpu_has_bfloat16() -> bool:
+    """Whether this CPU has bfloat16 matrix units (AVX512_BF16 or AMX), from /proc/cpuinfo (Linux)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def choose_hardware(precision: str, hidden_dim: int = 0) -> tuple[tf.distribute.Strategy, str, str]:
     """(distribution strategy, Keras dtype policy, a description to log)."""
     gpus = tf.config.list_physical_devices("GPU")
     if len(gpus) > 1:
@@ -60,9 +80,15 @@ def choose_hardware(precision: str) -> tuple[tf.distribute.Strategy, str, str]:
         strategy = tf.distribute.get_strategy()
         device = "1 GPU" if gpus else f"CPU ({os.cpu_count()} cores)"
     if precision == "auto":
-        # On this project's 2-core AVX512_BF16 CPU, bfloat16 was measured slower than float32
-        # for the default model (332 vs 299 ms/step), so the CPU default is float32.
-        policy = "mixed_float16" if gpus else "float32"
+        # Measured with `make bench` on this project's 2-core AVX512_BF16/AMX CPU: mixed_bfloat16 is
+        # slower than float32 for the width-64 default (164 vs 148 ms per classifier step) and faster
+        # from width 256 (1148 vs 1403 ms), where the matrix products dominate.
+        if gpus:
+            policy = "mixed_float16"
+        elif hidden_dim >= BFLOAT16_MIN_WIDTH and cpu_has_bfloat16():
+            policy = "mixed_bfloat16"
+        else:
+            policy = "float32"
     else:
         policy = precision
     return strategy, policy, device
@@ -72,17 +98,24 @@ def choose_hardware(precision: str) -> tuple[tf.distribute.Strategy, str, str]:
 
 
 def run_name(config: Config) -> str:
-    return f"{config.model.pooling}-{config.model.position}-seed{config.training.seed}"
+    init = "-pretrained" if config.model.init == "pretrained" else ""
+    return f"{config.model.pooling}-{config.model.position}{init}-seed{config.training.seed}"
 
 
 def learning_rate_schedule(config: Config, steps_per_epoch: int):
-    """Linear warm-up to ``learning_rate`` then cosine decay to zero over the whole budget."""
-    total = max(1, steps_per_epoch * config.training.epochs)
-    warmup = int(total * config.training.warmup_fraction)
+    """Linear warm-up to the peak rate then cosine decay to zero over the whole budget.
+
+    Fine-tuning a pretrained backbone uses its own (lower) rate and warm-up.
+    """
+    training = config.training
+    pretrained = config.model.init == "pretrained"
+    peak = training.fine_tune_learning_rate if pretrained else training.learning_rate
+    total = max(1, steps_per_epoch * training.epochs)
+    warmup = int(total * (training.fine_tune_warmup_fraction if pretrained else training.warmup_fraction))
     return keras.optimizers.schedules.CosineDecay(
-        initial_learning_rate=0.0 if warmup else config.training.learning_rate,
+        initial_learning_rate=0.0 if warmup else peak,
         decay_steps=max(1, total - warmup),
-        warmup_target=config.training.learning_rate if warmup else None,
+        warmup_target=peak if warmup else None,
         warmup_steps=warmup,
     )
 
@@ -199,8 +232,11 @@ class FitResult:
     train_seconds: float
 
 
-def run_directory(config: Config, tokenize_dir: Path) -> tuple[Path, str, dict[str, str]]:
+def run_directory(config: Config, tokenize_dir: Path, pretrained_dir: Path | None = None
+                  ) -> tuple[Path, str, dict[str, str]]:
     inputs = {"tokenize_manifest_sha256": manifest_hash(tokenize_dir)}
+    if pretrained_dir is not None:
+        inputs["pretrained_weights_sha256"] = sha256_file(pretrained_dir / WEIGHTS_FILE)
     config_hash = config.section_hash("model", "training")
     key = f"{run_name(config)}-{config_hash[:8]}-{inputs['tokenize_manifest_sha256'][:8]}"
     return stage_dir(config, STAGE) / key, config_hash, inputs
@@ -216,7 +252,7 @@ def prepare_run_directory(run_dir: Path, force: bool) -> None:
 def prepare_hardware(config: Config) -> Hardware:
     """Seed everything, pick the strategy and dtype policy, and say what was picked."""
     keras.utils.set_random_seed(config.training.seed)
-    strategy, policy, device = choose_hardware(config.training.precision)
+    strategy, policy, device = choose_hardware(config.training.precision, config.model.hidden_dim)
     keras.mixed_precision.set_global_policy(policy)
     devices = tuple(d.name.replace("/physical_device:", "") for d in tf.config.list_physical_devices())
     print(f"train: devices {list(devices)}; using {device}, precision {policy}")
@@ -243,11 +279,20 @@ def load_training_data(config: Config, tokenize_dir: Path, replicas: int) -> Tra
     )
 
 
-def build_and_compile(config: Config, data: TrainingData, hardware: Hardware) -> keras.Model:
+def build_and_compile(config: Config, data: TrainingData, hardware: Hardware, tokenize_dir: Path,
+                      pretrained_dir: Path | None) -> tuple[keras.Model, dict | None]:
+    """The compiled classifier, its backbone loaded from ``pretrained_dir`` when given; and that backbone's spec."""
     with hardware.strategy.scope():
         model = build_model(config.model, data.encoder.vocabulary_size, data.encoder.settings.max_sequence_length,
                             len(data.labels))
-        return compile_model(model, config, data.steps_per_epoch)
+        spec = None
+        if pretrained_dir is not None:
+            weights, spec = load_backbone(pretrained_dir)
+            check_vocabulary(spec, read_manifest(tokenize_dir)["vocabulary_sha256"], str(pretrained_dir))
+            loaded = load_backbone_weights(model, weights, str(pretrained_dir))
+            print(f"train: started from the pretrained backbone in {pretrained_dir}/ ({len(loaded)} layers, "
+                  f"MLflow run {spec.get('mlflow_run_id')})")
+        return compile_model(model, config, data.steps_per_epoch), spec
 
 
 @contextlib.contextmanager
@@ -268,8 +313,11 @@ def start_or_resume_run(config: Config, run_dir: Path) -> Iterator[tuple[str, bo
 
 
 def log_run_inputs(config: Config, data: TrainingData, hardware: Hardware, model: keras.Model, config_hash: str,
-                   inputs: dict[str, str], tokenize_dir: Path) -> None:
-    """Params, tags, the datasets and the token-length plot of a new run."""
+                   inputs: dict[str, str], tokenize_dir: Path, pretrained: dict | None) -> None:
+    """Params, tags, the datasets and the token-length plot of a new run (and which pretraining it started from)."""
+    if pretrained is not None:
+        mlflow.set_tags({PRETRAINED_FROM_TAG: str(pretrained.get("mlflow_run_id")),
+                         "pretrained_steps": str(pretrained.get("steps"))})
     mlflow.log_params({**flat_params(config), "device": hardware.device, "precision_policy": hardware.policy,
                        "vocabulary_size": data.encoder.vocabulary_size, "train_rows": data.train_rows,
                        "num_classes": len(data.labels), "class_weight": str(data.class_weight),
@@ -365,7 +413,8 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence[keras.cal
     started = time.perf_counter()
     tokenize_dir = require_output(config, "tokenize")
     require_output(config, "ingest")  # its splits are logged as the run's datasets
-    run_dir, config_hash, inputs = run_directory(config, tokenize_dir)
+    pretrained_dir = resolve_pretrained(config) if config.model.init == "pretrained" else None
+    run_dir, config_hash, inputs = run_directory(config, tokenize_dir, pretrained_dir)
     if not force and is_up_to_date(run_dir, config_hash, inputs, [MODEL_FILE]):
         print(f"train: up to date, nothing to do ({run_dir}/, MLflow run {read_manifest(run_dir)['mlflow_run_id']})")
         return run_dir
@@ -373,10 +422,10 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence[keras.cal
     hardware = prepare_hardware(config)
     try:
         data = load_training_data(config, tokenize_dir, hardware.strategy.num_replicas_in_sync)
-        model = build_and_compile(config, data, hardware)
+        model, pretrained = build_and_compile(config, data, hardware, tokenize_dir, pretrained_dir)
         with start_or_resume_run(config, run_dir) as (run_id, resumed):
             if not resumed:
-                log_run_inputs(config, data, hardware, model, config_hash, inputs, tokenize_dir)
+                log_run_inputs(config, data, hardware, model, config_hash, inputs, tokenize_dir, pretrained)
             result = fit(model, data, config, run_dir, run_id, extra_callbacks)
             save_outputs(config, run_dir, model, tokenize_dir, run_id, result, hardware, config_hash, inputs)
     finally:

@@ -43,11 +43,17 @@ def make_review(rng: random.Random, label: int, length: int | None = None) -> st
     return " ".join(words).capitalize() + "."
 
 
-def write_imdb_tree(root: Path, per_class: dict[str, int] | None = None, seed: int = 0) -> Path:
-    """Write ``root/aclImdb/{train,test}/{pos,neg}/<id>_<rating>.txt`` and return ``root/aclImdb``."""
+def write_imdb_tree(root: Path, per_class: dict[str, int] | None = None, seed: int = 0, unlabeled: int = 0) -> Path:
+    """Write ``root/aclImdb/{train,test}/{pos,neg}/<id>_<rating>.txt`` (and ``unlabeled`` reviews in
+    ``train/unsup/<id>_0.txt``) and return ``root/aclImdb``."""
     per_class = per_class or {"train": 40, "test": 20}
     rng = random.Random(seed)
     base = root / "aclImdb"
+    if unlabeled:
+        (base / "train" / "unsup").mkdir(parents=True, exist_ok=True)
+        for review_id in range(unlabeled):
+            text = make_review(rng, rng.randint(0, 1))
+            (base / "train" / "unsup" / f"{review_id}_0.txt").write_text(text, encoding="utf-8")
     for split, count in per_class.items():
         for polarity, label in (("pos", 1), ("neg", 0)):
             folder = base / split / polarity
@@ -82,6 +88,14 @@ def add_member(archive_path: Path, name: str, data: bytes = b"x", kind: bytes = 
         info.linkname = linkname
         info.size = len(data) if kind == tarfile.REGTYPE else 0
         new.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_real_unlabeled_reviews():
+    """CI exports $IMDB_UNSUP_ARCHIVE (50,000 reviews); tests build their own unlabeled data instead."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("IMDB_UNSUP_ARCHIVE", raising=False)
+        yield
 
 
 @contextlib.contextmanager

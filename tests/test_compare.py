@@ -15,6 +15,12 @@ from pipeline.config import load_config
 from pipeline.metrics import mcnemar_exact
 from tests.conftest import PROJECT_ROOT, inside, make_archive, write_imdb_tree
 
+VARIANTS = ["first_token/pretrained", "first_token/scratch", "mean/pretrained", "mean/scratch"]
+
+
+def model_run_ids(payload: dict) -> list[str]:
+    return [run_id for name in VARIANTS for run_id in payload["summary"][name]["run_ids"]]
+
 
 @pytest.fixture(scope="module")
 def comparison(tmp_path_factory):
@@ -38,19 +44,27 @@ def test_report_files_and_json_fields(comparison):
     payload = json.loads((config.reports_dir / "comparison.json").read_text())
     assert report == config.reports_dir / "comparison.md"
     assert (config.reports_dir / "comparison.png").stat().st_size > 1000
-    assert set(payload["summary"]) == {"first_token", "mean", "baseline"}
-    for variant in ("first_token", "mean"):
+    assert set(payload["summary"]) == set(VARIANTS) | {"baseline"}
+    assert payload["variants"] == VARIANTS
+    for variant in VARIANTS:
         entry = payload["summary"][variant]
         assert entry["seeds"] == [1, 2]
         assert set(entry["test_accuracy"]) == {"mean", "std", "values"}
         assert "train_seconds" in entry
     difference = payload["difference"]
-    assert [s["seed"] for s in difference["mcnemar"]] == [1, 2]
+    assert [(s["seed"], s["at"]) for s in difference["mcnemar"]] == [(1, "init=pretrained"), (2, "init=pretrained"),
+                                                                      (1, "init=scratch"), (2, "init=scratch")]
+    assert set(payload["effects"]) == {"pooling", "init"}
+    inter = payload["interaction"]
+    assert inter["bootstrap"]["ci_low"] <= inter["difference"] <= inter["bootstrap"]["ci_high"]
+    assert payload["recommendation"]["variant"] in VARIANTS
     assert difference["bootstrap"]["ci_low"] <= difference["mean_accuracy_difference"] <= difference["bootstrap"]["ci_high"]
     assert isinstance(difference["significant"], bool)
     text = report.read_text()
     assert "## Verdict" in text and text.rstrip().endswith(".")
-    assert ("not statistically significant" in text) != difference["significant"]
+    pooling_verdict = text.split("## Verdict", 1)[1].split("init: pretrained minus", 1)[0]
+    assert ("not statistically significant" in pooling_verdict) != difference["significant"]
+    assert "Deploy `" in text
 
 
 def test_json_matches_children_in_mlflow(comparison):
@@ -59,13 +73,15 @@ def test_json_matches_children_in_mlflow(comparison):
     mlflow.set_tracking_uri(config.tracking.tracking_uri)
     children = mlflow.search_runs(experiment_names=[config.tracking.experiment_name], output_format="list",
                                   filter_string=f"tags.mlflow.parentRunId = '{payload['parent_run_id']}'")
-    assert len(children) == 5
+    assert len(children) == 9
     by_id = {run.info.run_id: run for run in children}
-    for variant in ("first_token", "mean"):
+    for variant in VARIANTS:
+        pooling, init = variant.split("/")
         entry = payload["summary"][variant]
         for run_id, value in zip(entry["run_ids"], entry["test_accuracy"]["values"]):
             run = by_id[run_id]
-            assert run.data.params["model.pooling"] == variant
+            assert run.data.params["model.pooling"] == pooling and run.data.params["model.init"] == init
+            assert ("pretrained_from" in run.data.tags) == (init == "pretrained")
             assert run.data.metrics["test_accuracy"] == pytest.approx(value)
         assert entry["test_accuracy"]["mean"] == pytest.approx(np.mean(entry["test_accuracy"]["values"]))
     baseline = by_id[payload["summary"]["baseline"]["run_ids"][0]]
@@ -75,10 +91,12 @@ def test_json_matches_children_in_mlflow(comparison):
 def test_mcnemar_uses_seed_matched_predictions(comparison):
     config, _ = comparison
     payload = json.loads((config.reports_dir / "comparison.json").read_text())
-    for index, seed_result in enumerate(payload["difference"]["mcnemar"]):
+    for seed_result in payload["difference"]["mcnemar"]:
+        init = seed_result["at"].split("=")[1]
         correct = []
-        for variant in ("first_token", "mean"):
-            run_id = payload["summary"][variant]["run_ids"][index]
+        for pooling in ("first_token", "mean"):
+            entry = payload["summary"][f"{pooling}/{init}"]
+            run_id = entry["run_ids"][entry["seeds"].index(seed_result["seed"])]
             predictions = pd.read_parquet(config.reports_dir / run_id / "test_predictions.parquet")
             correct.append(compare.correctness(predictions))
         expected = mcnemar_exact(*correct)
@@ -91,10 +109,10 @@ def test_rerun_reuses_finished_children(comparison, capsys):
     before = json.loads((config.reports_dir / "comparison.json").read_text())
     compare.run(config)
     output = capsys.readouterr().out
-    assert output.count("train: up to date") == 4
+    assert output.count("\ntrain: up to date") == 8 and output.startswith("pretrain: up to date")
     after = json.loads((config.reports_dir / "comparison.json").read_text())
     assert after["parent_run_id"] == before["parent_run_id"]
-    assert after["summary"]["mean"]["run_ids"] == before["summary"]["mean"]["run_ids"]
+    assert model_run_ids(after) == model_run_ids(before)
 
 
 def free_port() -> int:
@@ -126,7 +144,7 @@ def test_mlflow_server_shows_children_with_pooling_and_test_accuracy(comparison,
         request = urllib.request.Request(f"{base}/api/2.0/mlflow/runs/search", data=body,
                                          headers={"Content-Type": "application/json"})
         runs = json.load(urllib.request.urlopen(request))["runs"]
-        assert len(runs) == 2
+        assert len(runs) == 4
         for run in runs:
             metrics = {m["key"] for m in run["data"]["metrics"]}
             tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
@@ -146,7 +164,7 @@ def test_register_picks_best_validation_run_and_score_uses_champion(comparison, 
     assert uri == "models:/smoke-sentiment@champion"
     client = mlflow.tracking.MlflowClient()
     champion = client.get_model_version_by_alias("smoke-sentiment", "champion")
-    model_runs = payload["summary"]["first_token"]["run_ids"] + payload["summary"]["mean"]["run_ids"]
+    model_runs = model_run_ids(payload)
     val_accuracy = {run_id: client.get_run(run_id).data.metrics["best_val_accuracy"] for run_id in model_runs}
     assert champion.run_id in model_runs
     assert val_accuracy[champion.run_id] == max(val_accuracy.values())
@@ -168,11 +186,11 @@ def test_position_ablation_shares_runs_without_stealing_them(comparison, capsys)
     assert report == config.reports_dir / "ablation_position.md"
     ablation = json.loads((config.reports_dir / "ablation_position.json").read_text())
     assert set(ablation["summary"]) == {"learned", "none", "baseline"}
-    # learned + first_token (the smoke default) is exactly the pooling comparison's first_token runs
-    assert ablation["summary"]["learned"]["run_ids"] == pooling["summary"]["first_token"]["run_ids"]
+    # learned + first_token + scratch (the smoke default) are exactly those runs of the pooling comparison
+    assert ablation["summary"]["learned"]["run_ids"] == pooling["summary"]["first_token/scratch"]["run_ids"]
     assert "train: up to date" in capsys.readouterr().out
     client = mlflow.tracking.MlflowClient()
-    for run_id in pooling["summary"]["first_token"]["run_ids"]:
+    for run_id in pooling["summary"]["first_token/scratch"]["run_ids"]:
         assert client.get_run(run_id).data.tags["mlflow.parentRunId"] == pooling["parent_run_id"]
     for run_id in ablation["summary"]["none"]["run_ids"]:
         run = client.get_run(run_id)
@@ -180,7 +198,7 @@ def test_position_ablation_shares_runs_without_stealing_them(comparison, capsys)
         assert run.data.params["model.position"] == "none"
     registry.run(config)  # still registers from the pooling comparison's runs
     champion = client.get_model_version_by_alias("smoke-sentiment", "champion")
-    assert champion.run_id in pooling["summary"]["first_token"]["run_ids"] + pooling["summary"]["mean"]["run_ids"]
+    assert champion.run_id in model_run_ids(pooling)
 
 
 def test_force_retrains_every_child_and_registers_a_new_version(comparison, capsys):
@@ -193,12 +211,11 @@ def test_force_retrains_every_child_and_registers_a_new_version(comparison, caps
     before = json.loads((config.reports_dir / "comparison.json").read_text())
     compare.main(config, argparse.Namespace(factor="pooling", force=True))
     output = capsys.readouterr().out
-    assert "up to date" not in output and output.count("train: read") == 4
+    assert "\ntrain: up to date" not in output and output.count("\ntrain: read") == 8
     after = json.loads((config.reports_dir / "comparison.json").read_text())
     assert after["parent_run_id"] == before["parent_run_id"]
-    runs_before = set(before["summary"]["first_token"]["run_ids"] + before["summary"]["mean"]["run_ids"])
-    runs_after = set(after["summary"]["first_token"]["run_ids"] + after["summary"]["mean"]["run_ids"])
-    assert len(runs_after) == 4 and runs_before.isdisjoint(runs_after)
+    runs_before, runs_after = set(model_run_ids(before)), set(model_run_ids(after))
+    assert len(runs_after) == 8 and runs_before.isdisjoint(runs_after)
     assert after["summary"]["baseline"]["run_ids"] != before["summary"]["baseline"]["run_ids"]
 
     client = mlflow.tracking.MlflowClient()
@@ -207,3 +224,34 @@ def test_force_retrains_every_child_and_registers_a_new_version(comparison, caps
     registry.main(config, argparse.Namespace(force=True))
     champion = client.get_model_version_by_alias("smoke-sentiment", "champion")
     assert int(champion.version) == version + 1 and champion.run_id in runs_after
+
+
+def test_main_effects_and_interaction_on_a_known_2x2():
+    """Pooling helps by 10 points with pretraining and by 0 from scratch: main effect +5, interaction +10."""
+    from pipeline.config import DESIGNS
+
+    design = DESIGNS["pooling"]
+    n = 1000
+    rng = np.random.default_rng(0)
+    base = rng.random(n) < 0.8
+    better = base.copy()
+    better[np.flatnonzero(~base)[:100]] = True  # 100 more right answers = +10 points
+    correct = {"first_token/pretrained": np.stack([better, better]), "mean/pretrained": np.stack([base, base]),
+               "first_token/scratch": np.stack([base, base]), "mean/scratch": np.stack([base, base])}
+    pooling = compare.main_effect(design, 0, correct, [1, 2], samples=200)
+    assert pooling["mean_accuracy_difference"] == pytest.approx(0.05)
+    assert [(s["seed"], s["at"]) for s in pooling["mcnemar"]] == [(1, "init=pretrained"), (2, "init=pretrained"),
+                                                                 (1, "init=scratch"), (2, "init=scratch")]
+    assert not pooling["significant"]  # the scratch pairs show no difference at all
+    init = compare.main_effect(design, 1, correct, [1, 2], samples=200)
+    assert init["mean_accuracy_difference"] == pytest.approx(0.05)
+    inter = compare.interaction(design, correct, samples=200)
+    assert inter["difference"] == pytest.approx(0.10) and inter["significant"]
+
+
+def test_recommendation_uses_validation_never_test():
+    summary = {"a": {"best_val_accuracy": {"mean": 0.9}, "test_accuracy": {"mean": 0.80}},
+               "b": {"best_val_accuracy": {"mean": 0.8}, "test_accuracy": {"mean": 0.95}},
+               "baseline": {"test_accuracy": {"mean": 0.85}}}
+    best = compare.recommendation(summary, ["a", "b"])
+    assert best == {"variant": "a", "best_val_accuracy": 0.9, "test_accuracy": 0.80, "baseline_test_accuracy": 0.85}

@@ -63,3 +63,23 @@ def test_section_hash_tracks_only_named_sections():
     changed_model = base.replace(model={"pooling": "mean"})
     assert base.section_hash("data") == changed_model.section_hash("data")
     assert base.section_hash("model") != changed_model.section_hash("model")
+
+
+def test_gpu_config_loads_and_each_model_takes_a_step_on_cpu():
+    """configs/gpu.yaml is sized for a GPU; here it must at least load and train one step of each model."""
+    import keras
+    import numpy as np
+
+    from pipeline.model import build_masked_lm, build_model
+
+    config = load_config(PROJECT_ROOT / "configs" / "gpu.yaml")
+    assert config.model.init == "pretrained" and config.tokenizer.max_sequence_length == 512
+    vocabulary, length = 300, config.tokenizer.max_sequence_length  # a small vocabulary: the shapes that matter are the encoder's
+    ids = np.random.default_rng(0).integers(5, vocabulary, (2, length)).astype("int32")
+    classifier = build_model(config.model, vocabulary, length)
+    classifier.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    assert np.isfinite(classifier.train_on_batch(ids, np.array([0, 1])))
+    masked_lm = build_masked_lm(config.model, vocabulary, length)
+    masked_lm.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    positions = np.array([[1, 2, 3], [4, 5, 6]], dtype="int32")
+    assert np.isfinite(masked_lm.train_on_batch({"token_ids": ids, "mask_positions": positions}, ids[:, 1:4]))

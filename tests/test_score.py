@@ -75,7 +75,8 @@ def test_shuffling_rows_does_not_change_any_score(fast_model, tmp_path):
     score.run(config, tmp_path / "b.csv", tmp_path / "b_out.csv", model_uri=uri, chunk_size=50)
     a = pd.read_csv(tmp_path / "a_out.csv").set_index("id")["positive_probability"]
     b = pd.read_csv(tmp_path / "b_out.csv").set_index("id")["positive_probability"]
-    np.testing.assert_allclose(a.sort_index(), b.sort_index(), atol=1e-6)
+    # XLA may sum in another order when a row shares its batch with other rows: float32 noise, far below 1e-5
+    np.testing.assert_allclose(a.sort_index(), b.sort_index(), atol=1e-5)
 
 
 def test_score_agrees_with_pyfunc(model, tmp_path):
@@ -96,16 +97,16 @@ def test_interrupted_write_leaves_no_output(fast_model, tmp_path, monkeypatch):
     pd.DataFrame({"text": ["good film"] * 10}).to_csv(tmp_path / "in.csv", index=False)
     output = tmp_path / "out.csv"
     output.write_text("previous results\n")
-    real_score_chunk = score.score_chunk
+    real_finish_chunk = score.finish_chunk
     calls = []
 
     def interrupt_on_second_chunk(*args, **kwargs):
         calls.append(1)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return real_score_chunk(*args, **kwargs)
+        return real_finish_chunk(*args, **kwargs)
 
-    monkeypatch.setattr(score, "score_chunk", interrupt_on_second_chunk)
+    monkeypatch.setattr(score, "finish_chunk", interrupt_on_second_chunk)
     with pytest.raises(KeyboardInterrupt):
         score.run(config, tmp_path / "in.csv", output, model_uri=uri, chunk_size=3)
     assert output.read_text() == "previous results\n"

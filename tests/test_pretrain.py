@@ -1,0 +1,163 @@
+"""Pretraining: unlabeled reviews in, a masked-LM loss that falls, weights that transfer, resume, refusals."""
+
+import json
+
+import keras
+import mlflow
+import numpy as np
+import pytest
+
+from pipeline import ingest, pretrain, tokenization, train
+from pipeline.errors import InputError, MissingInputError
+from pipeline.text import MASK_ID
+from tests.conftest import PROJECT_ROOT, make_archive, write_imdb_tree
+from pipeline.config import load_config
+
+
+@pytest.fixture
+def unsup_config(tmp_path):
+    """The smoke config over a tiny archive that also holds train/unsup, as the canonical one does."""
+    write_imdb_tree(tmp_path / "source", per_class={"train": 40, "test": 10}, seed=2, unlabeled=120)
+    archive = make_archive(tmp_path / "source", tmp_path / "with_unsup.tar.gz")
+    return load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
+        f"data.archive={archive}", f"paths.data_dir={tmp_path / 'data'}", f"paths.reports_dir={tmp_path / 'reports'}"])
+
+
+def prepared(config):
+    ingest.run(config)
+    tokenization.run(config)
+    return config
+
+
+def test_unlabeled_reviews_are_ingested_and_tokenized_for_pretraining_only(unsup_config):
+    config = prepared(unsup_config)
+    manifest = json.loads((config.data_dir / "ingest" / "manifest.json").read_text())
+    assert manifest["unlabeled_rows"] == 120
+    assert (config.data_dir / "tokenize" / "unlabeled_ids.npy").is_file()
+    assert not (config.data_dir / "tokenize" / "unlabeled_labels.npy").exists()
+    encoder = tokenization.TextEncoder.load(config.data_dir / "tokenize")
+    assert encoder.can_mask and encoder.vocabulary[MASK_ID] == "[MASK]"
+
+
+def test_masking_follows_bert_and_never_touches_padding_or_cls():
+    keras.utils.set_random_seed(0)
+    ids = np.zeros((64, 32), dtype=np.int32)
+    ids[:, 0] = 2
+    ids[:, 1:25] = np.random.default_rng(0).integers(10, 90, (64, 24))
+    masked = {k: np.asarray(v) for k, v in pretrain.mask_generator(100, 32)(ids).items()}
+    positions, weights = masked["mask_positions"], masked["mask_weights"] > 0
+    assert positions.shape[1] == pretrain.mask_selection_length(32)
+    chosen = positions[weights]
+    assert chosen.min() >= 1 and chosen.max() <= 24  # real tokens only: not [CLS], not padding
+    rows = np.repeat(np.arange(64)[:, None], positions.shape[1], axis=1)[weights]
+    replaced = masked["token_ids"][rows, chosen]
+    assert 0.7 < (replaced == MASK_ID).mean() < 0.9  # about 80 % become [MASK]
+    np.testing.assert_array_equal(masked["mask_ids"][weights], ids[rows, chosen])
+
+
+def test_loss_falls_weights_transfer_and_the_run_records_its_pretraining(unsup_config, capsys):
+    config = prepared(unsup_config.replace(pretrain={"max_steps": 60}))
+    out_dir = pretrain.run(config)
+    history = json.loads((out_dir / "history.json").read_text())
+    assert history["step"] == [10, 20, 30, 40, 50, 60]
+    assert history["loss"][-1] < history["loss"][0]
+    assert (out_dir / "loss_curve.png").stat().st_size > 1000
+    spec = json.loads((out_dir / pretrain.SPEC_FILE).read_text())
+    client = mlflow.tracking.MlflowClient()
+    artifacts = {a.path for a in client.list_artifacts(spec["mlflow_run_id"], "backbone")}
+    assert "backbone/backbone.weights.npz" in artifacts
+    assert [m.step for m in client.get_metric_history(spec["mlflow_run_id"], "mlm_loss")] == history["step"]
+
+    assert pretrain.run(config) == out_dir
+    assert "pretrain: up to date" in capsys.readouterr().out
+
+    fine_tune = config.replace(model={"init": "pretrained"}, training={"epochs": 1})
+    run_dir = train.run(fine_tune)
+    assert "started from the pretrained backbone" in capsys.readouterr().out
+    run_id = json.loads((run_dir / "manifest.json").read_text())["mlflow_run_id"]
+    assert client.get_run(run_id).data.tags["pretrained_from"] == spec["mlflow_run_id"]
+    assert client.get_run(run_id).data.params["model.init"] == "pretrained"
+    # the same backbone is also reachable through its MLflow run
+    from_run = config.replace(model={"init": "pretrained", "pretrained": f"runs:/{spec['mlflow_run_id']}/backbone"},
+                              training={"epochs": 1, "seed": 5})
+    assert train.run(from_run).is_dir()
+
+
+class StopAfterPeriod(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 1:
+            raise KeyboardInterrupt("simulated kill")
+
+
+def test_a_killed_pretraining_resumes_from_its_checkpoint(unsup_config, capsys):
+    config = prepared(unsup_config)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain.run(config, extra_callbacks=[StopAfterPeriod()])
+    assert (config.data_dir / "pretrain" / pretrain.CHECKPOINT_DIR).is_dir()
+    out_dir = pretrain.run(config)
+    assert "resuming MLflow run" in capsys.readouterr().out
+    history = json.loads((out_dir / "history.json").read_text())
+    assert history["step"] == [10, 20, 30, 40]  # continued after step 20, not restarted
+    spec = json.loads((out_dir / pretrain.SPEC_FILE).read_text())
+    steps = [m.step for m in mlflow.tracking.MlflowClient().get_metric_history(spec["mlflow_run_id"], "mlm_loss")]
+    assert steps == [10, 20, 30, 40]
+    assert not (out_dir / pretrain.CHECKPOINT_DIR).exists()
+
+
+def test_fine_tuning_refuses_another_vocabulary_or_width(unsup_config):
+    config = prepared(unsup_config)
+    pretrain.run(config)
+    wider = config.replace(model={"init": "pretrained", "hidden_dim": 32}, training={"epochs": 1})
+    with pytest.raises(InputError, match="width"):
+        train.run(wider)
+    other_vocabulary = config.replace(tokenizer={"vocabulary_size": 60}, model={"init": "pretrained"},
+                                      training={"epochs": 1})
+    tokenization.run(other_vocabulary)
+    with pytest.raises(InputError, match="different vocabulary"):
+        train.run(other_vocabulary)
+
+
+def test_unlabeled_archive_missing_corrupt_or_empty_is_named(unsup_config, tmp_path, monkeypatch):
+    monkeypatch.setenv("IMDB_UNSUP_ARCHIVE", str(tmp_path / "nope.tar.gz"))
+    with pytest.raises(MissingInputError, match=r"nope\.tar\.gz.*IMDB_UNSUP_ARCHIVE"):
+        ingest.run(unsup_config)
+    corrupt = tmp_path / "corrupt.tar.gz"
+    corrupt.write_bytes(b"not a tar file")
+    monkeypatch.setenv("IMDB_UNSUP_ARCHIVE", str(corrupt))
+    with pytest.raises(InputError, match="corrupt.tar.gz"):
+        ingest.run(unsup_config)
+    write_imdb_tree(tmp_path / "labeled_only", per_class={"train": 2, "test": 2})
+    empty = make_archive(tmp_path / "labeled_only", tmp_path / "empty_unsup.tar.gz")
+    monkeypatch.setenv("IMDB_UNSUP_ARCHIVE", str(empty))
+    with pytest.raises(InputError, match=r"empty_unsup\.tar\.gz: holds no train/unsup"):
+        ingest.run(unsup_config)
+    assert not (unsup_config.data_dir / "ingest").exists()
+
+
+def test_pretraining_needs_the_mask_token(unsup_config):
+    config = prepared(unsup_config)
+    settings = json.loads((config.data_dir / "tokenize" / "tokenizer.json").read_text())
+    vocabulary = (config.data_dir / "tokenize" / "vocabulary.txt").read_text().split("\n")[:-1]
+    vocabulary[MASK_ID] = "[OLD]"
+    text = "".join(token + "\n" for token in vocabulary)
+    (config.data_dir / "tokenize" / "vocabulary.txt").write_text(text)
+    from pipeline.artifacts import sha256_text
+
+    (config.data_dir / "tokenize" / "tokenizer.json").write_text(json.dumps({**settings, "vocabulary_sha256": sha256_text(text)}))
+    with pytest.raises(InputError, match=r"no \[MASK\] token"):
+        pretrain.run(config)
+
+
+def test_budget_curve_fine_tunes_from_scratch_and_from_the_pretrained_backbone(unsup_config):
+    from pipeline import budget_curve
+
+    config = prepared(unsup_config).replace(training={"epochs": 1})
+    report = budget_curve.run(config, seeds=(1,), baseline=0.9)
+    payload = json.loads((config.reports_dir / "pretraining_budget.json").read_text())
+    minutes = [row["pretrain_minutes"] for row in payload["rows"]]
+    assert minutes[0] == 0 and minutes[-1] > 0 and len(minutes) == 2
+    client = mlflow.tracking.MlflowClient()
+    assert "pretrained_from" not in client.get_run(payload["rows"][0]["run_id"]).data.tags
+    assert client.get_run(payload["rows"][1]["run_id"]).data.tags["pretrained_from"] == payload["pretrain_run_id"]
+    assert report.read_text().count("| 1 |") == 2
+    assert (config.reports_dir / "pretraining_budget.png").stat().st_size > 1000
