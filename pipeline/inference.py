@@ -14,6 +14,7 @@ so a logged model loads wherever Keras, KerasHub and MLflow are installed.
 
 from __future__ import annotations
 
+import sys
 import weakref
 from pathlib import Path
 from typing import Sequence
@@ -141,10 +142,16 @@ class SentimentClassifier(mlflow.pyfunc.PythonModel):
 
 def load_classifier(model_uri: str) -> "SentimentClassifier":
     """The pipeline's pyfunc model behind ``model_uri`` (models:/, runs:/ or a folder), unwrapped."""
+    saved_path = list(sys.path)
     try:
         model = mlflow.pyfunc.load_model(model_uri)
     except (mlflow.exceptions.MlflowException, OSError) as exc:  # a bad URI, a missing run or folder
         raise InputError(f"cannot load model {model_uri!r}: {exc}") from None
+    finally:
+        # MLflow puts the model's logged copy of this package first on sys.path. This process already
+        # runs the package, so the copy would only shadow it for later imports and for spawned
+        # worker processes (which inherit sys.path) that then unpickle today's objects with old code.
+        sys.path[:] = saved_path
     try:
         classifier = model.unwrap_python_model()
     except mlflow.exceptions.MlflowException:  # a model of another flavor

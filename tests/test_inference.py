@@ -109,3 +109,20 @@ def test_compiled_scoring_gives_the_eager_probabilities():
     eager = predict_ids(model, ids, batch_size=64, compiled=False)
     np.testing.assert_allclose(compiled, eager, atol=1e-5)
     assert compiled.shape == (300, 2)
+
+
+def test_loading_a_logged_model_does_not_put_its_code_copy_on_sys_path(trained_run):
+    """The logged model carries a copy of this package; in-process it must not shadow the real one."""
+    import sys
+
+    import mlflow
+
+    from pipeline.inference import load_classifier
+
+    config, run_dir = trained_run
+    mlflow.set_tracking_uri(config.tracking.tracking_uri)
+    run_id = json.loads((run_dir / "manifest.json").read_text())["mlflow_run_id"]
+    before = list(sys.path)
+    classifier = load_classifier(f"runs:/{run_id}/model")
+    assert sys.path == before
+    assert type(classifier) is SentimentClassifier  # today's class, not the copy's
