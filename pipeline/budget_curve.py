@@ -45,10 +45,10 @@ def run(config: Config, seeds: tuple[int, ...] = (42,), baseline: float | None =
 
     started = time.perf_counter()
     out_dir = pretrain.run(config)
-    snapshots = {0.0: None}
-    for folder in sorted((out_dir / pretrain.SNAPSHOT_DIR).glob("*min")) if (out_dir / pretrain.SNAPSHOT_DIR).is_dir() else []:
-        snapshots[float(folder.name.removesuffix("min"))] = folder
-    snapshots[float(json.loads((out_dir / pretrain.SPEC_FILE).read_text())["train_minutes"])] = out_dir
+    snapshots = {0.0: None}  # minutes of pretraining actually done (a snapshot is taken at the first period end after)
+    for folder in [out_dir, *sorted((out_dir / pretrain.SNAPSHOT_DIR).glob("*min"))]:
+        if (folder / pretrain.SPEC_FILE).is_file():
+            snapshots[float(json.loads((folder / pretrain.SPEC_FILE).read_text())["train_minutes"])] = folder
     rows = []
     for minutes, folder in sorted(snapshots.items()):
         for seed in seeds:
@@ -77,4 +77,10 @@ def run(config: Config, seeds: tuple[int, ...] = (42,), baseline: float | None =
 
 
 def main(config: Config, args) -> None:
-    run(config, tuple(int(seed) for seed in args.seeds.split(",")), args.baseline)
+    from pipeline.errors import ConfigError
+
+    try:
+        seeds = tuple(int(seed) for seed in args.seeds.split(","))
+    except ValueError:
+        raise ConfigError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
+    run(config, seeds, args.baseline)

@@ -1,8 +1,9 @@
 """Turning raw texts into class probabilities with a trained model and its saved tokenizer.
 
-``predict_probabilities`` is the single scoring path used by evaluation, batch scoring and
-the MLflow pyfunc model, so the same review gets the same probability from all three. It
-returns ``[N, k]`` class probabilities (``pipeline.predictions``). ``SentimentClassifier`` is
+``TextEncoder.encode`` then ``predict_ids`` is the single scoring path used by evaluation, batch
+scoring and the MLflow pyfunc model (``predict_probabilities`` chains the two), so the same review
+gets the same probability from all three. It returns ``[N, k]`` class probabilities
+(``pipeline.predictions``). ``SentimentClassifier`` is
 the pyfunc model: it takes a DataFrame with a ``text`` column of raw strings and returns, for
 two classes, ``positive_probability`` (the probability of the second label) and
 ``predicted_label``; for more classes one ``probability_<label>`` column per class and
@@ -29,7 +30,7 @@ from pipeline.predictions import as_class_probabilities, check_shape, predicted_
 from pipeline.text import PAD_ID, load_labels
 from pipeline.tokenization import TextEncoder
 
-LENGTH_MULTIPLE = 32  # batch widths: multiples of this, so the compiled forward pass sees at most 8 shapes
+LENGTH_MULTIPLE = 32  # batch widths: multiples of this (8 widths for 256 tokens) keep compiled shapes few
 _COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 ARTIFACT_KERAS_MODEL = "keras_model"  # names of the pyfunc model's artifacts (models logged so far use them)
 ARTIFACT_TOKENIZER = "tokenizer"
@@ -67,7 +68,8 @@ def predict_ids(model, ids: np.ndarray, batch_size: int = 256, compiled: bool = 
     probabilities = np.empty((len(ids), classes), dtype=np.float32)
     lengths = (ids != PAD_ID).sum(axis=1)
     forward = compiled_forward(model) if compiled else None
-    batch_size = min(batch_size, max(len(ids), 1))  # a small input is one batch of its own size
+    # a small input is one batch, padded up to a power of two: a bounded set of compiled shapes
+    batch_size = min(batch_size, 1 << max(len(ids) - 1, 0).bit_length())
     for rows in bucketed_batches(lengths, batch_size, seed=None):
         batch = ids[rows, :batch_width(lengths[rows].max(), LENGTH_MULTIPLE, ids.shape[1])]
         if forward is None:

@@ -227,11 +227,10 @@ def read_unlabeled_texts(path: Path, limit: int | None = None) -> list[str]:
         raise MissingInputError(f"unlabeled corpus not found: {path}")
     texts = []
     for _name, data in tqdm(members, desc=f"reading {path.name}", unit=" files", mininterval=1.0):
-        if data is None:
-            continue
-        texts.append(clean_text(decode_review(data)[0]))
         if limit is not None and len(texts) >= limit:
             break
+        if data is not None:
+            texts.append(clean_text(decode_review(data)[0]))
     if not texts:
         raise InputError(f"{path}: holds no train/unsup/*.txt reviews")
     return texts

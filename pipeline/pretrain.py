@@ -107,11 +107,13 @@ def save_backbone(directory: Path, weights: dict[str, list], spec: dict) -> None
     atomic_write_json(directory / SPEC_FILE, spec)
 
 
-def load_backbone(directory: Path) -> tuple[dict[str, list], dict]:
-    """(weights by layer name, spec) saved by :func:`save_backbone`."""
+def load_backbone(directory: Path, check_only: bool = False) -> tuple[dict[str, list], dict]:
+    """(weights by layer name, spec) saved by :func:`save_backbone`; ``check_only`` just checks the files exist."""
     for name in (WEIGHTS_FILE, SPEC_FILE):
         if not (directory / name).is_file():
             raise MissingInputError(f"no pretrained backbone at {directory}: {name} is missing (run `make pretrain`)")
+    if check_only:
+        return {}, {}
     spec = json.loads((directory / SPEC_FILE).read_text())
     weights: dict[str, list] = {}
     with np.load(directory / WEIGHTS_FILE) as arrays:
@@ -230,6 +232,8 @@ def budget_callbacks(config: Config, state_path: Path, tokens_per_step: float, s
             for key, value in (("step", self.steps), ("loss", metrics["mlm_loss"]), ("accuracy", metrics["mlm_accuracy"])):
                 self.history[key].append(value)
             for minutes in settings.snapshot_minutes or ():
+                if settings.max_minutes is not None and minutes >= settings.max_minutes:
+                    continue  # the final backbone is that point
                 name = f"{minutes:g}min"
                 if self.seconds() >= 60 * minutes and name not in self.snapshots:
                     snapshot(name)
@@ -278,13 +282,16 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence = ()) -> 
                          "rerun `make tokenize FORCE=1`")
     checkpoint = out_dir / CHECKPOINT_DIR
     state_path = checkpoint / STATE_FILE
-    resuming = not force and state_path.is_file() and json.loads(state_path.read_text()).get("config_hash") == config_hash
+    state = json.loads(state_path.read_text()) if state_path.is_file() else {}
+    resuming = (not force and state.get("config_hash") == config_hash and state.get("inputs") == inputs
+                and (checkpoint / "backup").is_dir())
     if not resuming:
         shutil.rmtree(out_dir, ignore_errors=True)
     checkpoint.mkdir(parents=True, exist_ok=True)
 
     ids, rows = pretraining_ids(tokenize_dir, config.pretrain.max_texts)
-    keras.utils.set_random_seed(config.pretrain.seed)
+    steps_done = int(state.get("steps", 0)) if resuming else 0
+    keras.utils.set_random_seed(config.pretrain.seed + steps_done)  # a resumed run draws new masks
     strategy, policy, device = choose_hardware(config.pretrain.precision, config.model.hidden_dim)
     keras.mixed_precision.set_global_policy(policy)
     settings = config.pretrain
@@ -297,15 +304,16 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence = ()) -> 
                           loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                           weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
         dataset = masked_lm_dataset(ids, settings.batch_size * strategy.num_replicas_in_sync, encoder.vocabulary_size,
-                                    settings.seed, settings.mask_rate)
+                                    settings.seed + steps_done, settings.mask_rate)  # and a new batch order
         setup_tracking(config)
-        run_id = json.loads(state_path.read_text())["mlflow_run_id"] if resuming else None
+        run_id = state["mlflow_run_id"] if resuming else None
         with mlflow.start_run(run_id=run_id, run_name=None if run_id else "pretrain-mlm",
                               nested=mlflow.active_run() is not None) as active:
             if run_id:
                 print(f"pretrain: resuming MLflow run {run_id} from {checkpoint}/")
             else:
-                atomic_write_json(state_path, {"config_hash": config_hash, "mlflow_run_id": active.info.run_id})
+                atomic_write_json(state_path, {"config_hash": config_hash, "inputs": inputs,
+                                               "mlflow_run_id": active.info.run_id})
                 mlflow.log_params({**flat_params(config), "device": device, "precision_policy": policy,
                                    "pretrain_rows": len(ids), **{f"rows_{k}": v for k, v in rows.items()},
                                    "parameters": model.count_params()})
@@ -314,18 +322,20 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence = ()) -> 
                 folder = out_dir / SNAPSHOT_DIR / name
                 folder.mkdir(parents=True, exist_ok=True)
                 save_backbone(folder, backbone_weights(model), {**spec_of(config, encoder, tokenize_dir, active.info.run_id),
-                                                                "snapshot": name})
+                                                                "snapshot": name, "steps": budget.steps,
+                                                                "train_minutes": round(budget.seconds() / 60, 2)})
 
             budget = budget_callbacks(config, state_path, tokens_per_step, snapshot)
             epochs = math.ceil(settings.max_steps / settings.log_every_steps) if settings.max_steps else 10**6
             model.fit(dataset, epochs=epochs, steps_per_epoch=settings.log_every_steps, verbose=2,
-                      callbacks=[keras.callbacks.BackupAndRestore(str(checkpoint / "backup")), budget,
+                      callbacks=[keras.callbacks.BackupAndRestore(str(checkpoint / "backup"), delete_checkpoint=False),
+                                 budget,
                                  *extra_callbacks])
             history = json.loads(state_path.read_text())["history"]
             spec = {**spec_of(config, encoder, tokenize_dir, active.info.run_id), "steps": budget.steps,
                     "train_minutes": round(budget.seconds() / 60, 2)}
             save_backbone(out_dir, backbone_weights(model), spec)
-            (out_dir / "history.json").write_text(json.dumps(history, indent=2))
+            atomic_write_json(out_dir / "history.json", history)
             curve = plot_loss_curve(history, out_dir / "loss_curve.png")
             for path in (out_dir / WEIGHTS_FILE, out_dir / SPEC_FILE, curve):
                 mlflow.log_artifact(str(path), "backbone")

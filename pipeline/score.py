@@ -95,12 +95,6 @@ def finish_chunk(prepared: PreparedChunk, classifier: SentimentClassifier) -> pd
     return out
 
 
-def score_chunk(chunk: pd.DataFrame, text_column: str, classifier: SentimentClassifier, first_row: int,
-                encoding: str) -> pd.DataFrame:
-    """:func:`prepare_chunk` then :func:`finish_chunk`, in one go."""
-    return finish_chunk(prepare_chunk(chunk, text_column, classifier.encoder, first_row, encoding), classifier)
-
-
 # --------------------------------------------------------------------------- I/O edges
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import shutil
 import time
@@ -31,7 +30,7 @@ import numpy as np
 import pandas as pd
 import tensorflow as tf
 
-from pipeline.artifacts import build_manifest, is_up_to_date, manifest_hash, read_manifest, sha256_file, write_manifest
+from pipeline.artifacts import atomic_write_json, build_manifest, is_up_to_date, manifest_hash, read_manifest, sha256_file, write_manifest
 from pipeline.batching import batch_width, bucketed_batches, padding_fraction
 from pipeline.config import Config
 from pipeline.inference import SentimentClassifier
@@ -236,6 +235,7 @@ def run_directory(config: Config, tokenize_dir: Path, pretrained_dir: Path | Non
                   ) -> tuple[Path, str, dict[str, str]]:
     inputs = {"tokenize_manifest_sha256": manifest_hash(tokenize_dir)}
     if pretrained_dir is not None:
+        load_backbone(pretrained_dir, check_only=True)  # a clear error when the folder holds no backbone
         inputs["pretrained_weights_sha256"] = sha256_file(pretrained_dir / WEIGHTS_FILE)
     config_hash = config.section_hash("model", "training")
     key = f"{run_name(config)}-{config_hash[:8]}-{inputs['tokenize_manifest_sha256'][:8]}"
@@ -392,7 +392,7 @@ def save_outputs(config: Config, run_dir: Path, model: keras.Model, tokenize_dir
         shutil.copy2(tokenize_dir / name, tokenizer_dir / name)
     curves = plot_training_curves(result.history, run_dir / "training_curves.png", run_name(config))
     mlflow.log_artifact(str(curves), "plots")
-    (run_dir / "history.json").write_text(json.dumps(result.history, indent=2))
+    atomic_write_json(run_dir / "history.json", result.history)
     model_uri = log_pyfunc_model(run_dir, ["A wonderful, moving film.", "Dull and far too long."])
     manifest = build_manifest(
         STAGE, config_hash, inputs, {k: v for k, v in config.to_dict().items() if k in ("model", "training")},

@@ -126,3 +126,14 @@ def test_loading_a_logged_model_does_not_put_its_code_copy_on_sys_path(trained_r
     classifier = load_classifier(f"runs:/{run_id}/model")
     assert sys.path == before
     assert type(classifier) is SentimentClassifier  # today's class, not the copy's
+
+
+def test_small_inputs_are_padded_to_a_power_of_two_and_score_like_eager():
+    from pipeline.inference import load_keras_model, predict_ids
+    from pipeline.tokenization import TextEncoder
+
+    model = load_keras_model(LEGACY / "model.keras")
+    ids = TextEncoder.load(LEGACY / "tokenizer").encode(["superb", "awful and dull", "the movie plot was fine"])
+    for rows in (1, 2, 3):
+        np.testing.assert_allclose(predict_ids(model, ids[:rows]), predict_ids(model, ids[:rows], compiled=False),
+                                   atol=1e-5)
