@@ -24,7 +24,6 @@ import resource
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +45,14 @@ REFERENCE_ENCODERS = {
     "width 64 x 1 block": ModelConfig(hidden_dim=64, num_layers=1, num_heads=2, intermediate_dim=128),
     "width 256 x 2 blocks": ModelConfig(hidden_dim=256, num_layers=2, num_heads=4, intermediate_dim=1024),
 }
-THREAD_SETTINGS = ((0, 0), (2, 1), (1, 2))  # (intra-op, inter-op); 0 lets TensorFlow choose
+THREAD_SETTINGS = ((0, 0), (2, 1), (1, 2))
+
+
+def measured_encoders(model: ModelConfig) -> dict[str, ModelConfig]:
+    """The configured encoder plus each reference encoder of another shape (an identical one is measured once)."""
+    shape = lambda m: (m.hidden_dim, m.num_layers, m.num_heads, m.intermediate_dim)  # noqa: E731
+    return {"configured": model, **{name: reference for name, reference in REFERENCE_ENCODERS.items()
+                                    if shape(reference) != shape(model)}}  # (intra-op, inter-op); 0 lets TensorFlow choose
 
 
 # --------------------------------------------------------------------------- measurements
@@ -296,7 +302,7 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
     encoder = TextEncoder.load(tokenize_dir)
     train_ids = np.asarray(load_split(tokenize_dir, "train")[0])
     vocabulary_size, max_length = encoder.vocabulary_size, encoder.settings.max_sequence_length
-    encoders = {"configured": replace(config.model, dropout=0.1), **REFERENCE_ENCODERS}
+    encoders = measured_encoders(config.model)
     batch_size = config.training.batch_size
     batches = sample_batches(train_ids, batch_size, MEASURED_BATCHES)
     lengths = (train_ids != PAD_ID).sum(axis=1)

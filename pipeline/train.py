@@ -2,7 +2,7 @@
 
 Reads:  ``data/tokenize/`` (ids, labels, vocabulary, manifest) and ``data/ingest/`` (logged as
         the run's datasets).
-Writes: ``data/train/<pooling>-<position>-seed<seed>-<hash>/`` holding ``model.keras``,
+Writes: ``data/train/<pooling>-<position>[-pretrained]-seed<seed>-<config hash>-<tokenize hash>/`` holding ``model.keras``,
         the tokenizer files, ``history.json``, ``training_curves.png`` and ``manifest.json``
         (with the MLflow run id); the same run in MLflow with params, tags, per-epoch
         metrics, the curves, the dataset inputs and a pyfunc model scoring raw strings.
@@ -154,7 +154,7 @@ def padding_fractions(ids: np.ndarray, batch_size: int, seed: int, length_multip
 def compile_model(model: keras.Model, config: Config, steps_per_epoch: int) -> keras.Model:
     """AdamW + schedule; sparse categorical cross-entropy on the softmax, for any number of classes.
 
-    ``jit_compile`` stays off: XLA made a training step about 15x slower on this CPU.
+    ``jit_compile`` stays off: `make bench` measured XLA training steps about 10x slower on this CPU.
     """
     optimizer = keras.optimizers.AdamW(learning_rate=learning_rate_schedule(config, steps_per_epoch),
                                        weight_decay=config.training.weight_decay, clipnorm=1.0)

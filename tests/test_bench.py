@@ -46,3 +46,10 @@ def test_sampled_batches_are_trimmed_real_rows():
 
 def test_reference_encoders_are_valid_model_configs():
     assert all(isinstance(m, ModelConfig) for m in bench.REFERENCE_ENCODERS.values())
+
+
+def test_an_encoder_shaped_like_a_reference_is_measured_once():
+    default_shape = bench.REFERENCE_ENCODERS["width 64 x 1 block"]
+    assert "width 64 x 1 block" not in bench.measured_encoders(default_shape)
+    other = ModelConfig(hidden_dim=128, num_layers=2, num_heads=4, intermediate_dim=256)
+    assert set(bench.measured_encoders(other)) == {"configured", *bench.REFERENCE_ENCODERS}
