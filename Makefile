@@ -18,9 +18,10 @@ FORCE_ARG = $(if $(FORCE),--force)
 .DEFAULT_GOAL := help
 POOLING ?=
 SET_ARGS += $(if $(POOLING),--set model.pooling=$(POOLING))
-.PHONY: help setup all ingest tokenize pretrain pretrain-budget train evaluate compare ablate-position register score ui test bench clean FORCE
+.PHONY: help setup setup-browser all ingest tokenize pretrain pretrain-budget train evaluate compare ablate-position register score ui ui-screenshots serve test bench clean FORCE
 RUN ?= latest
 UI_PORT ?= 5000
+SERVE_PORT ?= 5001
 INPUT ?=
 OUTPUT ?=
 MODEL ?=
@@ -76,10 +77,18 @@ score: ## score a CSV: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=mod
 	@test -n "$(INPUT)" -a -n "$(OUTPUT)" || { echo "usage: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=...] [TEXT_COLUMN=text]"; exit 2; }
 	$(call STAGE,score) --input "$(INPUT)" --output "$(OUTPUT)" --text-column "$(TEXT_COLUMN)" $(if $(MODEL),--model "$(MODEL)")
 
-ui: ## open the MLflow UI on MLFLOW_TRACKING_URI (default sqlite:///mlflow.db) at http://127.0.0.1:UI_PORT
-	@uri="$${MLFLOW_TRACKING_URI:-sqlite:///mlflow.db}"; \
-	echo "MLflow UI for $$uri at http://127.0.0.1:$(UI_PORT)  (Ctrl-C to stop)"; \
-	MLFLOW_DISABLE_TELEMETRY=true $(PYTHON) -m mlflow server --backend-store-uri "$$uri" --host 127.0.0.1 --port $(UI_PORT) --workers 1
+ui: ## MLflow UI on MLFLOW_TRACKING_URI (default sqlite:///mlflow.db) at 127.0.0.1:UI_PORT; prints the latest comparison's link
+	$(call STAGE,ui) --port $(UI_PORT)
+
+ui-screenshots: ## screenshots of the MLflow UI (runs table, comparison run, two children side by side) -> reports/ui/*.png
+	$(call STAGE,ui-screenshots) --output $(REPORTS)/ui
+
+setup-browser: ## install Debian's chromium (apt-get) for the browser test and ui-screenshots; never `playwright install`
+	@command -v chromium >/dev/null 2>&1 && echo "chromium: $$(command -v chromium)" || \
+	{ $(if $(shell command -v sudo),sudo) apt-get update -qq && $(if $(shell command -v sudo),sudo) apt-get install -y -qq chromium; }
+
+serve: ## serve MODEL (default: the champion) over HTTP on 127.0.0.1:SERVE_PORT (mlflow models serve); prints a curl line
+	$(call STAGE,serve) --port $(SERVE_PORT) $(if $(MODEL),--model "$(MODEL)")
 
 test: ## run the test suite (tiny generated data, temporary folders and MLflow store)
 	$(PYTHON) -m pytest -q

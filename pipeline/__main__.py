@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--force", action="store_true", help="run even when outputs are up to date")
         if stage.arguments is not None:
             stage.arguments(sub)
-        sub.set_defaults(module_name=stage.module)
+        sub.set_defaults(module_name=stage.module, entry=stage.entry)
     return parser
 
 
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, args.overrides)
         module = importlib.import_module(args.module_name)
-        module.main(config, args)
+        getattr(module, args.entry)(config, args)
     except (PipelineError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

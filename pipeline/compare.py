@@ -23,6 +23,7 @@ import mlflow
 import numpy as np
 import pandas as pd
 
+from pipeline import behaviour
 from pipeline.artifacts import atomic_write_json, atomic_write_text, manifest_hash, read_manifest
 from pipeline.config import DESIGNS, Config, Design
 from pipeline.errors import InputError
@@ -33,6 +34,7 @@ from pipeline.tracking import (
     adopt_child,
     baseline_tags,
     comparison_tags,
+    describe_run,
     find_baseline_run,
     find_comparison_run_id,
     flat_params,
@@ -43,6 +45,11 @@ from pipeline.tracking import (
 SIGNIFICANCE_LEVEL = 0.05
 SUMMARY_METRICS = ("test_accuracy", "test_f1", "test_roc_auc", "test_log_loss", "test_ece", "best_val_accuracy",
                    "train_seconds")
+
+
+def summary_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """The metrics a comparison reports: ``SUMMARY_METRICS`` and the behaviour pass rates."""
+    return {k: v for k, v in metrics.items() if k in SUMMARY_METRICS or behaviour.capability_of(k)}
 
 
 # --------------------------------------------------------------------------- pure functions
@@ -182,8 +189,11 @@ def correctness(predictions: pd.DataFrame) -> np.ndarray:
 # --------------------------------------------------------------------------- baseline
 
 
-def tfidf_baseline(train: pd.DataFrame, test: pd.DataFrame, seed: int) -> np.ndarray:
-    """TF-IDF (1-2 grams) + logistic regression on the train split; test probabilities ``[N, k]``."""
+def tfidf_baseline(train: pd.DataFrame, seed: int):
+    """TF-IDF (1-2 grams) + logistic regression fitted on the train split.
+
+    Its ``predict_proba(texts)`` gives ``[N, k]`` in class-index order, like the Transformer's.
+    """
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
@@ -192,8 +202,7 @@ def tfidf_baseline(train: pd.DataFrame, test: pd.DataFrame, seed: int) -> np.nda
         TfidfVectorizer(ngram_range=(1, 2), min_df=2, max_features=300_000, sublinear_tf=True),
         LogisticRegression(C=4.0, max_iter=2000, random_state=seed),
     )
-    model.fit(train["text"], train["label"])
-    return model.predict_proba(test["text"])  # [N, k] in class-index order, like the Transformer's
+    return model.fit(train["text"], train["label"])
 
 
 def run_baseline(config: Config, key: str, force: bool = False) -> dict:
@@ -204,7 +213,7 @@ def run_baseline(config: Config, key: str, force: bool = False) -> dict:
     if existing is not None and predictions_path.is_file():
         return {"variant": "baseline", "seed": None, "run_id": existing.info.run_id,
                 "predictions": pd.read_parquet(predictions_path),
-                "metrics": {k: v for k, v in existing.data.metrics.items() if k in SUMMARY_METRICS}}
+                "metrics": summary_metrics(existing.data.metrics)}
     from pipeline.evaluate import prediction_frame
 
     ingest_dir = require_output(config, "ingest")
@@ -213,11 +222,16 @@ def run_baseline(config: Config, key: str, force: bool = False) -> dict:
     names = load_labels(ingest_dir)
     with mlflow.start_run(run_name="baseline-tfidf-logreg", nested=True) as child:
         started = time.perf_counter()
-        probabilities = tfidf_baseline(train, test, seed=config.data.seed)
+        model = tfidf_baseline(train, seed=config.data.seed)
+        probabilities = model.predict_proba(test["text"])
         seconds = time.perf_counter() - started
         metrics = {f"test_{k}": v for k, v in classification_metrics(test["label"].to_numpy(), probabilities,
                                                                       names).items()}
         metrics["train_seconds"] = seconds
+        if {behaviour.NEGATIVE, behaviour.POSITIVE} <= set(names):  # the same behaviour tests as the Transformers
+            results = behaviour.evaluate_suite(behaviour.build_suite(), model.predict_proba, names)
+            metrics.update({behaviour.metric_name(r.capability): float(r.pass_rate)
+                            for r in behaviour.pass_rates(results).itertuples()})
         mlflow.log_params({"model": "tfidf-1-2gram+logistic-regression", "tfidf.ngram_range": "1,2",
                            "tfidf.min_df": 2, "logreg.C": 4.0})
         mlflow.set_tags(baseline_tags(key))
@@ -228,7 +242,7 @@ def run_baseline(config: Config, key: str, force: bool = False) -> dict:
         run_id = child.info.run_id
     print(f"compare: baseline test_accuracy {metrics['test_accuracy']:.4f} ({seconds:.0f}s)")
     return {"variant": "baseline", "seed": None, "run_id": run_id, "predictions": predictions,
-            "metrics": {k: v for k, v in metrics.items() if k in SUMMARY_METRICS}}
+            "metrics": summary_metrics(metrics)}
 
 
 # --------------------------------------------------------------------------- reports
@@ -264,13 +278,45 @@ def plot_comparison(payload: dict, path: Path) -> Path:
     return save_figure(figure, path)
 
 
-def markdown_report(payload: dict) -> str:
-    factors = ", ".join(f"`{key}` ({a} vs {b})" for key, (a, b) in payload["factors"].items())
-    lines = [f"# Comparison: {factors}", "",
-             f"MLflow parent run `{payload['parent_run_id']}`; seeds {payload['seeds']}; "
-             f"{payload['test_rows']:,} test reviews; identical data, tokenizer, hyper-parameters and budget apart "
-             f"from the factors.", "",
-             "| variant | runs | test accuracy | test F1 | test ROC AUC | test log loss | test ECE | best val accuracy | train seconds |",
+def behaviour_table(payload: dict) -> list[str]:
+    """Mean behaviour pass rate per capability (rows) and variant (columns), when the runs have them."""
+    columns = [name for name in payload["variants"] + ["baseline"] if name in payload["summary"]]
+    capabilities = [c for c in behaviour.CAPABILITIES
+                    if any(behaviour.metric_name(c) in payload["summary"][name] for name in columns)]
+    if not capabilities:
+        return []
+    lines = ["", "## Behaviour tests (mean pass rate over seeds)", "",
+             "CheckList-style tests on sentences the project writes (`pipeline/behaviour.py`; each run's failing "
+             "sentences are in `reports/<run_id>/behaviour.md`).", "",
+             "| capability | " + " | ".join(f"`{name}`" for name in columns) + " |",
+             "| --- |" + " --- |" * len(columns)]
+    for capability in capabilities:
+        cells = [payload["summary"][name].get(behaviour.metric_name(capability)) for name in columns]
+        lines.append(f"| {capability} | " + " | ".join("–" if c is None else f"{c['mean']:.0%}" for c in cells) + " |")
+    return lines
+
+
+def factors_text(payload: dict) -> str:
+    return ", ".join(f"`{key}` ({a} vs {b})" for key, (a, b) in payload["factors"].items())
+
+
+def parent_description(payload: dict) -> str:
+    """The comparison parent run's description in the MLflow UI: what was compared, the verdict, the table."""
+    return "\n".join([f"**Comparison of {factors_text(payload)}** over seeds {payload['seeds']} on "
+                      f"{payload['test_rows']:,} test reviews; child runs below, one per variant and seed, plus the "
+                      "TF-IDF baseline. Full report: artifact `comparison/`.", "",
+                      f"**Verdict.** {payload['verdict']}", ""] + summary_lines(payload))
+
+
+def child_description(variant: dict[str, str], seed: int, factor: str, parent_id: str) -> str:
+    settings = ", ".join(f"{key}={value}" for key, value in variant.items())
+    return (f"**{variant_name(variant)}**, seed {seed}: one model of the `{factor}` comparison (parent run "
+            f"`{parent_id}`), trained with {settings} and otherwise the comparison's shared settings.")
+
+
+def summary_lines(payload: dict) -> list[str]:
+    """The table of variants: mean ± std over seeds of every summary metric."""
+    lines = ["| variant | runs | test accuracy | test F1 | test ROC AUC | test log loss | test ECE | best val accuracy | train seconds |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name in payload["variants"] + ["baseline"]:
         entry = payload["summary"].get(name)
@@ -283,6 +329,16 @@ def markdown_report(payload: dict) -> str:
                                                    else f"{stat['mean']:.0f} ± {stat['std']:.0f}"))
         label = "TF-IDF + logistic regression (baseline)" if name == "baseline" else f"`{name}`"
         lines.append(f"| {label} | {len(entry['run_ids'])} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def markdown_report(payload: dict) -> str:
+    lines = [f"# Comparison: {factors_text(payload)}", "",
+             f"MLflow parent run `{payload['parent_run_id']}`; seeds {payload['seeds']}; "
+             f"{payload['test_rows']:,} test reviews; identical data, tokenizer, hyper-parameters and budget apart "
+             f"from the factors.", ""]
+    lines += summary_lines(payload)
+    lines += behaviour_table(payload)
     lines += ["", "## Effects", ""]
     for effect in payload["effects"].values():
         boot = effect["bootstrap"]
@@ -313,16 +369,18 @@ def comparison_key(config: Config, name: str) -> str:
     return f"{name}-{config.section_hash('model', 'training', 'compare', 'pretrain')[:8]}-{tokenize_hash}"
 
 
-def train_and_evaluate(config: Config, variant: dict[str, str], seed: int, parent_id: str, force: bool) -> dict:
+def train_and_evaluate(config: Config, variant: dict[str, str], seed: int, parent_id: str, factor: str,
+                       force: bool) -> dict:
     from pipeline import evaluate, train
 
     child_config = variant_config(config, variant, seed)
     run_dir = train.run(child_config, force=force)
     run_id = read_manifest(run_dir)["mlflow_run_id"]
-    adopt_child(run_id, parent_id)
+    if adopt_child(run_id, parent_id) == parent_id:
+        describe_run(run_id, child_description(variant, seed, factor, parent_id))
     predictions_path = evaluate.run(child_config, run=run_id, force=force) / "test_predictions.parquet"
     client = mlflow.tracking.MlflowClient()
-    metrics = {k: v for k, v in client.get_run(run_id).data.metrics.items() if k in SUMMARY_METRICS}
+    metrics = summary_metrics(client.get_run(run_id).data.metrics)
     return {"variant": variant_name(variant), "seed": seed, "run_id": run_id, "metrics": metrics,
             "predictions": pd.read_parquet(predictions_path)}
 
@@ -351,7 +409,7 @@ def run(config: Config, factor: str = "pooling", force: bool = False) -> Path:
         if not parent.data.params:
             varied = {f"model.{k}" for k, _ in design.factors}
             mlflow.log_params({k: v for k, v in flat_params(config).items() if k not in varied})
-        children = [train_and_evaluate(config, variant, seed, parent_id, force) for variant in grid for seed in seeds]
+        children = [train_and_evaluate(config, variant, seed, parent_id, factor, force) for variant in grid for seed in seeds]
         baseline = run_baseline(config, key, force)
         set_members([child["run_id"] for child in children])
 
@@ -377,6 +435,7 @@ def run(config: Config, factor: str = "pooling", force: bool = False) -> Path:
         png_path = plot_comparison(payload, reports / f"{design.report_name}.png")
         for path in (json_path, md_path, png_path):
             mlflow.log_artifact(str(path), "comparison")
+        describe_run(parent_id, parent_description(payload))
         first = payload["difference"]
         mlflow.log_metrics({"mean_accuracy_difference": first["mean_accuracy_difference"],
                             "bootstrap_ci_low": first["bootstrap"]["ci_low"],

@@ -5,8 +5,9 @@ Reads:  ``data/ingest/test.parquet`` and the run's MLflow pyfunc model (its own 
 Writes: to the same MLflow run, ``test_*`` metrics (for more than two classes also per-class
         precision/recall/F1, macro and weighted F1, one-vs-rest ROC AUC) and plots (confusion
         matrix, ROC, reliability diagram, accuracy by review length, attention heatmaps) and
-        the 50 most confident errors; locally ``reports/<run_id>/`` with ``metrics.json``, the plots,
-        ``errors.csv`` and ``test_predictions.parquet``.
+        the 50 most confident errors; ``behaviour_*`` pass rates of the CheckList-style behaviour
+        tests (``pipeline.behaviour``); locally ``reports/<run_id>/`` with ``metrics.json``, the plots,
+        ``errors.csv``, ``test_predictions.parquet``, ``behaviour.md`` and ``behaviour.csv``.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import mlflow
 import numpy as np
 import pandas as pd
 
-from pipeline.artifacts import atomic_write_json
+from pipeline import behaviour
+from pipeline.artifacts import atomic_write_json, atomic_write_text
 from pipeline.config import Config
-from pipeline.inference import SentimentClassifier, load_classifier, predict_ids
+from pipeline.inference import SentimentClassifier, load_classifier, predict_ids, predict_probabilities
 from pipeline.metrics import classification_metrics
 from pipeline.predictions import predicted_and_confidence, probability_columns
 from pipeline.stages import require_output
@@ -171,6 +173,28 @@ def plot_attention(classifier: SentimentClassifier, pooling: str, path: Path) ->
     return save_figure(figure, path)
 
 
+def run_behaviour_tests(classifier: SentimentClassifier, title: str, out_dir: Path) -> dict[str, float]:
+    """The behaviour suite on ``classifier``: ``behaviour.{md,csv}`` in ``out_dir``; pass rate per capability.
+
+    Models whose labels are not negative/positive get no behaviour tests (an empty result).
+    """
+    if not {behaviour.NEGATIVE, behaviour.POSITIVE} <= set(classifier.labels):
+        return {}
+    results = behaviour.evaluate_suite(
+        behaviour.build_suite(), lambda texts: predict_probabilities(classifier.model, classifier.encoder, texts),
+        classifier.labels)
+    atomic_write_text(out_dir / "behaviour.csv", results.to_csv(index=False))
+    atomic_write_text(out_dir / "behaviour.md", behaviour.markdown_report(results, title))
+    rates = behaviour.pass_rates(results)
+    return {row.capability: float(row.pass_rate) for row in rates.itertuples()}
+
+
+def behaviour_summary(rates: dict[str, float]) -> str:
+    if not rates:
+        return "no behaviour tests (labels are not negative/positive)"
+    return f"behaviour tests: mean pass rate {np.mean(list(rates.values())):.0%} over {len(rates)} capabilities"
+
+
 # --------------------------------------------------------------------------- stage entry point
 
 
@@ -200,6 +224,7 @@ def run(config: Config, run: str = "latest", force: bool = False) -> Path:
     buckets = length_bucket_accuracy(predictions["correct"].to_numpy(), token_counts, max_tokens)
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    behaviour_rates = run_behaviour_tests(classifier, f"run {run_id} ({pooling} pooling)", out_dir)
     plots = [
         plot_confusion_matrix(labels, predictions["predicted"], names, out_dir / "confusion_matrix.png"),
         plot_roc(labels, probabilities, names, out_dir / "roc_curve.png"),
@@ -211,20 +236,22 @@ def run(config: Config, run: str = "latest", force: bool = False) -> Path:
     predictions.to_parquet(out_dir / "test_predictions.parquet", index=False)
     payload = {"run_id": run_id, "pooling": pooling, "test_rows": len(frame), "labels": names,
                "metrics": {f"test_{k}": v for k, v in metrics.items()},
-               "accuracy_by_length": buckets.to_dict(orient="records")}
+               "accuracy_by_length": buckets.to_dict(orient="records"), "behaviour": behaviour_rates}
     atomic_write_json(out_dir / "metrics.json", payload)
 
     with mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None):
         mlflow.log_metrics(payload["metrics"])
+        mlflow.log_metrics({behaviour.metric_name(name): rate for name, rate in behaviour_rates.items()})
         for _, row in buckets.iterrows():
             mlflow.log_metric(f"test_accuracy_len_{row['bucket'].replace('>', 'gt')}", row["accuracy"])
         for path in plots:
             mlflow.log_artifact(str(path), "evaluation")
-        for name in ("errors.csv", "metrics.json", "test_predictions.parquet"):
-            mlflow.log_artifact(str(out_dir / name), "evaluation")
+        for name in ("errors.csv", "metrics.json", "test_predictions.parquet", "behaviour.md", "behaviour.csv"):
+            if (out_dir / name).is_file():
+                mlflow.log_artifact(str(out_dir / name), "evaluation")
     print(f"evaluate: read {len(frame):,} test reviews from {test_path}; run {run_id} ({pooling}): "
           f"test_accuracy {metrics['accuracy']:.4f}, f1 {metrics['f1']:.4f}, roc_auc {metrics['roc_auc']:.4f}, "
-          f"ece {metrics['ece']:.4f}; "
+          f"ece {metrics['ece']:.4f}; {behaviour_summary(behaviour_rates)}; "
           f"wrote {out_dir}/ in {time.perf_counter() - started:.0f}s")
     return out_dir
 

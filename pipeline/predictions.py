@@ -56,3 +56,11 @@ def probability_columns(probabilities: np.ndarray, labels: Sequence[str]) -> dic
     if len(labels) == 2:
         return {"positive_probability": probabilities[:, 1]}
     return {f"probability_{label}": probabilities[:, index] for index, label in enumerate(labels)}
+
+
+def from_probability_columns(frame, labels: Sequence[str]) -> np.ndarray:
+    """The ``[N, k]`` probabilities back from the columns :func:`probability_columns` named."""
+    if len(labels) == 2:
+        positive = np.asarray(frame["positive_probability"], dtype=np.float64)
+        return np.stack([1.0 - positive, positive], axis=1)
+    return np.stack([np.asarray(frame[f"probability_{label}"], dtype=np.float64) for label in labels], axis=1)

@@ -32,6 +32,7 @@ class Stage:
     folder: str | None = None       # its output folder under paths.data_dir, when it has one
     force: bool = False             # offers --force (and honours it)
     arguments: Callable[[argparse.ArgumentParser], None] | None = None
+    entry: str = "main"             # the function of ``module`` that runs it
 
 
 def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,6 +67,20 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
                         help="measure only training steps or only scoring (repeatable; default: everything)")
 
 
+def _serve_arguments(parser: argparse.ArgumentParser) -> None:
+    _model_argument(parser)
+    parser.add_argument("--port", type=int, default=5001, help="port on 127.0.0.1 (default 5001)")
+
+
+def _ui_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 (default 5000)")
+    parser.add_argument("--print-only", action="store_true", help="print the links without starting the server")
+
+
+def _screenshot_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output", default=None, help="folder for the PNGs (default: <reports>/ui)")
+
+
 def _budget_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", default="42", help="fine-tuning seeds per budget, comma-separated (default 42)")
     parser.add_argument("--baseline", type=float, default=None, help="TF-IDF test accuracy to draw on the plot")
@@ -97,6 +112,14 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("pretrain-budget", "pipeline.budget_curve", "test accuracy against minutes of pretraining (an experiment)",
           reads=("pretrain", "train", "evaluate"), writes="reports/pretraining_budget.{json,md,png}",
           arguments=_budget_arguments),
+    Stage("serve", "pipeline.serve", "serve a model (default: the champion) over HTTP with mlflow models serve",
+          reads=("register",), writes="nothing (answers POST /invocations on 127.0.0.1)",
+          arguments=_serve_arguments),
+    Stage("ui", "pipeline.ui", "print links to the latest comparison, then serve the MLflow UI on 127.0.0.1",
+          reads=("compare",), writes="nothing (serves the tracking store)", arguments=_ui_arguments),
+    Stage("ui-screenshots", "pipeline.ui", "screenshots of the MLflow UI pages of the latest comparison",
+          reads=("compare",), writes="reports/ui/{runs_table,comparison_run,compare_children}.png",
+          arguments=_screenshot_arguments, entry="screenshots_main"),
     Stage("bench", "pipeline.bench", "training and scoring speed against the same run's GEMM peak; memory",
           reads=("tokenize", "ingest", "register"), writes="reports/bench.{json,md}", arguments=_bench_arguments),
 )}

@@ -43,13 +43,33 @@ _IGNORED_MLFLOW_WARNINGS = (
 )
 
 
+# MLflow's experiment kind: a model-training experiment, not a GenAI one (traces, judges, prompts).
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+DESCRIPTION_TAG = "mlflow.note.content"  # MLflow's own: the run's description (Markdown) in the UI
+
+
 def setup_tracking(config: Config) -> str:
-    """Point MLflow at the configured store and experiment; returns the experiment id."""
+    """Point MLflow at the configured store and experiment; returns the experiment id.
+
+    The experiment is tagged as a model-training experiment. MLflow 3.17's UI decides what an
+    experiment page shows from its GenAI / model-training switch (the ``workflowType`` URL
+    parameter, else the browser's last choice) and reads the tag only where that switch is off;
+    ``pipeline.ui`` therefore also prints links that carry the parameter.
+    """
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     for message in _IGNORED_MLFLOW_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=UserWarning)
     mlflow.set_tracking_uri(tracking_uri(config))
-    return mlflow.set_experiment(config.tracking.experiment_name).experiment_id
+    experiment = mlflow.set_experiment(config.tracking.experiment_name)
+    if experiment.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+        mlflow.tracking.MlflowClient().set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG,
+                                                          EXPERIMENT_KIND)
+    return experiment.experiment_id
+
+
+def describe_run(run_id: str, text: str) -> None:
+    """Set the run's description, shown on its page in the MLflow UI."""
+    mlflow.tracking.MlflowClient().set_tag(run_id, DESCRIPTION_TAG, text)
 
 
 def flat_params(config: Config) -> dict[str, Any]:
@@ -100,16 +120,18 @@ def set_members(run_ids: list[str]) -> None:
     mlflow.set_tag(MEMBERS_TAG, ",".join(run_ids))
 
 
-def adopt_child(run_id: str, parent_id: str) -> None:
-    """Show ``run_id`` under ``parent_id`` unless it already has a parent.
+def adopt_child(run_id: str, parent_id: str) -> str:
+    """Show ``run_id`` under ``parent_id`` unless it already has a parent; returns the parent it shows under.
 
     A run trained on its own (`make train`) joins the comparison. A run already under another
     comparison (runs shared by the pooling comparison and the position ablation) keeps its
     parent; the ``MEMBERS_TAG`` of each comparison lists all of its runs.
     """
     client = mlflow.tracking.MlflowClient()
-    if PARENT_RUN_TAG not in client.get_run(run_id).data.tags:
+    current = client.get_run(run_id).data.tags.get(PARENT_RUN_TAG)
+    if current is None:
         client.set_tag(run_id, PARENT_RUN_TAG, parent_id)
+    return current or parent_id
 
 
 # --------------------------------------------------------------------------- queries
