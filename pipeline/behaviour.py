@@ -62,10 +62,10 @@ def _sentence(noun: str, adjective: str) -> str:
 
 
 def _typo(text: str, rng: random.Random) -> str:
-    """Swap two adjacent letters inside one word of four or more letters."""
-    words = [m for m in re.finditer(r"[A-Za-z]{4,}", text)]
-    word = rng.choice(words)
-    i = rng.randrange(word.start(), word.end() - 1)
+    """Swap two different adjacent letters inside one word of four or more letters."""
+    spots = [i for word in re.finditer(r"[A-Za-z]{4,}", text) for i in range(word.start(), word.end() - 1)
+             if text[i] != text[i + 1]]
+    i = rng.choice(spots)
     return text[:i] + text[i + 1] + text[i] + text[i + 2:]
 
 

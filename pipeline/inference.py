@@ -5,9 +5,11 @@ scoring and the MLflow pyfunc model (``predict_probabilities`` chains the two), 
 gets the same probability from all three. It returns ``[N, k]`` class probabilities
 (``pipeline.predictions``). ``SentimentClassifier`` is
 the pyfunc model: it takes a DataFrame with a ``text`` column of raw strings and returns, for
-two classes, ``positive_probability`` (the probability of the second label) and
-``predicted_label``; for more classes one ``probability_<label>`` column per class and
-``predicted_label``.
+two classes, ``positive_probability`` (the probability of the second label), ``predicted_label``
+and ``score_error``; for more classes one ``probability_<label>`` column per class instead of
+``positive_probability``. A row that cannot be scored (``pipeline.text.text_problem``: missing,
+empty, whitespace-only or not text) gets an empty probability and label and the reason in
+``score_error``, the same answer ``make score``, ``mlflow models predict/serve`` and Spark give.
 
 This module and what it imports stay free of the ingestion, download and scikit-learn code,
 so a logged model loads wherever Keras, KerasHub and MLflow are installed.
@@ -27,11 +29,12 @@ import pandas as pd
 from pipeline.batching import batch_width, bucketed_batches
 from pipeline.errors import InputError
 from pipeline.predictions import as_class_probabilities, check_shape, predicted_and_confidence, probability_columns
-from pipeline.text import PAD_ID, load_labels
+from pipeline.text import PAD_ID, load_labels, text_problem
 from pipeline.tokenization import TextEncoder
 
 LENGTH_MULTIPLE = 32  # batch widths: multiples of this (8 widths for 256 tokens) keep compiled shapes few
 _COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+ERROR_COLUMN = "score_error"  # why a row got no score ("" when it was scored)
 ARTIFACT_KERAS_MODEL = "keras_model"  # names of the pyfunc model's artifacts (models logged so far use them)
 ARTIFACT_TOKENIZER = "tokenizer"
 
@@ -84,13 +87,25 @@ def predict_probabilities(model, encoder: TextEncoder, texts: Sequence[str], bat
     return predict_ids(model, encoder.encode(list(texts)), batch_size)
 
 
-def output_frame(probabilities: np.ndarray, labels: Sequence[str]) -> pd.DataFrame:
-    """The scored columns: ``positive_probability`` (two classes) or ``probability_<label>``s, and ``predicted_label``."""
+def output_frame(probabilities: np.ndarray, labels: Sequence[str], errors: Sequence[str] | None = None) -> pd.DataFrame:
+    """The scored columns, one row per input row in order.
+
+    ``positive_probability`` (two classes) or one ``probability_<label>`` per class,
+    ``predicted_label`` and ``score_error``. ``probabilities`` holds the rows without an error
+    (``errors[i] == ""``), in order; a row with an error gets NaN probabilities, an empty label and
+    its message. Without ``errors`` every row was scored.
+    """
+    errors = [""] * len(probabilities) if errors is None else list(errors)
+    scorable = np.array([not error for error in errors], dtype=bool)
     probabilities = check_shape(probabilities, len(labels))
-    predicted, _ = predicted_and_confidence(probabilities)
-    names = np.asarray(labels, dtype=object)[predicted]
-    return pd.DataFrame({**probability_columns(probabilities, labels),
-                         "predicted_label": pd.Series(names, dtype=object)})
+    if len(probabilities) != scorable.sum():
+        raise ValueError(f"{len(probabilities)} probability rows for {int(scorable.sum())} scorable rows")
+    full = np.full((len(errors), len(labels)), np.nan)
+    full[scorable] = probabilities
+    names = np.full(len(errors), "", dtype=object)
+    names[scorable] = np.asarray(labels, dtype=object)[predicted_and_confidence(probabilities)[0]]
+    return pd.DataFrame({**probability_columns(full, labels), "predicted_label": pd.Series(names, dtype=object),
+                         ERROR_COLUMN: pd.Series(errors, dtype=object)})
 
 
 def output_columns(labels: Sequence[str]) -> list[str]:
@@ -135,11 +150,12 @@ class SentimentClassifier(mlflow.pyfunc.PythonModel):
         if isinstance(model_input, pd.DataFrame):
             if "text" not in model_input.columns:
                 raise InputError(f"input needs a 'text' column; it has {list(model_input.columns)}")
-            texts = model_input["text"]
+            texts = model_input["text"].tolist()
         else:
-            texts = pd.Series(model_input)
-        texts = texts.fillna("").astype(str).tolist()
-        return output_frame(predict_probabilities(self.model, self.encoder, texts), self.labels)
+            texts = list(model_input)
+        errors = [text_problem(text) for text in texts]
+        scorable = [text for text, error in zip(texts, errors) if not error]
+        return output_frame(predict_probabilities(self.model, self.encoder, scorable), self.labels, errors)
 
 
 def load_classifier(model_uri: str) -> "SentimentClassifier":

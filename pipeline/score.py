@@ -33,25 +33,13 @@ from tqdm.auto import tqdm
 
 from pipeline.config import Config
 from pipeline.errors import InputError, MissingInputError
-from pipeline.inference import SentimentClassifier, load_classifier, output_columns, output_frame, predict_ids
+from pipeline.inference import ERROR_COLUMN, SentimentClassifier, load_classifier, output_columns, output_frame, predict_ids
+from pipeline.text import text_problem
 
-ERROR_COLUMN = "score_error"
-_NUMBER_RE = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
 _UNDECODABLE_RE = re.compile("[\udc80-\udcff]")
 
 
 # --------------------------------------------------------------------------- pure functions
-
-
-def text_problem(value: str) -> str:
-    """Why ``value`` cannot be scored, or "" when it can."""
-    if value == "":
-        return "missing or empty text"
-    if not value.strip():
-        return "whitespace-only text"
-    if _NUMBER_RE.match(value):
-        return "not text (a number)"
-    return ""
 
 
 @dataclass
@@ -86,12 +74,11 @@ def prepare_chunk(chunk: pd.DataFrame, text_column: str, encoder, first_row: int
 def finish_chunk(prepared: PreparedChunk, classifier: SentimentClassifier) -> pd.DataFrame:
     """The chunk with the probability, label and error columns added; rows keep their order."""
     chunk = prepared.chunk
-    scored = output_frame(predict_ids(classifier.model, prepared.ids), classifier.labels)
-    scored.index = chunk.index[prepared.scorable]
+    scored = output_frame(predict_ids(classifier.model, prepared.ids), classifier.labels, prepared.errors)
+    scored.index = chunk.index
     out = chunk.copy()
-    for column in scored.columns:  # rows with an error keep these cells empty
-        out[column] = scored[column].astype(object).reindex(chunk.index, fill_value="")
-    out[ERROR_COLUMN] = prepared.errors
+    for column in scored.columns:  # rows with an error: empty probability and label cells
+        out[column] = scored[column]
     return out
 
 
@@ -131,7 +118,7 @@ def run(config: Config, input_path: str | Path, output_path: str | Path, model_u
     model_uri = model_uri or champion_uri(config)
     classifier = load_classifier(model_uri)
     startup_seconds = time.time() - psutil.Process().create_time()  # interpreter, imports and model load
-    added = output_columns(classifier.labels) + [ERROR_COLUMN]
+    added = output_columns(classifier.labels)
     clashes = [c for c in added if c in columns]
     if clashes:
         raise InputError(f"{input_path}: already has output column(s) {clashes}; rename them or score the original file")
@@ -142,7 +129,9 @@ def run(config: Config, input_path: str | Path, output_path: str | Path, model_u
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as out, \
                 tqdm(unit=" rows", desc=f"scoring {input_path.name}", mininterval=0.5) as progress:
+            # skip_blank_lines=False: in a one-column CSV a whitespace-only review is a line of spaces, still a row
             reader = pd.read_csv(input_path, dtype=object, keep_default_na=False, na_filter=False, chunksize=chunk_size,
+                                 skip_blank_lines=False,
                                  encoding=encoding, encoding_errors="surrogateescape")
             def prepared_chunks():  # runs in the read-ahead thread: parse, check, tokenize
                 first_row = 1

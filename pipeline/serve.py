@@ -16,11 +16,24 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
 
 from pipeline.config import Config
+from pipeline.errors import PipelineError
 
 EXAMPLE_REQUEST = {"dataframe_records": [{"text": "A moving story, wonderfully acted."},
                                          {"text": "Dull, and far too long."}]}
+
+
+def serve_environment(tracking_uri: str) -> dict[str, str]:
+    """The server's environment: the tracking store, and this interpreter's bin folder first on PATH
+    (MLflow starts ``uvicorn`` by name, which is only found when the virtual environment is active)."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    return {**os.environ, "PATH": path, "MLFLOW_TRACKING_URI": tracking_uri, "MLFLOW_DISABLE_TELEMETRY": "true"}
 
 
 def serve_command(model_uri: str, port: int, host: str = "127.0.0.1") -> list[str]:
@@ -33,11 +46,52 @@ def curl_line(port: int, host: str = "127.0.0.1") -> str:
             f"-d '{json.dumps(EXAMPLE_REQUEST)}'")
 
 
+@contextlib.contextmanager
+def model_server(model_uri: str, tracking_uri: str, port: int | None = None, timeout: float = 240.0) -> Iterator[str]:
+    """``mlflow models serve`` of ``model_uri`` on 127.0.0.1 for the block; yields its base URL once it answers."""
+    from pipeline.ui import free_port
+
+    port = port or free_port()
+    environment = serve_environment(tracking_uri)
+    with tempfile.TemporaryDirectory(prefix="mlflow-serve-") as folder:
+        log_path = Path(folder) / "serve.log"
+        with open(log_path, "w") as log:
+            server = subprocess.Popen(serve_command(model_uri, port), stdout=log, stderr=subprocess.STDOUT,
+                                      env=environment, cwd=folder)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    urllib.request.urlopen(f"{base}/ping", timeout=2)
+                    break
+                except OSError:
+                    if server.poll() is not None or time.monotonic() > deadline:
+                        tail = log_path.read_text(errors="replace")[-2000:]
+                        raise PipelineError(f"mlflow models serve of {model_uri} did not start: {tail}") from None
+                    time.sleep(1)
+            yield base
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+
+
+def invoke(base: str, records: list[dict]) -> list[dict]:
+    """POST ``records`` to ``/invocations``; the model's answer, one dict per record."""
+    body = json.dumps({"dataframe_records": records}).encode()
+    request = urllib.request.Request(f"{base}/invocations", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.loads(response.read())["predictions"]
+
+
 def main(config: Config, args) -> None:
     from pipeline.tracking import champion_uri, tracking_uri
 
     model_uri = args.model or champion_uri(config)
-    environment = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri(config), "MLFLOW_DISABLE_TELEMETRY": "true"}
+    environment = serve_environment(tracking_uri(config))
     print(f"serve: {model_uri} from {tracking_uri(config)} at http://127.0.0.1:{args.port}/invocations "
           f"(Ctrl-C to stop); try:\n  {curl_line(args.port)}")
     sys.stdout.flush()

@@ -29,6 +29,27 @@ LABELS_FILE = "labels.json"
 UNLABELED_FILE = "unlabeled.parquet"  # unlabeled reviews written by ingestion, read by tokenization
 
 _BREAK_RE = re.compile(r"<br\s*/?>", flags=re.IGNORECASE)
+_NUMBER_RE = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
+
+
+def text_problem(value) -> str:
+    """Why ``value`` cannot be scored as a review, or "" when it can.
+
+    The one rule for unscorable input, whatever the client (``make score``, the pyfunc model in
+    ``mlflow models predict/serve`` and Spark): a missing value, an empty or whitespace-only
+    string, and anything that is not text (a number, or a string holding only a number).
+    """
+    if value is None or (isinstance(value, float) and value != value):  # None, NaN
+        return "missing or empty text"
+    if not isinstance(value, str):
+        return f"not text (a {type(value).__name__})"
+    if value == "":
+        return "missing or empty text"
+    if not value.strip():
+        return "whitespace-only text"
+    if _NUMBER_RE.match(value):
+        return "not text (a number)"
+    return ""
 
 
 def clean_text(text: str) -> str:

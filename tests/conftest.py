@@ -162,3 +162,27 @@ def trained_run(tmp_path_factory):
         tokenization.run(config)
         run_dir = train.run(config)
     return config, run_dir
+
+
+@pytest.fixture(scope="session")
+def comparison(tmp_path_factory):
+    """A tiny 2 x 2 pooling comparison (pretrain, 8 model runs, baseline) in its own MLflow store.
+
+    Session-scoped: the comparison, UI and registry tests read it. The last test of
+    tests/test_compare.py retrains its children with --force (the parent stays the same).
+    """
+    from pipeline import compare, ingest, tokenization
+
+    root = tmp_path_factory.mktemp("compare")
+    write_imdb_tree(root / "source", per_class={"train": 60, "test": 40}, seed=3)
+    archive = make_archive(root / "source", root / "archive.tar.gz")
+    tracking_uri = f"sqlite:///{root / 'mlflow.db'}"
+    config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
+        f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}",
+        f"tracking.tracking_uri={tracking_uri}", "training.epochs=2",
+    ])
+    with inside(root):
+        ingest.run(config)
+        tokenization.run(config)
+        report = compare.run(config)
+    return config, report

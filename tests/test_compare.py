@@ -1,8 +1,4 @@
 import json
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
 
 import mlflow
@@ -10,33 +6,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import compare, ingest, tokenization
-from pipeline.config import load_config
+from pipeline import compare
 from pipeline.metrics import mcnemar_exact
-from tests.conftest import PROJECT_ROOT, inside, make_archive, write_imdb_tree
 
 VARIANTS = ["first_token/pretrained", "first_token/scratch", "mean/pretrained", "mean/scratch"]
 
 
 def model_run_ids(payload: dict) -> list[str]:
     return [run_id for name in VARIANTS for run_id in payload["summary"][name]["run_ids"]]
-
-
-@pytest.fixture(scope="module")
-def comparison(tmp_path_factory):
-    root = tmp_path_factory.mktemp("compare")
-    write_imdb_tree(root / "source", per_class={"train": 60, "test": 40}, seed=3)
-    archive = make_archive(root / "source", root / "archive.tar.gz")
-    tracking_uri = f"sqlite:///{root / 'mlflow.db'}"
-    config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
-        f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}",
-        f"tracking.tracking_uri={tracking_uri}", "training.epochs=2",
-    ])
-    with inside(root):
-        ingest.run(config)
-        tokenization.run(config)
-        report = compare.run(config)
-    return config, report
 
 
 def test_report_files_and_json_fields(comparison):
@@ -62,6 +39,9 @@ def test_report_files_and_json_fields(comparison):
     assert isinstance(difference["significant"], bool)
     text = report.read_text()
     assert "## Verdict" in text and text.rstrip().endswith(".")
+    # behaviour tests: one row per capability, one column per variant and the baseline
+    behaviour_rows = [line for line in text.splitlines() if line.startswith("| negation |")]
+    assert len(behaviour_rows) == 1 and behaviour_rows[0].count("%") == len(VARIANTS) + 1
     pooling_verdict = text.split("## Verdict", 1)[1].split("init: pretrained minus", 1)[0]
     assert ("not statistically significant" in pooling_verdict) != difference["significant"]
     assert "Deploy `" in text
@@ -115,28 +95,11 @@ def test_rerun_reuses_finished_children(comparison, capsys):
     assert model_run_ids(after) == model_run_ids(before)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def test_mlflow_server_shows_children_with_pooling_and_test_accuracy(comparison):
+    from pipeline.ui import mlflow_server
 
-
-def test_mlflow_server_shows_children_with_pooling_and_test_accuracy(comparison, tmp_path):
     config, _ = comparison
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", config.tracking.tracking_uri,
-         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path,
-    )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(120):
-            try:
-                urllib.request.urlopen(f"{base}/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.5)
+    with mlflow_server(config.tracking.tracking_uri) as base:
         experiment = json.load(urllib.request.urlopen(
             f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name={config.tracking.experiment_name}"))
         body = json.dumps({"experiment_ids": [experiment["experiment"]["experiment_id"]],
@@ -144,15 +107,12 @@ def test_mlflow_server_shows_children_with_pooling_and_test_accuracy(comparison,
         request = urllib.request.Request(f"{base}/api/2.0/mlflow/runs/search", data=body,
                                          headers={"Content-Type": "application/json"})
         runs = json.load(urllib.request.urlopen(request))["runs"]
-        assert len(runs) == 4
-        for run in runs:
-            metrics = {m["key"] for m in run["data"]["metrics"]}
-            tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
-            assert "test_accuracy" in metrics
-            assert tags["pooling"] == "mean" and "mlflow.parentRunId" in tags
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    assert len(runs) == 4
+    for run in runs:
+        metrics = {m["key"] for m in run["data"]["metrics"]}
+        tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
+        assert "test_accuracy" in metrics
+        assert tags["pooling"] == "mean" and "mlflow.parentRunId" in tags
 
 
 def test_register_picks_best_validation_run_and_score_uses_champion(comparison, tmp_path, capsys):
@@ -171,6 +131,23 @@ def test_register_picks_best_validation_run_and_score_uses_champion(comparison, 
     capsys.readouterr()
     registry.run(config)
     assert "up to date" in capsys.readouterr().out
+
+    # the model card: the version's description and reports/<run_id>/model_card.md, from the run's own numbers
+    card = (config.reports_dir / champion.run_id / "model_card.md").read_text()
+    assert client.get_model_version("smoke-sentiment", champion.version).description == card
+    run = client.get_run(champion.run_id)
+    evaluation = json.loads((config.reports_dir / champion.run_id / "metrics.json").read_text())
+    accuracy = run.data.metrics["test_accuracy"]
+    line = next(li for li in card.splitlines() if li.startswith("- accuracy "))
+    low, high = (float(x) for x in line.split("95% CI ")[1].rstrip(")").split(" to "))
+    assert line.startswith(f"- accuracy {accuracy:.4f}") and low <= accuracy <= high
+    assert f"{evaluation['test_rows']:,} test reviews" in card
+    assert f"cut to **{run.data.params['tokenizer.max_sequence_length']} tokens**" in card
+    assert f"**{run.data.params['model.pooling']} pooling**" in card
+    assert f"expected calibration error {run.data.metrics['test_ece']:.4f}" in card
+    for capability, rate in evaluation["behaviour"].items():
+        assert f"| {capability} | {rate:.0%} |" in card
+    assert "English only" in card and "Intended use" in card
 
     pd.DataFrame({"text": ["superb and wonderful", "awful and dull"]}).to_csv(tmp_path / "in.csv", index=False)
     summary = score.run(config, tmp_path / "in.csv", tmp_path / "out.csv")  # default: the champion

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import evaluate
+from pipeline import behaviour, evaluate
 
 
 def test_length_bucket_accuracy_marks_truncated_buckets():
@@ -58,8 +58,20 @@ def test_evaluate_logs_test_metrics_plots_and_report(trained_run):
     assert run.data.metrics["test_accuracy"] == pytest.approx(report["metrics"]["test_accuracy"])
     artifacts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(run_id, "evaluation")}
     for name in ("confusion_matrix.png", "roc_curve.png", "reliability.png", "accuracy_by_length.png",
-                 "attention.png", "errors.csv", "metrics.json"):
+                 "attention.png", "errors.csv", "metrics.json", "behaviour.md", "behaviour.csv"):
         assert f"evaluation/{name}" in artifacts
+
+    # behaviour tests: one pass rate per capability, the same in metrics.json, MLflow and behaviour.csv
+    results = pd.read_csv(out_dir / "behaviour.csv", keep_default_na=False)
+    assert set(report["behaviour"]) == set(behaviour.CAPABILITIES)
+    for capability, rate in report["behaviour"].items():
+        assert rate == pytest.approx(results.loc[results["capability"] == capability, "passed"].mean())
+        assert run.data.metrics[behaviour.metric_name(capability)] == pytest.approx(rate)
+    text = (out_dir / "behaviour.md").read_text()
+    assert "| negation | MFT |" in text
+    failed = results[~results["passed"]]
+    if len(failed):
+        assert f'"{failed.iloc[0]["text"]}"' in text
 
 
 def test_evaluate_without_runs_says_train_first(smoke_config):

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from pipeline.inference import SentimentClassifier, output_columns, output_frame
+from pipeline.text import text_problem
 from pipeline.predictions import as_class_probabilities, predicted_and_confidence, probability_columns
 from tests.conftest import PROJECT_ROOT
 
@@ -37,9 +38,45 @@ def test_named_columns_only_at_the_edge():
     assert list(probability_columns(np.array([[0.2, 0.5, 0.3]]), ["a", "b", "c"])) == \
         ["probability_a", "probability_b", "probability_c"]
     frame = output_frame(two, ["negative", "positive"])
-    assert frame.to_dict("records") == [{"positive_probability": pytest.approx(0.7), "predicted_label": "positive"}]
-    assert output_columns(["neg", "pos"]) == ["positive_probability", "predicted_label"]
-    assert output_columns(["a", "b", "c"]) == ["probability_a", "probability_b", "probability_c", "predicted_label"]
+    assert frame.to_dict("records") == [{"positive_probability": pytest.approx(0.7), "predicted_label": "positive",
+                                         "score_error": ""}]
+    assert output_columns(["neg", "pos"]) == ["positive_probability", "predicted_label", "score_error"]
+    assert output_columns(["a", "b", "c"]) == ["probability_a", "probability_b", "probability_c", "predicted_label",
+                                               "score_error"]
+
+
+def test_rows_with_an_error_keep_their_place_with_empty_scores():
+    frame = output_frame(np.array([[0.3, 0.7], [0.9, 0.1]]), ["negative", "positive"],
+                         ["", "missing or empty text", ""])
+    assert frame["predicted_label"].tolist() == ["positive", "", "negative"]
+    assert frame["score_error"].tolist() == ["", "missing or empty text", ""]
+    assert frame["positive_probability"].iloc[[0, 2]].tolist() == pytest.approx([0.7, 0.1])
+    assert np.isnan(frame["positive_probability"].iloc[1])
+    with pytest.raises(ValueError, match="2 probability rows for 1 scorable"):
+        output_frame(np.array([[0.3, 0.7], [0.9, 0.1]]), ["negative", "positive"], ["", "empty"])
+
+
+@pytest.mark.parametrize("value, problem", [
+    (None, "missing or empty text"), (float("nan"), "missing or empty text"), ("", "missing or empty text"),
+    ("  \t", "whitespace-only text"), ("42", "not text (a number)"), (" -1.5e3 ", "not text (a number)"),
+    (7, "not text (a int)"), (True, "not text (a bool)"), ("Loved it, 10/10", ""), ("7 Samurai", ""),
+])
+def test_one_rule_for_unscorable_values(value, problem):
+    assert text_problem(value) == problem
+
+
+def test_pyfunc_flags_unscorable_rows_and_scores_the_others(trained_run):
+    _, run_dir = trained_run
+    classifier = SentimentClassifier.from_paths(run_dir / "model.keras", run_dir / "tokenizer")
+    texts = ["superb wonderful film", None, "   ", 12, "awful dull film", ""]
+    frame = classifier.predict(None, pd.DataFrame({"text": texts}))
+    assert frame["score_error"].tolist() == ["", "missing or empty text", "whitespace-only text", "not text (a int)",
+                                             "", "missing or empty text"]
+    assert frame["predicted_label"].tolist()[1:4] == ["", "", ""]
+    assert frame["positive_probability"].isna().tolist() == [False, True, True, True, False, True]
+    alone = classifier.predict(None, pd.DataFrame({"text": ["superb wonderful film", "awful dull film"]}))
+    assert frame["positive_probability"].iloc[[0, 4]].tolist() == pytest.approx(alone["positive_probability"].tolist(),
+                                                                                abs=1e-6)
 
 
 def test_model_saved_before_the_change_scores_the_same():

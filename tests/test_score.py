@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from pipeline import score
 from pipeline.__main__ import main as cli_main
+from pipeline.text import text_problem
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,7 @@ def test_every_row_kept_in_order_with_errors_for_bad_text(fast_model, tmp_path, 
     assert out["id"].tolist() == source["id"].tolist()
     assert out["text"].tolist() == expected_texts and (out["extra"] == "keep, me").all()
     assert list(out.columns) == ["id", "text", "extra", "positive_probability", "predicted_label", "score_error"]
-    bad = np.array([score.text_problem(t) != "" for t in expected_texts])
+    bad = np.array([text_problem(t) != "" for t in expected_texts])
     assert ((out["score_error"] != "") == bad).all()
     assert (out.loc[bad, "positive_probability"] == "").all() and (out.loc[bad, "predicted_label"] == "").all()
     good = out.loc[~bad]

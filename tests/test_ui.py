@@ -1,0 +1,103 @@
+"""What a user sees in the MLflow UI, checked in a real browser (Debian's chromium through Playwright).
+
+The server runs over the tiny comparison's own store on a free 127.0.0.1 port; screenshots go to the
+test's temporary folder.
+"""
+
+import mlflow
+import pytest
+
+from pipeline import ui
+from pipeline.__main__ import main as cli_main
+from pipeline.tracking import DESCRIPTION_TAG, EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
+from tests.conftest import PROJECT_ROOT
+
+SMOKE = str(PROJECT_ROOT / "configs" / "smoke.yaml")
+
+
+def test_experiment_is_a_model_training_experiment(comparison):
+    config, _ = comparison
+    mlflow.set_tracking_uri(config.tracking.tracking_uri)
+    experiment = mlflow.get_experiment_by_name(config.tracking.experiment_name)
+    assert experiment.tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND == "custom_model_development"
+
+
+def test_parent_and_children_describe_themselves(comparison):
+    config, report = comparison
+    found = ui.latest_comparison(config)
+    client = mlflow.tracking.MlflowClient()
+    note = client.get_run(found.parent_id).data.tags[DESCRIPTION_TAG]
+    verdict = report.read_text().split("## Verdict", 1)[1].strip()
+    assert verdict in note
+    assert "| `first_token/scratch` | 2 |" in note and "TF-IDF + logistic regression (baseline)" in note
+    for run_id in found.child_ids:
+        run = client.get_run(run_id)
+        description = run.data.tags[DESCRIPTION_TAG]
+        assert f"seed {run.data.params['training.seed']}" in description
+        assert f"pooling={run.data.params['model.pooling']}" in description and found.parent_id in description
+
+
+def test_make_ui_prints_the_latest_comparison_link(comparison, capsys):
+    config, _ = comparison
+    found = ui.latest_comparison(config)
+    assert cli_main(["ui", "--config", SMOKE, "--set",
+                     f"tracking.tracking_uri={config.tracking.tracking_uri}", "--port", "5123", "--print-only"]) == 0
+    out = capsys.readouterr().out
+    assert f"http://127.0.0.1:5123/#/experiments/{found.experiment_id}/runs/{found.parent_id}?" \
+           f"workflowType=machine_learning" in out
+    assert f"/#/experiments/{found.experiment_id}/runs?workflowType=machine_learning" in out
+
+
+def test_ui_without_a_comparison_says_so(smoke_config, capsys):
+    assert cli_main(["ui", "--config", SMOKE, "--print-only"]) == 0
+    assert "no comparison yet (`make compare`)" in capsys.readouterr().out
+
+
+def on_genai_overview(text: str) -> bool:
+    return any(marker in text for marker in ui.GENAI_OVERVIEW_MARKERS)
+
+
+def test_browser_opens_on_the_runs_table_with_the_comparison(comparison, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    config, _ = comparison
+    found = ui.latest_comparison(config)
+    client = mlflow.tracking.MlflowClient()
+    children = [client.get_run(run_id) for run_id in found.child_ids]
+    with ui.mlflow_server(config.tracking.tracking_uri) as base:
+        pages = ui.capture(base, found, tmp_path / "screens")
+        # control: the experiment page without the link's parameter is the GenAI overview in this MLflow,
+        # so the checks below would catch a link that lands there
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=ui.browser_path(), args=["--no-sandbox"])
+            page = browser.new_page()
+            page.goto(f"{base}/#/experiments/{found.experiment_id}")
+            page.wait_for_timeout(5000)
+            bare = page.inner_text("body")
+            browser.close()
+    assert on_genai_overview(bare), bare[:500]
+
+    table = pages["runs_table"]
+    assert "/runs" in table.url and "/overview" not in table.url
+    assert not on_genai_overview(table.text)
+    for name in ("model.pooling", "model.init", "test_accuracy", found.parent_name, "baseline-tfidf-logreg"):
+        assert name in table.text
+    for child in children:  # the parent is expanded: every child's name and its pooling are on screen
+        assert child.info.run_name in table.text
+    accuracy = f"{children[0].data.metrics['test_accuracy']}"[:6]
+    assert accuracy in table.text
+
+    parent = pages["comparison_run"]
+    assert "Verdict." in parent.text and "first_token/scratch" in parent.text and "Child runs" in parent.text
+
+    side_by_side = pages["compare_children"]
+    assert "Comparing 2 Runs" in side_by_side.text
+    assert children[0].info.run_name in side_by_side.text and children[1].info.run_name in side_by_side.text
+    assert "test_accuracy" in side_by_side.text and "training.seed" in side_by_side.text
+    for page in pages.values():
+        assert page.screenshot.stat().st_size > 20_000  # a rendered page, not a blank one
+
+
+def test_capture_needs_a_comparison():
+    with pytest.raises(ui.PipelineError, match="run `make compare` first"):
+        ui.capture("http://127.0.0.1:9", ui.Comparison("1", None, None, ()), None)
