@@ -26,6 +26,8 @@ INPUT ?=
 OUTPUT ?=
 MODEL ?=
 TEXT_COLUMN ?= text
+ENGINE ?= local
+OVERWRITE ?=
 EXAMPLE_CSV ?= data/examples/reviews.csv
 EXAMPLE_TEXT_COLUMN ?= text
 REPORTS ?= reports
@@ -73,9 +75,10 @@ ablate-position: $(DATA)/tokenize/manifest.json ## learned vs no position inform
 register: ## register the best model (by validation accuracy) of the latest comparison as @champion
 	$(call STAGE,register) $(FORCE_ARG)
 
-score: ## score a CSV: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=models:/imdb-sentiment@champion] [TEXT_COLUMN=text]
-	@test -n "$(INPUT)" -a -n "$(OUTPUT)" || { echo "usage: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=...] [TEXT_COLUMN=text]"; exit 2; }
-	$(call STAGE,score) --input "$(INPUT)" --output "$(OUTPUT)" --text-column "$(TEXT_COLUMN)" $(if $(MODEL),--model "$(MODEL)")
+score: ## score a CSV: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=...] [TEXT_COLUMN=text] [ENGINE=spark OVERWRITE=1]
+	@test -n "$(INPUT)" -a -n "$(OUTPUT)" || { echo "usage: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=...] [TEXT_COLUMN=text] [ENGINE=spark]"; exit 2; }
+	$(call STAGE,score) --input "$(INPUT)" --output "$(OUTPUT)" --text-column "$(TEXT_COLUMN)" $(if $(MODEL),--model "$(MODEL)") \
+	  $(if $(filter spark,$(ENGINE)),--engine spark $(if $(OVERWRITE),--overwrite))
 
 ui: ## MLflow UI on MLFLOW_TRACKING_URI (default sqlite:///mlflow.db) at 127.0.0.1:UI_PORT; prints the latest comparison's link
 	$(call STAGE,ui) --port $(UI_PORT)

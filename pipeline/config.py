@@ -237,6 +237,37 @@ class CompareConfig:
     bootstrap_samples: int = 2000
 
 
+SPARK_OUTPUT_FORMATS = ("parquet", "csv")
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    """``make score ENGINE=spark``: where Spark runs and what it writes.
+
+    ``master`` is any Spark master URL (``local[*]``, ``spark://host:7077``, ``yarn``,
+    ``k8s://...``); ``conf`` holds extra Spark settings as ``key=value`` strings
+    (e.g. ``spark.executor.memory=4g``); ``batch_rows`` is how many rows Spark hands the model
+    at a time (``spark.sql.execution.arrow.maxRecordsPerBatch``).
+    """
+
+    master: str = "local[*]"
+    conf: tuple[str, ...] | None = None
+    output_format: str = "parquet"
+    batch_rows: int = 2048
+
+    def __post_init__(self) -> None:
+        if self.output_format not in SPARK_OUTPUT_FORMATS:
+            raise ConfigError(f"spark.output_format must be one of {SPARK_OUTPUT_FORMATS}, got {self.output_format!r}")
+        if self.batch_rows < 1:
+            raise ConfigError("spark.batch_rows must be positive")
+        for item in self.conf or ():
+            if "=" not in item or not item.split("=", 1)[0].strip():
+                raise ConfigError(f"spark.conf entries are 'key=value' strings, got {item!r}")
+
+    def settings(self) -> dict[str, str]:
+        return dict(item.split("=", 1) for item in self.conf or ())
+
+
 @dataclass(frozen=True)
 class Config:
     paths: PathsConfig = field(default_factory=PathsConfig)
@@ -247,6 +278,7 @@ class Config:
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
+    spark: SparkConfig = field(default_factory=SparkConfig)
 
     @property
     def data_dir(self) -> Path:

@@ -17,6 +17,7 @@ so a logged model loads wherever Keras, KerasHub and MLflow are installed.
 
 from __future__ import annotations
 
+import functools
 import sys
 import weakref
 from pathlib import Path
@@ -120,6 +121,16 @@ def load_keras_model(path: str | Path):
     return keras.saving.load_model(path)
 
 
+@functools.lru_cache(maxsize=2)
+def _load_parts(keras_model: str, modified_ns: int, tokenizer: str):
+    """The encoder, labels and Keras model of a model folder, loaded once per process.
+
+    Spark's Python workers (and ``mlflow.pyfunc.spark_udf`` in local mode, which loads the pyfunc
+    model once per task) then load the Keras model once per worker process, not once per task.
+    """
+    return TextEncoder.load(Path(tokenizer)), load_labels(Path(tokenizer)), load_keras_model(keras_model)
+
+
 class SentimentClassifier(mlflow.pyfunc.PythonModel):
     """MLflow pyfunc: DataFrame ``text`` column of raw strings -> probabilities and label.
 
@@ -142,9 +153,8 @@ class SentimentClassifier(mlflow.pyfunc.PythonModel):
         self._load(Path(context.artifacts[ARTIFACT_KERAS_MODEL]), Path(context.artifacts[ARTIFACT_TOKENIZER]))
 
     def _load(self, keras_model: Path, tokenizer: Path) -> None:
-        self.encoder = TextEncoder.load(tokenizer)
-        self.labels = load_labels(tokenizer)
-        self.model = load_keras_model(keras_model)
+        self.encoder, self.labels, self.model = _load_parts(str(Path(keras_model).resolve()), keras_model.stat().st_mtime_ns,
+                                                            str(Path(tokenizer).resolve()))
 
     def predict(self, context, model_input, params=None):
         if isinstance(model_input, pd.DataFrame):

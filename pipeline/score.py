@@ -167,5 +167,13 @@ def run(config: Config, input_path: str | Path, output_path: str | Path, model_u
 
 
 def main(config: Config, args) -> None:
+    if args.engine == "spark":
+        from pipeline import spark_score
+
+        spark_score.run(config, args.input, args.output, model_uri=args.model, text_column=args.text_column,
+                        overwrite=args.overwrite, keep_row_index=args.keep_row_index, output_format=args.output_format)
+        return
+    if args.overwrite or args.keep_row_index or args.output_format:
+        raise InputError("--overwrite, --keep-row-index and --output-format apply to --engine spark only")
     run(config, args.input, args.output, model_uri=args.model, text_column=args.text_column,
         encoding=args.encoding, chunk_size=args.chunk_size)

@@ -51,12 +51,21 @@ def _model_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def _score_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--input", required=True, help="CSV file of reviews to score")
-    parser.add_argument("--output", required=True, help="CSV file to write (never the input)")
+    parser.add_argument("--input", required=True,
+                        help="CSV file of reviews to score; with --engine spark also Parquet, a folder or a glob")
+    parser.add_argument("--output", required=True,
+                        help="CSV file to write (never the input); with --engine spark a folder of part files")
     _model_argument(parser)
     parser.add_argument("--text-column", default="text", help="column holding the review text (default: text)")
     parser.add_argument("--encoding", default="utf-8-sig", help="input encoding (default: utf-8 with optional BOM)")
     parser.add_argument("--chunk-size", type=int, default=2048, help="rows read and scored at a time")
+    parser.add_argument("--engine", choices=("local", "spark"), default="local",
+                        help="local: stream the CSV through this process (default); spark: Spark with spark.master")
+    parser.add_argument("--output-format", choices=("parquet", "csv"), default=None,
+                        help="spark only: part files to write (default: spark.output_format, parquet)")
+    parser.add_argument("--overwrite", action="store_true", help="spark only: replace an existing output folder")
+    parser.add_argument("--keep-row-index", action="store_true",
+                        help="spark only: keep the row_index column (monotonically increasing in input order)")
 
 
 def _bench_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,120 @@
+"""Spark batch scoring on a real local Spark (local[2]): same answers as `make score`, row for row."""
+
+import json
+import os
+
+import pandas as pd
+import pytest
+
+from pipeline import score, spark_score
+from pipeline.__main__ import main as cli_main
+from pipeline.errors import InputError, MissingInputError
+
+REVIEWS = ["A superb, wonderful film.", "", "Awful and dull, \"truly\" awful.", "   ", "42",
+           "Great acting,\nand a moving story.", "7 Samurai is a classic", "dull dull dull"]
+
+
+@pytest.fixture(scope="module")
+def spark_setup(trained_run, tmp_path_factory):
+    config, run_dir = trained_run
+    config = config.replace(spark={"master": "local[2]"})
+    model_uri = f"runs:/{json.loads((run_dir / 'manifest.json').read_text())['mlflow_run_id']}/model"
+    folder = tmp_path_factory.mktemp("spark")
+    frame = pd.DataFrame({"id": [f"r{i}" for i in range(40)], "stars": [str(i % 10) for i in range(40)],
+                          "text": [REVIEWS[i % len(REVIEWS)] + ("" if i % len(REVIEWS) in (1, 3, 4) else f" #{i}")
+                                   for i in range(40)]})
+    frame.to_csv(folder / "reviews.csv", index=False)
+    score.run(config, folder / "reviews.csv", folder / "expected.csv", model_uri=model_uri)
+    expected = pd.read_csv(folder / "expected.csv", keep_default_na=False, dtype=str)
+    yield config, model_uri, folder, frame, expected
+    from pyspark.sql import SparkSession
+
+    if SparkSession.getActiveSession() is not None:
+        SparkSession.getActiveSession().stop()
+
+
+def read_parts(folder, file_format: str) -> pd.DataFrame:
+    """The part files in name order (Spark writes them in input order), as text like `make score` writes."""
+    parts = sorted(p for p in folder.iterdir() if p.name.startswith("part-"))
+    if file_format == "csv":
+        return pd.concat([pd.read_csv(p, keep_default_na=False, dtype=str) for p in parts], ignore_index=True)
+    return pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+
+
+def as_floats(values: pd.Series) -> pd.Series:
+    """Probabilities as floats, NaN for an empty cell, a null or NaN."""
+    return pd.Series([float("nan") if v is None or v == "" else float(v) for v in values.astype(object)])
+
+
+def assert_matches(got: pd.DataFrame, expected: pd.DataFrame) -> None:
+    assert got["id"].tolist() == expected["id"].tolist()  # every row, in the input's order
+    assert got["score_error"].fillna("").tolist() == expected["score_error"].tolist()
+    assert got["predicted_label"].fillna("").tolist() == expected["predicted_label"].tolist()
+    want, have = as_floats(expected["positive_probability"]), as_floats(got["positive_probability"])
+    assert have.isna().tolist() == want.isna().tolist()
+    assert have.dropna().tolist() == pytest.approx(want.dropna().tolist(), abs=1e-6)
+
+
+def test_spark_scores_a_csv_like_make_score(spark_setup, capsys):
+    config, model_uri, folder, frame, expected = spark_setup
+    summary = spark_score.run(config, str(folder / "reviews.csv"), folder / "out_csv_input", model_uri=model_uri)
+    assert (folder / "out_csv_input" / "_SUCCESS").is_file()
+    got = read_parts(folder / "out_csv_input", "parquet")
+    assert list(got.columns) == ["id", "stars", "text", "positive_probability", "predicted_label", "score_error"]
+    # quotes and line breaks intact; an empty CSV cell reads as null in Spark (an empty cell again in CSV output)
+    assert got["text"].fillna("").tolist() == frame["text"].tolist()
+    assert_matches(got, expected)
+    assert summary["rows"] == 40 and summary["errors"] == int((expected["score_error"] != "").sum()) > 0
+    assert "score (spark local[2]): read 40 rows from 1 csv file(s)" in capsys.readouterr().out
+    assert not [p for p in folder.iterdir() if p.name.startswith(".out_csv_input")]  # no temporary folder left
+
+
+def test_spark_scores_a_parquet_folder_to_csv_parts(spark_setup):
+    config, model_uri, folder, frame, expected = spark_setup
+    source = folder / "parquet_in"
+    source.mkdir()
+    frame.iloc[:25].to_parquet(source / "a.parquet", index=False)
+    frame.iloc[25:].to_parquet(source / "b.parquet", index=False)
+    spark_score.run(config, str(source), folder / "out_parquet_input", model_uri=model_uri, output_format="csv",
+                    keep_row_index=True)
+    got = read_parts(folder / "out_parquet_input", "csv")
+    assert_matches(got, expected)
+    assert got["row_index"].astype(int).is_monotonic_increasing
+
+
+def test_output_folder_is_refused_then_replaced_with_overwrite(spark_setup):
+    config, model_uri, folder, frame, _ = spark_setup
+    out = folder / "existing"
+    out.mkdir()
+    (out / "old.txt").write_text("keep me")
+    with pytest.raises(InputError, match="exists: pass --overwrite"):
+        spark_score.run(config, str(folder / "reviews.csv"), out, model_uri=model_uri)
+    assert (out / "old.txt").read_text() == "keep me"
+    frame.iloc[:5].to_csv(folder / "five.csv", index=False)
+    spark_score.run(config, str(folder / "five.csv"), out, model_uri=model_uri, overwrite=True)
+    assert not (out / "old.txt").exists() and len(read_parts(out, "parquet")) == 5
+
+
+def test_bad_inputs_get_one_clear_line(spark_setup, tmp_path, capsys):
+    config, model_uri, folder, frame, _ = spark_setup
+    with pytest.raises(MissingInputError, match="no files match"):
+        spark_score.resolve_inputs(str(tmp_path / "nothing-*.csv"))
+    frame.rename(columns={"text": "review"}).to_parquet(tmp_path / "no_text.parquet", index=False)
+    with pytest.raises(InputError, match="no_text.parquet: no column 'text'"):
+        spark_score.run(config, str(tmp_path / "no_text.parquet"), tmp_path / "out", model_uri=model_uri)
+    frame.to_csv(tmp_path / "mixed.csv", index=False)
+    with pytest.raises(InputError, match="mixes CSV and Parquet"):
+        spark_score.resolve_inputs(str(tmp_path / "*"))
+    assert not (tmp_path / "out").exists()
+    # through the command line: one error line, exit status 2
+    code = cli_main(["score", "--engine", "spark", "--input", str(tmp_path / "none*.parquet"), "--output",
+                     str(tmp_path / "o"), "--model", model_uri])
+    assert code == 2 and capsys.readouterr().err.strip().startswith("error: no files match")
+
+
+def test_missing_java_is_one_line(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(spark_score.PipelineError, match="Spark needs Java 17"):
+        spark_score.require_java()
+    assert os.environ["PATH"] == "/nonexistent"
