@@ -33,7 +33,8 @@ import numpy as np
 
 from pipeline.artifacts import atomic_write_json, build_manifest, is_up_to_date, manifest_hash, read_manifest, write_manifest
 from pipeline.config import Config
-from pipeline.errors import InputError, MissingInputError
+from pipeline.distributed import cluster_from_env
+from pipeline.errors import InputError, MissingInputError, PipelineError
 from pipeline.stages import require_output, stage_dir
 from pipeline.text import CLS_ID, MASK_ID, PAD_ID, SEP_ID
 
@@ -292,7 +293,10 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence = ()) -> 
     ids, rows = pretraining_ids(tokenize_dir, config.pretrain.max_texts)
     steps_done = int(state.get("steps", 0)) if resuming else 0
     keras.utils.set_random_seed(config.pretrain.seed + steps_done)  # a resumed run draws new masks
-    strategy, policy, device = choose_hardware(config.pretrain.precision, config.model.hidden_dim)
+    if cluster_from_env() is not None:  # its time budget would stop each worker at a different step: a hang
+        raise PipelineError("pretraining does not run under a multi-worker TF_CONFIG yet (its minutes budget is not "
+                            "agreed between workers): unset TF_CONFIG for `make pretrain`")
+    strategy, policy, device, _ = choose_hardware(config.pretrain.precision, config.model.hidden_dim)
     keras.mixed_precision.set_global_policy(policy)
     settings = config.pretrain
     tokens_per_step = float((ids != PAD_ID).sum()) / len(ids) * settings.batch_size * strategy.num_replicas_in_sync

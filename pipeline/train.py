@@ -19,6 +19,7 @@ import contextlib
 import itertools
 import os
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ import tensorflow as tf
 from pipeline.artifacts import atomic_write_json, build_manifest, is_up_to_date, manifest_hash, read_manifest, sha256_file, write_manifest
 from pipeline.batching import batch_width, bucketed_batches, padding_fraction
 from pipeline.config import Config
+from pipeline.distributed import Cluster, choose_strategy, cluster_from_env
 from pipeline.inference import SentimentClassifier
 from pipeline.model import build_model, load_backbone_weights
 from pipeline.pretrain import WEIGHTS_FILE, check_vocabulary, load_backbone, resolve_pretrained
@@ -69,15 +71,13 @@ def cpu_has_bfloat16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def choose_hardware(precision: str, hidden_dim: int = 0) -> tuple[tf.distribute.Strategy, str, str]:
-    """(distribution strategy, Keras dtype policy, a description to log)."""
+def choose_hardware(precision: str, hidden_dim: int = 0) -> tuple[tf.distribute.Strategy, str, str, Cluster | None]:
+    """(distribution strategy, Keras dtype policy, a description to log, the TF_CONFIG cluster or None).
+
+    The strategy comes from ``pipeline.distributed``: several workers, devices or one device.
+    """
+    strategy, device, cluster = choose_strategy()
     gpus = tf.config.list_physical_devices("GPU")
-    if len(gpus) > 1:
-        strategy: tf.distribute.Strategy = tf.distribute.MirroredStrategy()
-        device = f"{len(gpus)} GPUs (MirroredStrategy)"
-    else:
-        strategy = tf.distribute.get_strategy()
-        device = "1 GPU" if gpus else f"CPU ({os.cpu_count()} cores)"
     if precision == "auto":
         # Measured with `make bench` on this project's 2-core AVX512_BF16/AMX CPU: mixed_bfloat16 is
         # slower than float32 for the width-64 default (164 vs 148 ms per classifier step) and faster
@@ -90,7 +90,7 @@ def choose_hardware(precision: str, hidden_dim: int = 0) -> tuple[tf.distribute.
             policy = "float32"
     else:
         policy = precision
-    return strategy, policy, device
+    return strategy, policy, device, cluster
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -120,13 +120,16 @@ def learning_rate_schedule(config: Config, steps_per_epoch: int):
 
 
 def make_dataset(ids: np.ndarray, labels: np.ndarray, batch_size: int, shuffle_seed: int | None = None,
-                 length_multiple: int = 16) -> tf.data.Dataset:
+                 length_multiple: int = 16, shard: tuple[int, int] = (0, 1)) -> tf.data.Dataset:
     """Length-bucketed ``(ids, class index)`` batches, each trimmed to its own width (``pipeline.batching``).
 
     With ``shuffle_seed`` every epoch draws a new order (seed, seed + 1, ...); without, rows are
     sorted by length. Widths are multiples of ``length_multiple``, so a compiled step sees a
-    small fixed set of shapes.
+    small fixed set of shapes. ``shard=(index, count)``: every worker of a cluster draws the same
+    global batches and keeps its ``index``-th share of each (rows ``index::count``), so all workers
+    run the same number of steps and together see each example once per epoch.
     """
+    index, count = shard
     ids, labels = np.asarray(ids), np.asarray(labels, dtype=np.int32)
     lengths = (ids != PAD_ID).sum(axis=1)
     epochs = itertools.count()
@@ -134,11 +137,17 @@ def make_dataset(ids: np.ndarray, labels: np.ndarray, batch_size: int, shuffle_s
     def batches():
         seed = None if shuffle_seed is None else shuffle_seed + next(epochs)
         for rows in bucketed_batches(lengths, batch_size, seed):
+            if count > 1:  # a last batch smaller than the cluster is repeated so no worker gets none
+                rows = (rows if len(rows) >= count else np.resize(rows, count))[index::count]
             width = batch_width(lengths[rows].max(), length_multiple, ids.shape[1])
             yield ids[rows, :width], labels[rows]
 
     dataset = tf.data.Dataset.from_generator(batches, output_signature=(
         tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None,), tf.int32)))
+    if count > 1:  # already this worker's share: tf.distribute must not shard it again
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        dataset = dataset.with_options(options)
     return dataset.apply(tf.data.experimental.assert_cardinality(-(-len(ids) // batch_size))).prefetch(2)
 
 
@@ -207,6 +216,12 @@ class Hardware:
     policy: str                 # Keras dtype policy
     device: str                 # what is used, for people
     devices: tuple[str, ...]    # every device TensorFlow sees
+    cluster: Cluster | None = None  # set when TF_CONFIG describes several workers
+
+    @property
+    def chief(self) -> bool:
+        """Whether this process logs to MLflow and writes the stage folder (always, outside a cluster)."""
+        return self.cluster is None or self.cluster.is_chief
 
 
 @dataclass(frozen=True)
@@ -252,15 +267,16 @@ def prepare_run_directory(run_dir: Path, force: bool) -> None:
 def prepare_hardware(config: Config) -> Hardware:
     """Seed everything, pick the strategy and dtype policy, and say what was picked."""
     keras.utils.set_random_seed(config.training.seed)
-    strategy, policy, device = choose_hardware(config.training.precision, config.model.hidden_dim)
+    strategy, policy, device, cluster = choose_hardware(config.training.precision, config.model.hidden_dim)
     keras.mixed_precision.set_global_policy(policy)
-    devices = tuple(d.name.replace("/physical_device:", "") for d in tf.config.list_physical_devices())
+    devices = tuple(d.name.replace("/physical_device:", "") for d in tf.config.list_logical_devices())
     print(f"train: devices {list(devices)}; using {device}, precision {policy}")
-    return Hardware(strategy, policy, device, devices)
+    return Hardware(strategy, policy, device, devices, cluster)
 
 
-def load_training_data(config: Config, tokenize_dir: Path, replicas: int) -> TrainingData:
-    """The tokenized train and validation splits as shuffled/batched datasets."""
+def load_training_data(config: Config, tokenize_dir: Path, replicas: int, shard: tuple[int, int] = (0, 1)
+                       ) -> TrainingData:
+    """The tokenized train and validation splits as shuffled/batched datasets (``shard``: see ``make_dataset``)."""
     labels = load_labels(tokenize_dir)
     train_ids, train_labels = load_split(tokenize_dir, "train")
     val_ids, val_labels = load_split(tokenize_dir, "val")
@@ -270,8 +286,10 @@ def load_training_data(config: Config, tokenize_dir: Path, replicas: int) -> Tra
     batch_size = config.training.batch_size * replicas
     return TrainingData(
         encoder=TextEncoder.load(tokenize_dir), labels=labels, train_rows=len(train_ids), val_rows=len(val_ids),
-        train=make_dataset(train_ids, train_labels, batch_size, config.training.seed, config.training.length_multiple),
-        val=make_dataset(val_ids, val_labels, batch_size * 4, length_multiple=config.training.length_multiple),
+        train=make_dataset(train_ids, train_labels, batch_size, config.training.seed, config.training.length_multiple,
+                           shard=shard),
+        val=make_dataset(val_ids, val_labels, batch_size * 4, length_multiple=config.training.length_multiple,
+                         shard=shard),
         steps_per_epoch=-(-len(train_ids) // batch_size),
         class_weight=balanced_class_weights(train_labels, len(labels)) if config.training.class_weights else None,
         tokens_per_epoch=int((np.asarray(train_ids) != PAD_ID).sum()),
@@ -293,6 +311,44 @@ def build_and_compile(config: Config, data: TrainingData, hardware: Hardware, to
             print(f"train: started from the pretrained backbone in {pretrained_dir}/ ({len(loaded)} layers, "
                   f"MLflow run {spec.get('mlflow_run_id')})")
         return compile_model(model, config, data.steps_per_epoch), spec
+
+
+def build_before_multi_worker_fit(model: keras.Model, data: TrainingData, hardware: Hardware) -> None:
+    """Build the model, optimizer and metrics from a local batch, then let ``fit`` skip its own build.
+
+    Keras 3.15's ``fit`` builds them from a batch it averages across the workers (a collective
+    ``reduce`` of the input ids), which fails under ``MultiWorkerMirroredStrategy``
+    (keras-team/keras#20585). Building from this worker's first batch creates the same variables.
+    """
+    ids, labels = next(iter(data.train))
+    with hardware.strategy.scope():
+        model._symbolic_build(data_batch=(ids, labels))
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+    patch_multi_worker_mean()
+
+
+def patch_multi_worker_mean() -> None:
+    """Average a step's logged loss and metrics over the workers as a scalar.
+
+    Keras 3.15 averages them with ``strategy.reduce("MEAN", value, axis=0)``, which fails for the
+    scalars a step returns under ``MultiWorkerMirroredStrategy`` (keras-team/keras#20585); the
+    mean over workers of a scalar is ``reduce("MEAN", value, axis=None)``. Applied only when a
+    cluster is configured; every other path keeps Keras's own function.
+    """
+    from keras.src.backend.tensorflow import trainer as tf_trainer
+
+    original = getattr(tf_trainer.reduce_per_replica, "__wrapped__", tf_trainer.reduce_per_replica)
+
+    def reduce_per_replica(values, strategy, reduction):
+        multi_worker = tf_trainer._collective_all_reduce_multi_worker(strategy)
+        if multi_worker and reduction in ("auto", "mean"):
+            return tf.nest.map_structure(
+                lambda v: strategy.reduce("MEAN", v, axis=None) if len(getattr(v, "shape", ())) == 0
+                else original(v, strategy, reduction), values)
+        return original(values, strategy, reduction)
+
+    reduce_per_replica.__wrapped__ = original
+    tf_trainer.reduce_per_replica = reduce_per_replica
 
 
 @contextlib.contextmanager
@@ -335,22 +391,29 @@ def log_run_inputs(config: Config, data: TrainingData, hardware: Hardware, model
     mlflow.log_artifact(str(tokenize_dir / "token_lengths.png"), "data")
 
 
-def fit(model: keras.Model, data: TrainingData, config: Config, run_dir: Path, run_id: str,
+def fit(model: keras.Model, data: TrainingData, config: Config, run_dir: Path, run_id: str | None,
         extra_callbacks: Sequence[keras.callbacks.Callback] = ()) -> FitResult:
-    """Train with resume, early stopping (best weights restored) and per-epoch MLflow metrics."""
+    """Train with resume, early stopping (best weights restored) and per-epoch MLflow metrics.
+
+    ``run_id`` None: a non-chief worker of a cluster, which trains and evaluates (every worker
+    takes part in each step) but logs nothing.
+    """
     callbacks = [
         keras.callbacks.BackupAndRestore(str(run_dir / "backup"), delete_checkpoint=True),
         keras.callbacks.EarlyStopping(monitor="val_loss", patience=config.training.early_stopping_patience,
                                       restore_best_weights=True),
-        MLflowEpochLogger(data.tokens_per_epoch),
+        *([MLflowEpochLogger(data.tokens_per_epoch)] if run_id else []),
         *extra_callbacks,
     ]
     fit_started = time.perf_counter()
-    model.fit(data.train, validation_data=data.val, epochs=config.training.epochs, callbacks=callbacks,
-              class_weight=data.class_weight, shuffle=False,  # data.train is already shuffled by tf.data
-              verbose=1 if os.environ.get("PIPELINE_QUIET") is None else 2)
+    keras_history = model.fit(data.train, validation_data=data.val, epochs=config.training.epochs, callbacks=callbacks,
+                              class_weight=data.class_weight, shuffle=False,  # data.train is shuffled by tf.data
+                              verbose=1 if os.environ.get("PIPELINE_QUIET") is None else 2)
     train_seconds = time.perf_counter() - fit_started
     val_loss, val_accuracy = model.evaluate(data.val, verbose=0)
+    if run_id is None:
+        return FitResult({k: list(map(float, v)) for k, v in keras_history.history.items()}, float(val_loss),
+                         float(val_accuracy), train_seconds)
     history = history_from_mlflow(run_id)
     best_epoch = int(np.argmin(history["val_loss"])) if history["val_loss"] else 0
     mlflow.log_metrics({"best_val_loss": float(val_loss), "best_val_accuracy": float(val_accuracy),
@@ -415,14 +478,27 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence[keras.cal
     require_output(config, "ingest")  # its splits are logged as the run's datasets
     pretrained_dir = resolve_pretrained(config) if config.model.init == "pretrained" else None
     run_dir, config_hash, inputs = run_directory(config, tokenize_dir, pretrained_dir)
-    if not force and is_up_to_date(run_dir, config_hash, inputs, [MODEL_FILE]):
+    cluster = cluster_from_env()
+    if cluster is None and not force and is_up_to_date(run_dir, config_hash, inputs, [MODEL_FILE]):
         print(f"train: up to date, nothing to do ({run_dir}/, MLflow run {read_manifest(run_dir)['mlflow_run_id']})")
         return run_dir
-    prepare_run_directory(run_dir, force)
+    # In a cluster every worker must train (each step needs them all), so nobody skips, and the chief
+    # alone writes the stage folder and the MLflow run; the others work in a scratch folder.
+    scratch = None if cluster is None or cluster.is_chief else Path(tempfile.mkdtemp(prefix="train-worker-"))
+    if scratch is None:
+        prepare_run_directory(run_dir, force or cluster is not None)
     hardware = prepare_hardware(config)
     try:
-        data = load_training_data(config, tokenize_dir, hardware.strategy.num_replicas_in_sync)
+        shard = (0, 1) if cluster is None else (cluster.worker_index, cluster.workers)
+        data = load_training_data(config, tokenize_dir, hardware.strategy.num_replicas_in_sync, shard)
         model, pretrained = build_and_compile(config, data, hardware, tokenize_dir, pretrained_dir)
+        if cluster is not None:
+            build_before_multi_worker_fit(model, data, hardware)
+        if scratch is not None:
+            result = fit(model, data, config, scratch, None, extra_callbacks)
+            print(f"train: {hardware.device}: trained {len(result.history['loss'])} epochs with the chief; "
+                  f"its run folder and MLflow run hold the result (scratch {scratch}/ removed)")
+            return run_dir
         with start_or_resume_run(config, run_dir) as (run_id, resumed):
             if not resumed:
                 log_run_inputs(config, data, hardware, model, config_hash, inputs, tokenize_dir, pretrained)
@@ -430,6 +506,8 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence[keras.cal
             save_outputs(config, run_dir, model, tokenize_dir, run_id, result, hardware, config_hash, inputs)
     finally:
         keras.mixed_precision.set_global_policy("float32")
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     print(f"train: read {data.train_rows:,} train / {data.val_rows:,} val rows from {tokenize_dir}/; wrote "
           f"{run_dir}/{MODEL_FILE} and MLflow run {run_id}: val_accuracy {result.val_accuracy:.4f} after "
           f"{len(result.history['loss'])} epochs in {time.perf_counter() - started:.0f}s on {hardware.device} "

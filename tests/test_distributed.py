@@ -1,0 +1,151 @@
+"""Training on several devices and several workers, on this machine's CPU.
+
+MirroredStrategy runs on the CPU split into 2 logical devices; MultiWorkerMirroredStrategy runs as
+two worker processes on 127.0.0.1 ports. Both train the smoke model for one epoch.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import mlflow
+import numpy as np
+import pytest
+
+from pipeline import ingest, tokenization
+from pipeline.__main__ import main as cli_main
+from pipeline.config import load_config
+from pipeline.distributed import Cluster, cluster_from_env
+from pipeline.errors import ConfigError
+from pipeline.train import make_dataset
+from pipeline.ui import free_port
+from tests.conftest import PROJECT_ROOT, inside, make_archive, write_imdb_tree
+
+SMOKE = str(PROJECT_ROOT / "configs" / "smoke.yaml")
+
+
+def tf_config(ports, index, task_type="worker", chief=None) -> str:
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    if chief:
+        cluster["chief"] = [f"127.0.0.1:{chief}"]
+    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
+
+
+def test_cluster_is_read_from_tf_config():
+    assert cluster_from_env({}) is None
+    assert cluster_from_env({"TF_CONFIG": tf_config([1], 0)}) is None  # one task: no cluster
+    worker1 = cluster_from_env({"TF_CONFIG": tf_config([1, 2], 1)})
+    assert worker1 == Cluster(2, "worker", 1, False) and not worker1.is_chief and worker1.worker_index == 1
+    assert cluster_from_env({"TF_CONFIG": tf_config([1, 2], 0)}).is_chief
+    with_chief = cluster_from_env({"TF_CONFIG": tf_config([1, 2], 0, chief=3)})
+    assert with_chief.workers == 3 and not with_chief.is_chief and with_chief.worker_index == 1
+    chief = cluster_from_env({"TF_CONFIG": tf_config([1, 2], 0, "chief", chief=3)})
+    assert chief.is_chief and chief.worker_index == 0
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "TF_CONFIG is not valid JSON"),
+    ('{"cluster": {"worker": ["a:1", "b:2"]}}', 'needs "cluster" and "task"'),
+    ('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 2}}', "task.index must be 0..1"),
+    ('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "ps", "index": 0}}', "task.type must be one of"),
+    ('{"cluster": {"worker": ["a", "b:2"]}, "task": {"type": "worker", "index": 0}}', "'host:port' strings"),
+])
+def test_malformed_tf_config_is_named(text, message):
+    with pytest.raises(ConfigError, match=message):
+        cluster_from_env({"TF_CONFIG": text})
+
+
+def test_shards_split_every_global_batch_and_keep_the_step_count():
+    ids = np.zeros((37, 8), dtype=np.int32)
+    ids[:, 0] = np.arange(37) + 1  # first token: the row's identity
+    ids[np.arange(37), 1 + np.arange(37) % 7] = 9
+    labels = np.arange(37) % 2
+    epochs = []
+    for index in (0, 1):
+        batches = list(make_dataset(ids, labels, batch_size=8, shuffle_seed=3, shard=(index, 2)))
+        epochs.append(batches)
+    assert len(epochs[0]) == len(epochs[1]) == 5  # ceil(37 / 8) global steps on every worker
+    seen = np.concatenate([b[0][:, 0].numpy() for shard in epochs for b in shard])
+    assert sorted(set(seen.tolist())) == list(range(1, 38))  # every example, once
+    assert len(seen) == 37  # ... the last global batch of 5 rows is split 3 + 2
+    # a last global batch of one row is repeated rather than leave a worker without a batch
+    shards = [list(make_dataset(ids[:33], labels[:33], batch_size=8, shuffle_seed=3, shard=(i, 2))) for i in (0, 1)]
+    assert [len(s) for s in shards] == [5, 5] and all(len(b[1]) >= 1 for s in shards for b in s)
+    for shard in epochs:
+        for x, y in shard:
+            assert (y.numpy() == (x[:, 0].numpy() - 1) % 2).all()  # labels travel with their rows
+
+
+@pytest.fixture(scope="module")
+def tokenized(tmp_path_factory):
+    root = tmp_path_factory.mktemp("distributed")
+    write_imdb_tree(root / "source", per_class={"train": 40, "test": 10}, seed=5)
+    archive = make_archive(root / "source", root / "archive.tar.gz")
+    overrides = [f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}",
+                 f"tracking.tracking_uri=sqlite:///{root / 'mlflow.db'}", "training.epochs=1"]
+    config = load_config(SMOKE, overrides)
+    with inside(root):
+        ingest.run(config)
+        tokenization.run(config)
+    return root, config, overrides
+
+
+def train_command(overrides) -> list[str]:
+    args = [sys.executable, "-m", "pipeline", "train", "--config", SMOKE]
+    for item in overrides:
+        args += ["--set", item]
+    return args
+
+
+def worker_environment(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "PIPELINE_CPU_DEVICES")}
+    return {**env, "PIPELINE_QUIET": "1", "PYTHONPATH": str(PROJECT_ROOT), **extra}
+
+
+def train_runs(config) -> list:
+    mlflow.set_tracking_uri(config.tracking.tracking_uri)
+    return mlflow.search_runs(experiment_names=[config.tracking.experiment_name], output_format="list",
+                              filter_string="tags.pipeline_stage = 'train'")
+
+
+def test_mirrored_strategy_on_two_logical_cpus(tokenized):
+    root, config, overrides = tokenized
+    done = subprocess.run(train_command(overrides + ["training.seed=11"]), cwd=root, capture_output=True, text=True,
+                          env=worker_environment(PIPELINE_CPU_DEVICES="2"), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "using 2 logical CPU devices (MirroredStrategy" in done.stdout
+    run = next(r for r in train_runs(config) if r.data.params["training.seed"] == "11")
+    assert run.data.params["device"].startswith("2 logical CPU devices") and "best_val_accuracy" in run.data.metrics
+
+
+def test_two_workers_train_one_run_and_leave_no_scratch(tokenized, tmp_path):
+    root, config, overrides = tokenized
+    before = len(train_runs(config))
+    ports = [free_port(), free_port()]
+    workers = [subprocess.Popen(train_command(overrides + ["training.seed=12"]), cwd=root, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True,
+                                env=worker_environment(TF_CONFIG=tf_config(ports, index), TMPDIR=str(tmp_path)))
+               for index in (0, 1)]
+    outputs = [worker.communicate(timeout=600)[0] for worker in workers]
+    assert [w.returncode for w in workers] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    assert "2 workers (MultiWorkerMirroredStrategy), this is worker 0" in outputs[0]
+    assert "this is worker 1: trained 1 epochs with the chief" in outputs[1]
+    runs = train_runs(config)
+    assert len(runs) == before + 1  # only the chief logs
+    run = next(r for r in runs if r.data.params["training.seed"] == "12")
+    assert run.data.params["device"].startswith("2 workers (MultiWorkerMirroredStrategy)")
+    assert not list(tmp_path.glob("train-worker-*"))  # the other worker's scratch folder is gone
+    # both workers saw the same averaged metrics: the epoch line is identical
+    epoch_lines = [next(line for line in out.splitlines() if "val_accuracy" in line and "/step" in line)
+                   for out in outputs]
+    assert epoch_lines[0].split("- accuracy")[1] == epoch_lines[1].split("- accuracy")[1]
+
+
+def test_malformed_tf_config_stops_training_with_one_line(trained_run, monkeypatch, capsys):
+    config, _ = trained_run
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker"}}')
+    code = cli_main(["train", "--config", SMOKE, "--set", f"paths.data_dir={config.data_dir}",
+                     "--set", f"tracking.tracking_uri={config.tracking.tracking_uri}"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error: TF_CONFIG task.index must be") and "\n" not in err
