@@ -36,10 +36,10 @@ help: ## list every target with a one-line description
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z0-9_-]*:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  variables: CONFIG=$(CONFIG) SET='section.key=value ...' FORCE=1 IMDB_ARCHIVE=path IMDB_UNSUP_ARCHIVE=path"
 
-setup: ## create .venv/ and install the project with its test extras
+setup: ## create .venv/ and install the project with its Spark, browser and test extras
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --upgrade pip
-	$(VENV)/bin/pip install -e ".[test]"
+	$(VENV)/bin/pip install -e ".[spark,browser,test]"
 
 all: ingest tokenize pretrain compare evaluate register ## ingest, tokenize, pretrain, compare, evaluate, register, then score the example CSV
 	$(call STAGE,score) --input $(EXAMPLE_CSV) --output $(REPORTS)/example_scored.csv --text-column $(EXAMPLE_TEXT_COLUMN)

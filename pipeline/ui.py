@@ -191,7 +191,7 @@ def capture(base: str, comparison: Comparison, out_dir: Path, timeout_ms: int = 
             keep("comparison_run")
 
             page.goto(compare_url(base, comparison.experiment_id, list(comparison.child_ids[:2])))
-            page.get_by_text("Run details", exact=True).first.wait_for()
+            page.get_by_text("Run details", exact=True).first.wait_for()  # then params: differences only
             diff_only = page.get_by_text("Show diff only", exact=True)
             if diff_only.count():
                 diff_only.first.click()

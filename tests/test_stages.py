@@ -32,7 +32,7 @@ def test_every_stage_module_has_a_main_and_its_upstream_stages_exist():
     import importlib
 
     for stage in stages.STAGES.values():
-        assert callable(importlib.import_module(stage.module).main), stage.module
+        assert callable(getattr(importlib.import_module(stage.module), stage.entry)), stage.module
         assert set(stage.reads) <= set(stages.STAGES), stage.name
 
 
