@@ -93,8 +93,10 @@ def output_frame(probabilities: np.ndarray, labels: Sequence[str], errors: Seque
 
     ``positive_probability`` (two classes) or one ``probability_<label>`` per class,
     ``predicted_label`` and ``score_error``. ``probabilities`` holds the rows without an error
-    (``errors[i] == ""``), in order; a row with an error gets NaN probabilities, an empty label and
-    its message. Without ``errors`` every row was scored.
+    (``errors[i] == ""``), in order; a row with an error gets ``None`` probabilities (an empty CSV
+    cell, JSON ``null`` from ``mlflow models serve`` where NaN would not be valid JSON, a Spark null),
+    an empty label and its message; the probability columns are then of object dtype (float64 when
+    every row was scored). Without ``errors`` every row was scored.
     """
     errors = [""] * len(probabilities) if errors is None else list(errors)
     scorable = np.array([not error for error in errors], dtype=bool)
@@ -105,7 +107,10 @@ def output_frame(probabilities: np.ndarray, labels: Sequence[str], errors: Seque
     full[scorable] = probabilities
     names = np.full(len(errors), "", dtype=object)
     names[scorable] = np.asarray(labels, dtype=object)[predicted_and_confidence(probabilities)[0]]
-    return pd.DataFrame({**probability_columns(full, labels), "predicted_label": pd.Series(names, dtype=object),
+    columns = probability_columns(full, labels)
+    if not scorable.all():  # None, not NaN: MLflow's JSON writer would send NaN, which JSON does not allow
+        columns = {name: pd.Series(values, dtype=object).where(scorable, None) for name, values in columns.items()}
+    return pd.DataFrame({**columns, "predicted_label": pd.Series(names, dtype=object),
                          ERROR_COLUMN: pd.Series(errors, dtype=object)})
 
 

@@ -32,8 +32,11 @@ EXAMPLE_REQUEST = {"dataframe_records": [{"text": "A moving story, wonderfully a
 def serve_environment(tracking_uri: str) -> dict[str, str]:
     """The server's environment: the tracking store, and this interpreter's bin folder first on PATH
     (MLflow starts ``uvicorn`` by name, which is only found when the virtual environment is active)."""
+    from pipeline.tracking import absolute_tracking_uri
+
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    return {**os.environ, "PATH": path, "MLFLOW_TRACKING_URI": tracking_uri, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    return {**os.environ, "PATH": path, "MLFLOW_TRACKING_URI": absolute_tracking_uri(tracking_uri),
+            "MLFLOW_DISABLE_TELEMETRY": "true"}
 
 
 def serve_command(model_uri: str, port: int, host: str = "127.0.0.1") -> list[str]:

@@ -91,7 +91,7 @@ def output_schema(model_uri: str) -> list[tuple[str, str]]:
         signature = mlflow.models.get_model_info(model_uri).signature
     except (mlflow.exceptions.MlflowException, OSError) as exc:
         raise InputError(f"cannot load model {model_uri!r}: {exc}") from None
-    outputs = [(spec.name, "double" if str(spec.type) in ("double", "float") else "string")
+    outputs = [(spec.name, "double" if getattr(spec.type, "name", "") in ("double", "float") else "string")
                for spec in (signature.outputs.inputs if signature and signature.outputs else [])]
     if ERROR_COLUMN not in [name for name, _ in outputs]:
         raise InputError(f"model {model_uri!r} was logged before unscorable rows got a {ERROR_COLUMN!r} column; "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import keras
@@ -33,6 +34,14 @@ def champion_uri(config: Config) -> str:
 
 def tracking_uri(config: Config) -> str:
     return config.tracking.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def absolute_tracking_uri(uri: str) -> str:
+    """``uri`` with a relative SQLite path made absolute, for a process started in another folder."""
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
+        return prefix + str(Path(uri[len(prefix):]).resolve())
+    return uri
 
 
 # Warnings MLflow prints on every run that do not apply here: the logged datasets are local

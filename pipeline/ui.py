@@ -87,7 +87,9 @@ def free_port() -> int:
 
 
 def server_command(tracking_uri: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri,
+    from pipeline.tracking import absolute_tracking_uri
+
+    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", absolute_tracking_uri(tracking_uri),
             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
 
 
@@ -169,11 +171,12 @@ def capture(base: str, comparison: Comparison, out_dir: Path, timeout_ms: int = 
                 pages[name] = Page(name, page.url, page.inner_text("body"), path)
 
             page.goto(experiment_url(base, comparison.experiment_id))
-            page.get_by_text(comparison.parent_name, exact=True).first.wait_for()
+            parent_row = page.get_by_role("row").filter(has_text=comparison.parent_name).first
+            parent_row.wait_for()
             close = page.get_by_role("button", name="Close", exact=True)
             if close.count():
                 close.first.click()  # the assistant panel
-            page.get_by_role("row").filter(has_text=comparison.parent_name).locator("button").first.click()
+            parent_row.locator("button").first.click()  # expand: the children show under it
             page.get_by_role("button", name="Columns", exact=True).click()
             search = page.get_by_placeholder("Search columns")
             for column in RUN_TABLE_COLUMNS:

@@ -51,7 +51,7 @@ def test_rows_with_an_error_keep_their_place_with_empty_scores():
     assert frame["predicted_label"].tolist() == ["positive", "", "negative"]
     assert frame["score_error"].tolist() == ["", "missing or empty text", ""]
     assert frame["positive_probability"].iloc[[0, 2]].tolist() == pytest.approx([0.7, 0.1])
-    assert np.isnan(frame["positive_probability"].iloc[1])
+    assert frame["positive_probability"].iloc[1] is None  # null in JSON and Spark, an empty cell in CSV
     with pytest.raises(ValueError, match="2 probability rows for 1 scorable"):
         output_frame(np.array([[0.3, 0.7], [0.9, 0.1]]), ["negative", "positive"], ["", "empty"])
 

@@ -61,6 +61,7 @@ def test_spark_scores_a_csv_like_make_score(spark_setup, capsys):
     assert (folder / "out_csv_input" / "_SUCCESS").is_file()
     got = read_parts(folder / "out_csv_input", "parquet")
     assert list(got.columns) == ["id", "stars", "text", "positive_probability", "predicted_label", "score_error"]
+    assert str(got["positive_probability"].dtype) == "float64"  # a number column (nulls where no score), not text
     # quotes and line breaks intact; an empty CSV cell reads as null in Spark (an empty cell again in CSV output)
     assert got["text"].fillna("").tolist() == frame["text"].tolist()
     assert_matches(got, expected)

@@ -103,3 +103,16 @@ def test_browser_opens_on_the_runs_table_with_the_comparison(comparison, tmp_pat
 def test_capture_needs_a_comparison():
     with pytest.raises(ui.PipelineError, match="run `make compare` first"):
         ui.capture("http://127.0.0.1:9", ui.Comparison("1", None, None, ()), None)
+
+
+def test_servers_started_in_another_folder_get_an_absolute_store(tmp_path, monkeypatch):
+    """`make ui` / `make serve` with the default relative store: the server process runs elsewhere."""
+    from pipeline.serve import serve_environment
+    from pipeline.tracking import absolute_tracking_uri
+
+    monkeypatch.chdir(tmp_path)
+    assert absolute_tracking_uri("sqlite:///mlflow.db") == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert absolute_tracking_uri("sqlite:////abs/m.db") == "sqlite:////abs/m.db"
+    assert absolute_tracking_uri("http://mlflow:5000") == "http://mlflow:5000"
+    assert f"sqlite:///{tmp_path / 'mlflow.db'}" in ui.server_command("sqlite:///mlflow.db", 5000)
+    assert serve_environment("sqlite:///mlflow.db")["MLFLOW_TRACKING_URI"] == f"sqlite:///{tmp_path / 'mlflow.db'}"
