@@ -21,6 +21,7 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 
+from pipeline import behaviour
 from pipeline.artifacts import atomic_write_text
 
 from pipeline.config import Config
@@ -67,7 +68,8 @@ def model_card(name: str, version: str, run, evaluation: dict, intervals: dict, 
     pretrained = run.data.tags.get("pretrained_from")
     source = get("data.path") if get("data.source") != "imdb" else (
         f"IMDB Large Movie Review Dataset ({get('data.download_url')})")
-    rates = evaluation.get("behaviour") or {}
+    found = evaluation.get("behaviour") or {}
+    rates = {c: found[c] for c in behaviour.CAPABILITIES if c in found}
     weak = [c for c, rate in rates.items() if rate < WEAK_PASS_RATE]
     lines = [f"# Model card: {name} version {version}", "",
              f"Sentiment classifier for English movie reviews: labels {', '.join(evaluation['labels'])}. "
@@ -84,7 +86,8 @@ def model_card(name: str, version: str, run, evaluation: dict, intervals: dict, 
              f"cut to **{get('tokenizer.max_sequence_length')} tokens** ({get('tokenizer.truncation')} truncation).",
              "", "## Data", "",
              f"- Source: {source}.",
-             f"- Splits: {get('train_rows')} training reviews, {validation if validation is not None else '?'} "
+             f"- Splits: {int(get('train_rows')):,} training reviews, "
+             f"{f'{validation:,}' if validation is not None else '?'} "
              f"validation reviews (model selection and early stopping), {n_test:,} test reviews (only for the "
              "numbers below; never for choosing a model).",
              "", f"## Test metrics ({n_test:,} reviews; bootstrap 95% intervals, {CARD_SAMPLES} resamples)", "",
