@@ -16,14 +16,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
-import time
 import urllib.request
 from pathlib import Path
-from typing import Iterator
 
 from pipeline.config import Config
-from pipeline.errors import PipelineError
+from pipeline.servers import free_port, local_server
 
 EXAMPLE_REQUEST = {"dataframe_records": [{"text": "A moving story, wonderfully acted."},
                                          {"text": "Dull, and far too long."}]}
@@ -49,37 +46,11 @@ def curl_line(port: int, host: str = "127.0.0.1") -> str:
             f"-d '{json.dumps(EXAMPLE_REQUEST)}'")
 
 
-@contextlib.contextmanager
-def model_server(model_uri: str, tracking_uri: str, port: int | None = None, timeout: float = 240.0) -> Iterator[str]:
-    """``mlflow models serve`` of ``model_uri`` on 127.0.0.1 for the block; yields its base URL once it answers."""
-    from pipeline.ui import free_port
-
+def model_server(model_uri: str, tracking_uri: str, port: int | None = None, timeout: float = 240.0):
+    """``mlflow models serve`` of ``model_uri`` on 127.0.0.1 for a ``with`` block; yields its base URL once it answers."""
     port = port or free_port()
-    environment = serve_environment(tracking_uri)
-    with tempfile.TemporaryDirectory(prefix="mlflow-serve-") as folder:
-        log_path = Path(folder) / "serve.log"
-        with open(log_path, "w") as log:
-            server = subprocess.Popen(serve_command(model_uri, port), stdout=log, stderr=subprocess.STDOUT,
-                                      env=environment, cwd=folder)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    urllib.request.urlopen(f"{base}/ping", timeout=2)
-                    break
-                except OSError:
-                    if server.poll() is not None or time.monotonic() > deadline:
-                        tail = log_path.read_text(errors="replace")[-2000:]
-                        raise PipelineError(f"mlflow models serve of {model_uri} did not start: {tail}") from None
-                    time.sleep(1)
-            yield base
-        finally:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
+    return local_server(serve_command(model_uri, port), port, "/ping", f"mlflow models serve of {model_uri}",
+                        env=serve_environment(tracking_uri), timeout=timeout)
 
 
 def invoke(base: str, records: list[dict]) -> list[dict]:

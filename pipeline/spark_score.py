@@ -118,8 +118,9 @@ def spark_session(config: Config):
     except ImportError:
         raise PipelineError("Spark scoring needs pyspark: pip install -e '.[spark]' (make setup installs it)") from None
     require_java()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # without it the workers lack pandas and the pipeline
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if config.spark.master.startswith("local"):  # without it the workers lack pandas and the pipeline
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # (a cluster sets spark.pyspark.python itself)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (SparkSession.builder.master(config.spark.master).appName("imdb-sentiment-score")
                .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(config.spark.batch_rows))
                .config("spark.ui.showConsoleProgress", "true"))

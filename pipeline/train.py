@@ -119,6 +119,17 @@ def learning_rate_schedule(config: Config, steps_per_epoch: int):
     )
 
 
+def subsample(rows: int, size: int, seed: int) -> np.ndarray:
+    """``size`` of ``rows`` row positions drawn at random (seeded), in their original order.
+
+    Not the first ``size`` rows: a split may be ordered by label (IMDB's train split is), and its
+    head would then hold one class only.
+    """
+    if size >= rows:
+        return np.arange(rows)
+    return np.sort(np.random.default_rng(seed).choice(rows, size, replace=False))
+
+
 def make_dataset(ids: np.ndarray, labels: np.ndarray, batch_size: int, shuffle_seed: int | None = None,
                  length_multiple: int = 16, shard: tuple[int, int] = (0, 1)) -> tf.data.Dataset:
     """Length-bucketed ``(ids, class index)`` batches, each trimmed to its own width (``pipeline.batching``).
@@ -281,8 +292,8 @@ def load_training_data(config: Config, tokenize_dir: Path, replicas: int, shard:
     train_ids, train_labels = load_split(tokenize_dir, "train")
     val_ids, val_labels = load_split(tokenize_dir, "val")
     if config.training.max_train_samples:
-        train_ids = train_ids[: config.training.max_train_samples]
-        train_labels = train_labels[: config.training.max_train_samples]
+        keep = subsample(len(train_ids), config.training.max_train_samples, config.training.seed)
+        train_ids, train_labels = train_ids[keep], train_labels[keep]
     batch_size = config.training.batch_size * replicas
     return TrainingData(
         encoder=TextEncoder.load(tokenize_dir), labels=labels, train_rows=len(train_ids), val_rows=len(val_ids),

@@ -18,19 +18,17 @@ import contextlib
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from pipeline.config import Config
 from pipeline.errors import PipelineError
+from pipeline.servers import free_port, local_server
 
 WORKFLOW_QUERY = "workflowType=machine_learning"  # the model-training side of the UI, not GenAI
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
@@ -80,12 +78,6 @@ def latest_comparison(config: Config) -> Comparison:
 # --------------------------------------------------------------------------- server and browser
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def server_command(tracking_uri: str, port: int) -> list[str]:
     from pipeline.tracking import absolute_tracking_uri
 
@@ -93,34 +85,10 @@ def server_command(tracking_uri: str, port: int) -> list[str]:
             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
 
 
-@contextlib.contextmanager
-def mlflow_server(tracking_uri: str, port: int | None = None, timeout: float = 120.0) -> Iterator[str]:
-    """``mlflow server`` on 127.0.0.1 for the duration of the block; yields its base URL."""
+def mlflow_server(tracking_uri: str, port: int | None = None, timeout: float = 120.0):
+    """``mlflow server`` on 127.0.0.1 for the duration of a ``with`` block; yields its base URL."""
     port = port or free_port()
-    with tempfile.TemporaryDirectory(prefix="mlflow-server-") as folder:
-        log_path = Path(folder) / "server.log"
-        with open(log_path, "w") as log:
-            server = subprocess.Popen(server_command(tracking_uri, port), stdout=log, stderr=subprocess.STDOUT,
-                                      cwd=folder)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    urllib.request.urlopen(f"{base}/health", timeout=2)
-                    break
-                except OSError:
-                    if server.poll() is not None or time.monotonic() > deadline:
-                        tail = log_path.read_text(errors="replace")[-1500:]
-                        raise PipelineError(f"mlflow server on {base} did not start: {tail}") from None
-                    time.sleep(0.5)
-            yield base
-        finally:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
+    return local_server(server_command(tracking_uri, port), port, "/health", "mlflow server", timeout=timeout)
 
 
 def browser_path() -> str:

@@ -19,7 +19,7 @@ from pipeline.config import load_config
 from pipeline.distributed import Cluster, cluster_from_env
 from pipeline.errors import ConfigError
 from pipeline.train import make_dataset
-from pipeline.ui import free_port
+from pipeline.servers import free_port
 from tests.conftest import PROJECT_ROOT, inside, make_archive, write_imdb_tree
 
 SMOKE = str(PROJECT_ROOT / "configs" / "smoke.yaml")

@@ -49,11 +49,13 @@ def test_pyfunc_model_scores_raw_strings(trained_run):
     pyfunc = mlflow.pyfunc.load_model(f"runs:/{manifest['mlflow_run_id']}/model")
     texts = ["A wonderful superb brilliant film, loved it.", "Awful, boring, the worst plot.", ""]
     scored = pyfunc.predict(pd.DataFrame({"text": texts}))
-    assert list(scored.columns) == ["positive_probability", "predicted_label"]
-    assert scored["predicted_label"].tolist()[:2] == ["positive", "negative"]
-    assert scored["positive_probability"].between(0, 1).all()
-    direct = predict_probabilities(load_keras_model(run_dir / "model.keras"), TextEncoder.load(run_dir / "tokenizer"), texts)
-    np.testing.assert_allclose(scored["positive_probability"], direct[:, 1], atol=1e-6)
+    assert list(scored.columns) == ["positive_probability", "predicted_label", "score_error"]
+    assert scored["predicted_label"].tolist() == ["positive", "negative", ""]
+    assert scored["score_error"].tolist() == ["", "", "missing or empty text"]
+    assert scored["positive_probability"].iloc[2] is None
+    direct = predict_probabilities(load_keras_model(run_dir / "model.keras"), TextEncoder.load(run_dir / "tokenizer"),
+                                   texts[:2])
+    np.testing.assert_allclose(scored["positive_probability"].iloc[:2].astype(float), direct[:, 1], atol=1e-6)
 
 
 def test_rerun_with_same_config_is_skipped(trained_run, capsys):
@@ -123,3 +125,14 @@ def test_mlflow_models_predict_cli_scores_a_csv_in_a_fresh_process(trained_run, 
     assert result.returncode == 0, result.stderr[-2000:]
     predictions = json.loads(output.read_text())["predictions"]
     assert [row["predicted_label"] for row in predictions] == ["positive", "negative"]
+
+
+def test_max_train_samples_draws_from_the_whole_split_not_its_head():
+    from pipeline.train import subsample
+
+    labels = np.repeat([0, 1], 500)  # ordered by label, as IMDB's train split is
+    keep = subsample(len(labels), 100, seed=3)
+    assert len(keep) == 100 == len(set(keep.tolist())) and (np.diff(keep) > 0).all()
+    assert 30 < labels[keep].sum() < 70  # both classes, not the first 100 rows (all 0)
+    assert (subsample(len(labels), 100, seed=3) == keep).all()
+    assert (subsample(50, 100, seed=3) == np.arange(50)).all()
