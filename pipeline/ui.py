@@ -22,7 +22,6 @@ import subprocess
 import sys
 import time
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,7 +106,6 @@ class Page:
 
 
 SETTLE_MS = 2000  # after the awaited text shows: let the tables and charts finish drawing
-PAGES = ("runs_table", "comparison_run", "compare_children")
 
 
 RUN_TABLE_COLUMNS = ("model.pooling", "model.init", "test_accuracy")  # added to the runs table's default columns
