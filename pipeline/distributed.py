@@ -100,18 +100,18 @@ def split_cpu() -> int:
 
 
 def choose_strategy():
-    """(strategy, description, cluster or None) for this process."""
+    """(strategy, description) for this process."""
     import tensorflow as tf
 
     cluster = cluster_from_env()
     if cluster is not None:
-        return tf.distribute.MultiWorkerMirroredStrategy(), cluster.describe(), cluster
+        return tf.distribute.MultiWorkerMirroredStrategy(), cluster.describe()
     gpus = tf.config.list_physical_devices("GPU")
     if len(gpus) > 1:
-        return tf.distribute.MirroredStrategy(), f"{len(gpus)} GPUs (MirroredStrategy)", None
+        return tf.distribute.MirroredStrategy(), f"{len(gpus)} GPUs (MirroredStrategy)"
     cpus = split_cpu() if not gpus else 1
     if cpus > 1:
         devices = [d.name for d in tf.config.list_logical_devices("CPU")]
         return (tf.distribute.MirroredStrategy(devices=devices),
-                f"{cpus} logical CPU devices (MirroredStrategy, {os.cpu_count()} cores)", None)
-    return tf.distribute.get_strategy(), "1 GPU" if gpus else f"CPU ({os.cpu_count()} cores)", None
+                f"{cpus} logical CPU devices (MirroredStrategy, {os.cpu_count()} cores)")
+    return tf.distribute.get_strategy(), "1 GPU" if gpus else f"CPU ({os.cpu_count()} cores)"

@@ -270,6 +270,10 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence = ()) -> 
     from pipeline.train import choose_hardware
 
     started = time.perf_counter()
+    if cluster_from_env() is not None:  # checked before anything is removed or written
+        # its time budget would stop each worker at a different step: a hang
+        raise PipelineError("pretraining does not run under a multi-worker TF_CONFIG yet (its minutes budget is not "
+                            "agreed between workers): unset TF_CONFIG for `make pretrain`")
     tokenize_dir = require_output(config, "tokenize")
     out_dir = stage_dir(config, STAGE)
     inputs = {"tokenize_manifest_sha256": manifest_hash(tokenize_dir)}
@@ -293,10 +297,7 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence = ()) -> 
     ids, rows = pretraining_ids(tokenize_dir, config.pretrain.max_texts)
     steps_done = int(state.get("steps", 0)) if resuming else 0
     keras.utils.set_random_seed(config.pretrain.seed + steps_done)  # a resumed run draws new masks
-    if cluster_from_env() is not None:  # its time budget would stop each worker at a different step: a hang
-        raise PipelineError("pretraining does not run under a multi-worker TF_CONFIG yet (its minutes budget is not "
-                            "agreed between workers): unset TF_CONFIG for `make pretrain`")
-    strategy, policy, device, _ = choose_hardware(config.pretrain.precision, config.model.hidden_dim)
+    strategy, policy, device = choose_hardware(config.pretrain.precision, config.model.hidden_dim)
     keras.mixed_precision.set_global_policy(policy)
     settings = config.pretrain
     tokens_per_step = float((ids != PAD_ID).sum()) / len(ids) * settings.batch_size * strategy.num_replicas_in_sync

@@ -176,6 +176,7 @@ def run(config: Config, input_pattern: str, output_path: str | Path, model_uri: 
 
     spark = spark_session(config)
     session_seconds = time.perf_counter() - started
+    from pyspark.errors import PySparkException
     from pyspark.sql import functions as F
 
     frame = read_frame(spark, files, file_format).withColumn(ROW_INDEX, F.monotonically_increasing_id())
@@ -198,13 +199,18 @@ def run(config: Config, input_pattern: str, output_path: str | Path, model_uri: 
         else:
             writer.parquet(str(tmp))
         replace_folder(tmp, output)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, PySparkException):  # e.g. a malformed CSV row (FAILFAST): one line, not a JVM trace
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputError(f"{input_pattern}: Spark could not read or score the input: {first[:500]}") from None
         raise
     written = (spark.read.parquet(str(output)) if output_format == "parquet"
                else spark.read.csv(str(output), header=True, multiLine=True, escape='"'))
-    rows = written.count()
-    errors = written.filter(F.col(ERROR_COLUMN).isNotNull() & (F.col(ERROR_COLUMN) != "")).count()
+    counted = written.agg(F.count(F.lit(1)).alias("rows"),  # one pass over the output for both counts
+                          F.sum((F.col(ERROR_COLUMN).isNotNull() & (F.col(ERROR_COLUMN) != "")).cast("long"))
+                          .alias("errors")).first()
+    rows, errors = int(counted["rows"]), int(counted["errors"] or 0)
     seconds = time.perf_counter() - started
     print(f"score (spark {config.spark.master}): read {rows:,} rows from {len(files)} {file_format} file(s) "
           f"({input_pattern}); scored {rows - errors:,}, errors {errors:,}; wrote {output}/ ({output_format} parts) "

@@ -34,7 +34,7 @@ import tensorflow as tf
 from pipeline.artifacts import atomic_write_json, build_manifest, is_up_to_date, manifest_hash, read_manifest, sha256_file, write_manifest
 from pipeline.batching import batch_width, bucketed_batches, padding_fraction
 from pipeline.config import Config
-from pipeline.distributed import Cluster, choose_strategy, cluster_from_env
+from pipeline.distributed import choose_strategy, cluster_from_env
 from pipeline.inference import SentimentClassifier
 from pipeline.model import build_model, load_backbone_weights
 from pipeline.pretrain import WEIGHTS_FILE, check_vocabulary, load_backbone, resolve_pretrained
@@ -71,12 +71,12 @@ def cpu_has_bfloat16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def choose_hardware(precision: str, hidden_dim: int = 0) -> tuple[tf.distribute.Strategy, str, str, Cluster | None]:
-    """(distribution strategy, Keras dtype policy, a description to log, the TF_CONFIG cluster or None).
+def choose_hardware(precision: str, hidden_dim: int = 0) -> tuple[tf.distribute.Strategy, str, str]:
+    """(distribution strategy, Keras dtype policy, a description to log).
 
     The strategy comes from ``pipeline.distributed``: several workers, devices or one device.
     """
-    strategy, device, cluster = choose_strategy()
+    strategy, device = choose_strategy()
     gpus = tf.config.list_physical_devices("GPU")
     if precision == "auto":
         # Measured with `make bench` on this project's 2-core AVX512_BF16/AMX CPU: mixed_bfloat16 is
@@ -90,7 +90,7 @@ def choose_hardware(precision: str, hidden_dim: int = 0) -> tuple[tf.distribute.
             policy = "float32"
     else:
         policy = precision
-    return strategy, policy, device, cluster
+    return strategy, policy, device
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -227,12 +227,6 @@ class Hardware:
     policy: str                 # Keras dtype policy
     device: str                 # what is used, for people
     devices: tuple[str, ...]    # every device TensorFlow sees
-    cluster: Cluster | None = None  # set when TF_CONFIG describes several workers
-
-    @property
-    def chief(self) -> bool:
-        """Whether this process logs to MLflow and writes the stage folder (always, outside a cluster)."""
-        return self.cluster is None or self.cluster.is_chief
 
 
 @dataclass(frozen=True)
@@ -278,11 +272,11 @@ def prepare_run_directory(run_dir: Path, force: bool) -> None:
 def prepare_hardware(config: Config) -> Hardware:
     """Seed everything, pick the strategy and dtype policy, and say what was picked."""
     keras.utils.set_random_seed(config.training.seed)
-    strategy, policy, device, cluster = choose_hardware(config.training.precision, config.model.hidden_dim)
+    strategy, policy, device = choose_hardware(config.training.precision, config.model.hidden_dim)
     keras.mixed_precision.set_global_policy(policy)
     devices = tuple(d.name.replace("/physical_device:", "") for d in tf.config.list_logical_devices())
     print(f"train: devices {list(devices)}; using {device}, precision {policy}")
-    return Hardware(strategy, policy, device, devices, cluster)
+    return Hardware(strategy, policy, device, devices)
 
 
 def load_training_data(config: Config, tokenize_dir: Path, replicas: int, shard: tuple[int, int] = (0, 1)
