@@ -45,6 +45,17 @@ def bucketed_batches(lengths: np.ndarray, batch_size: int, seed: int | None,
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
+def worker_share(rows: np.ndarray, index: int, count: int) -> np.ndarray:
+    """Worker ``index`` of ``count``'s rows of a global batch (rows ``index::count``).
+
+    A global batch smaller than the cluster is repeated first, so no worker is left without a
+    batch (every worker must run every step).
+    """
+    if count <= 1:
+        return rows
+    return (rows if len(rows) >= count else np.resize(rows, count))[index::count]
+
+
 def padding_fraction(lengths: np.ndarray, batches: list[np.ndarray], multiple: int, limit: int) -> float:
     """Padded positions as a fraction of all computed positions, for these batches and widths."""
     lengths = np.asarray(lengths)

@@ -1,9 +1,10 @@
 """Where training runs: one device, several devices of one machine, or several machines.
 
 - Several workers: ``TF_CONFIG`` (TensorFlow's cluster description, set on every worker) names
-  more than one task, so training runs under ``MultiWorkerMirroredStrategy``. Every worker trains;
-  only the chief (task ``chief``, else ``worker`` 0) logs to MLflow and writes the stage folder,
-  the others work in a scratch folder that is removed at the end.
+  more than one task, so training and pretraining run under ``MultiWorkerMirroredStrategy``.
+  Every worker trains; only the chief (task ``chief``, else ``worker`` 0) logs to MLflow and
+  writes the stage folder, the others work in a scratch folder that is removed at the end.
+  Decisions read from a worker's own clock go through :func:`any_worker`.
 - Several GPUs, or a CPU split into logical devices (``PIPELINE_CPU_DEVICES=N``, which is how the
   tests exercise the multi-device path on a CPU): ``MirroredStrategy`` over those devices.
 - Otherwise TensorFlow's default strategy on the one device.
@@ -115,3 +116,70 @@ def choose_strategy():
         return (tf.distribute.MirroredStrategy(devices=devices),
                 f"{cpus} logical CPU devices (MirroredStrategy, {os.cpu_count()} cores)")
     return tf.distribute.get_strategy(), "1 GPU" if gpus else f"CPU ({os.cpu_count()} cores)"
+
+
+# --------------------------------------------------------------------------- Keras under MultiWorkerMirroredStrategy
+
+
+def build_before_multi_worker_fit(model, dataset, strategy) -> None:
+    """Build the model, optimizer and metrics from a local batch, then let ``fit`` skip its own build.
+
+    Keras 3.15's ``fit`` builds them from a batch it averages across the workers (a collective
+    ``reduce`` of the input ids), which fails under ``MultiWorkerMirroredStrategy``
+    (keras-team/keras#20585). Building from this worker's first batch of ``dataset`` (a plain
+    ``(x, y)`` or ``(x, y, sample_weight)`` batch, ``x`` a tensor or a dict) creates the same variables.
+    """
+    batch = next(iter(dataset))
+    with strategy.scope():
+        model._symbolic_build(data_batch=batch)
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+    patch_multi_worker_mean()
+
+
+def patch_multi_worker_mean() -> None:
+    """Average a step's logged loss and metrics over the workers as a scalar.
+
+    Keras 3.15 averages them with ``strategy.reduce("MEAN", value, axis=0)``, which fails for the
+    scalars a step returns under ``MultiWorkerMirroredStrategy`` (keras-team/keras#20585); the
+    mean over workers of a scalar is ``reduce("MEAN", value, axis=None)``. Applied only when a
+    cluster is configured; every other path keeps Keras's own function.
+    """
+    import tensorflow as tf
+    from keras.src.backend.tensorflow import trainer as tf_trainer
+
+    original = getattr(tf_trainer.reduce_per_replica, "__wrapped__", tf_trainer.reduce_per_replica)
+
+    def reduce_per_replica(values, strategy, reduction):
+        multi_worker = tf_trainer._collective_all_reduce_multi_worker(strategy)
+        if multi_worker and reduction in ("auto", "mean"):
+            return tf.nest.map_structure(
+                lambda v: strategy.reduce("MEAN", v, axis=None) if len(getattr(v, "shape", ())) == 0
+                else original(v, strategy, reduction), values)
+        return original(values, strategy, reduction)
+
+    reduce_per_replica.__wrapped__ = original
+    tf_trainer.reduce_per_replica = reduce_per_replica
+
+
+def already_sharded(dataset):
+    """``dataset`` marked as this worker's share already, so ``tf.distribute`` does not shard it again."""
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return dataset.with_options(options)
+
+
+def any_worker(strategy, flag: bool) -> bool:
+    """Whether ``flag`` is true on any worker: every worker must call this at the same step.
+
+    A decision made from each worker's own clock (a time budget) differs between workers; acting
+    on it alone would leave the others waiting in the next step's collective for ever. The
+    collective sum of the flags makes it one decision. With one worker it is ``flag``.
+    """
+    import tensorflow as tf
+
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return bool(flag)
+    value = strategy.run(lambda: tf.constant(1.0 if flag else 0.0))
+    return bool(strategy.reduce("SUM", value, axis=None).numpy() > 0)

@@ -21,9 +21,11 @@ counted). A finished pretraining with the same inputs and config is not repeated
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -33,8 +35,8 @@ import numpy as np
 
 from pipeline.artifacts import atomic_write_json, build_manifest, is_up_to_date, manifest_hash, read_manifest, write_manifest
 from pipeline.config import Config
-from pipeline.distributed import cluster_from_env
-from pipeline.errors import InputError, MissingInputError, PipelineError
+from pipeline.distributed import already_sharded, any_worker, build_before_multi_worker_fit, cluster_from_env
+from pipeline.errors import InputError, MissingInputError
 from pipeline.stages import require_output, stage_dir
 from pipeline.text import CLS_ID, MASK_ID, PAD_ID, SEP_ID
 
@@ -71,19 +73,26 @@ def mask_generator(vocabulary_size: int, width: int, rate: float = MASK_RATE):
         mask_selection_length=mask_selection_length(width, rate), unselectable_token_ids=[PAD_ID, CLS_ID, SEP_ID])
 
 
-def masked_lm_dataset(ids: np.ndarray, batch_size: int, vocabulary_size: int, seed: int, rate: float = MASK_RATE):
+def masked_lm_dataset(ids: np.ndarray, batch_size: int, vocabulary_size: int, seed: int, rate: float = MASK_RATE,
+                      shard: tuple[int, int] = (0, 1)):
     """Endless ``({"token_ids", "mask_positions"}, mask_ids, mask_weights)`` batches, length-bucketed,
-    a new order every pass over ``ids``."""
+    a new order every pass over ``ids``.
+
+    ``shard=(index, count)``: every worker of a cluster draws the same global batches of
+    ``batch_size`` rows and keeps rows ``index::count`` of each (as ``pipeline.train.make_dataset``).
+    """
     import tensorflow as tf
 
-    from pipeline.batching import batch_width, bucketed_batches
+    from pipeline.batching import batch_width, bucketed_batches, worker_share
 
+    index, count = shard
     lengths = (ids != PAD_ID).sum(axis=1)
     generators: dict[int, object] = {}
 
     def batches():
         for epoch in range(10**9):
             for rows in bucketed_batches(lengths, batch_size, seed + epoch):
+                rows = worker_share(rows, index, count)
                 width = batch_width(lengths[rows].max(), LENGTH_MULTIPLE, ids.shape[1])
                 generator = generators.setdefault(width, mask_generator(vocabulary_size, width, rate))
                 masked = generator(ids[rows, :width])
@@ -93,7 +102,8 @@ def masked_lm_dataset(ids: np.ndarray, batch_size: int, vocabulary_size: int, se
     signature = ({"token_ids": tf.TensorSpec((None, None), tf.int32),
                   "mask_positions": tf.TensorSpec((None, None), tf.int32)},
                  tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None, None), tf.float32))
-    return tf.data.Dataset.from_generator(batches, output_signature=signature).prefetch(2)
+    dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
+    return (already_sharded(dataset) if count > 1 else dataset).prefetch(2)
 
 
 # --------------------------------------------------------------------------- saved backbone
@@ -193,11 +203,15 @@ class WarmupThenConstant(keras.optimizers.schedules.LearningRateSchedule):
         return {"peak": self.peak, "warmup_steps": self.warmup_steps}
 
 
-def budget_callbacks(config: Config, state_path: Path, tokens_per_step: float, snapshot: Callable[[str], None]):
-    """Stop at the step or time budget (time already spent before a kill counts); log to MLflow per period;
-    call ``snapshot(name)`` the first period end after each of ``pretrain.snapshot_minutes``."""
-    import mlflow
+def budget_callbacks(config: Config, state_path: Path, tokens_per_step: float, snapshot: Callable[[str], None],
+                     log_metrics: Callable[[dict, int], None], any_worker: Callable[[bool], bool] | None = None):
+    """Stop at the step or time budget (time already spent before a kill counts); ``log_metrics`` per period;
+    call ``snapshot(name)`` the first period end after each of ``pretrain.snapshot_minutes``.
 
+    ``any_worker`` (in a cluster): the time budget and the snapshot times are checked at period
+    ends only, and ``any_worker(flag)`` turns each worker's own clock into one decision, so every
+    worker stops, and snapshots, at the same step. The step budget needs no agreement.
+    """
     settings = config.pretrain
 
     class Budget(keras.callbacks.Callback):
@@ -216,12 +230,14 @@ def budget_callbacks(config: Config, state_path: Path, tokens_per_step: float, s
         def seconds(self) -> float:
             return self.spent + time.perf_counter() - self.started
 
+        def over_time(self) -> bool:
+            return settings.max_minutes is not None and self.seconds() >= 60 * settings.max_minutes
+
         def on_train_batch_end(self, batch, logs=None):
             self.steps += 1
             self.period_steps += 1
-            over_time = settings.max_minutes is not None and self.seconds() >= 60 * settings.max_minutes
             over_steps = settings.max_steps is not None and self.steps >= settings.max_steps
-            if over_time or over_steps:
+            if over_steps or (any_worker is None and self.over_time()):
                 self.model.stop_training = True
 
         def on_epoch_end(self, epoch, logs=None):
@@ -229,16 +245,19 @@ def budget_callbacks(config: Config, state_path: Path, tokens_per_step: float, s
             rate = self.period_steps * tokens_per_step / max(now - self.period_started, 1e-9)
             metrics = {"mlm_loss": float(logs["loss"]), "mlm_accuracy": float(logs["accuracy"]),
                        "tokens_per_second": rate, "train_minutes": self.seconds() / 60}
-            mlflow.log_metrics(metrics, step=self.steps)
+            log_metrics(metrics, self.steps)
             for key, value in (("step", self.steps), ("loss", metrics["mlm_loss"]), ("accuracy", metrics["mlm_accuracy"])):
                 self.history[key].append(value)
+            agree = any_worker or bool
             for minutes in settings.snapshot_minutes or ():
                 if settings.max_minutes is not None and minutes >= settings.max_minutes:
                     continue  # the final backbone is that point
                 name = f"{minutes:g}min"
-                if self.seconds() >= 60 * minutes and name not in self.snapshots:
+                if name not in self.snapshots and agree(self.seconds() >= 60 * minutes):
                     snapshot(name)
                     self.snapshots.append(name)
+            if any_worker is not None and any_worker(self.over_time()):
+                self.model.stop_training = True
             atomic_write_json(state_path, {**json.loads(state_path.read_text()), "train_seconds": self.seconds(),
                                            "steps": self.steps, "history": self.history, "snapshots": self.snapshots})
             self.period_started, self.period_steps = now, 0
@@ -261,43 +280,47 @@ def plot_loss_curve(history: dict, path: Path) -> Path:
 
 
 def run(config: Config, force: bool = False, extra_callbacks: Sequence = ()) -> Path:
-    """Pretrain the encoder within the budget; returns ``data/pretrain``."""
-    import mlflow
+    """Pretrain the encoder within the budget; returns ``data/pretrain``.
 
-    from pipeline.model import backbone_weights, build_masked_lm
+    In a cluster (``TF_CONFIG`` naming several workers) every worker pretrains under
+    ``MultiWorkerMirroredStrategy`` on its share of each global batch; the chief alone writes the
+    stage folder and the MLflow run, the others work in a scratch folder removed at the end. A
+    cluster's pretraining is not resumed after a kill (each worker would have to restore the same
+    step from a shared checkpoint); it starts again.
+    """
+
+    from pipeline.model import build_masked_lm
     from pipeline.tokenization import TextEncoder
-    from pipeline.tracking import flat_params, setup_tracking, standard_tags
     from pipeline.train import choose_hardware
 
     started = time.perf_counter()
-    if cluster_from_env() is not None:  # checked before anything is removed or written
-        # its time budget would stop each worker at a different step: a hang
-        raise PipelineError("pretraining does not run under a multi-worker TF_CONFIG yet (its minutes budget is not "
-                            "agreed between workers): unset TF_CONFIG for `make pretrain`")
+    cluster = cluster_from_env()  # a malformed TF_CONFIG stops here, before anything is removed or written
     tokenize_dir = require_output(config, "tokenize")
     out_dir = stage_dir(config, STAGE)
     inputs = {"tokenize_manifest_sha256": manifest_hash(tokenize_dir)}
     config_hash = f"{config.section_hash('pretrain')}-{_backbone_hash(config)}"
-    if not force and is_up_to_date(out_dir, config_hash, inputs, [WEIGHTS_FILE, SPEC_FILE]):
+    if cluster is None and not force and is_up_to_date(out_dir, config_hash, inputs, [WEIGHTS_FILE, SPEC_FILE]):
         print(f"pretrain: up to date, nothing to do ({out_dir}/, MLflow run {read_manifest(out_dir)['mlflow_run_id']})")
         return out_dir
+    # the strategy first: a cluster's collective ops must be set up before TensorFlow starts
+    strategy, policy, device = choose_hardware(config.pretrain.precision, config.model.hidden_dim)
     encoder = TextEncoder.load(tokenize_dir)
     if not encoder.can_mask:
         raise InputError(f"{tokenize_dir}: the vocabulary has no [MASK] token (learned before pretraining existed): "
                          "rerun `make tokenize FORCE=1`")
-    checkpoint = out_dir / CHECKPOINT_DIR
+    scratch = None if cluster is None or cluster.is_chief else Path(tempfile.mkdtemp(prefix="pretrain-worker-"))
+    checkpoint = (out_dir if scratch is None else scratch) / CHECKPOINT_DIR
     state_path = checkpoint / STATE_FILE
     state = json.loads(state_path.read_text()) if state_path.is_file() else {}
-    resuming = (not force and state.get("config_hash") == config_hash and state.get("inputs") == inputs
-                and (checkpoint / "backup").is_dir())
-    if not resuming:
+    resuming = (cluster is None and not force and state.get("config_hash") == config_hash
+                and state.get("inputs") == inputs and (checkpoint / "backup").is_dir())
+    if not resuming and scratch is None:
         shutil.rmtree(out_dir, ignore_errors=True)
     checkpoint.mkdir(parents=True, exist_ok=True)
 
     ids, rows = pretraining_ids(tokenize_dir, config.pretrain.max_texts)
     steps_done = int(state.get("steps", 0)) if resuming else 0
     keras.utils.set_random_seed(config.pretrain.seed + steps_done)  # a resumed run draws new masks
-    strategy, policy, device = choose_hardware(config.pretrain.precision, config.model.hidden_dim)
     keras.mixed_precision.set_global_policy(policy)
     settings = config.pretrain
     tokens_per_step = float((ids != PAD_ID).sum()) / len(ids) * settings.batch_size * strategy.num_replicas_in_sync
@@ -308,56 +331,91 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence = ()) -> 
                                                            clipnorm=1.0),
                           loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                           weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+        shard = (0, 1) if cluster is None else (cluster.worker_index, cluster.workers)
         dataset = masked_lm_dataset(ids, settings.batch_size * strategy.num_replicas_in_sync, encoder.vocabulary_size,
-                                    settings.seed + steps_done, settings.mask_rate)  # and a new batch order
-        setup_tracking(config)
-        run_id = state["mlflow_run_id"] if resuming else None
-        with mlflow.start_run(run_id=run_id, run_name=None if run_id else "pretrain-mlm",
-                              nested=mlflow.active_run() is not None) as active:
-            if run_id:
-                print(f"pretrain: resuming MLflow run {run_id} from {checkpoint}/")
-            else:
-                atomic_write_json(state_path, {"config_hash": config_hash, "inputs": inputs,
-                                               "mlflow_run_id": active.info.run_id})
-                mlflow.log_params({**flat_params(config), "device": device, "precision_policy": policy,
-                                   "pretrain_rows": len(ids), **{f"rows_{k}": v for k, v in rows.items()},
-                                   "parameters": model.count_params()})
-                mlflow.set_tags(standard_tags(config, config_hash, STAGE, device=device, precision=policy))
-            def snapshot(name: str) -> None:
-                folder = out_dir / SNAPSHOT_DIR / name
-                folder.mkdir(parents=True, exist_ok=True)
-                save_backbone(folder, backbone_weights(model), {**spec_of(config, encoder, tokenize_dir, active.info.run_id),
-                                                                "snapshot": name, "steps": budget.steps,
-                                                                "train_minutes": round(budget.seconds() / 60, 2)})
+                                    settings.seed + steps_done, settings.mask_rate, shard)  # and a new batch order
+        agree = None
+        if cluster is not None:
+            build_before_multi_worker_fit(model, dataset, strategy)
+            agree = functools.partial(any_worker, strategy)
+        epochs = math.ceil(settings.max_steps / settings.log_every_steps) if settings.max_steps else 10**6
 
-            budget = budget_callbacks(config, state_path, tokens_per_step, snapshot)
-            epochs = math.ceil(settings.max_steps / settings.log_every_steps) if settings.max_steps else 10**6
+        def fit(budget, backup: bool) -> None:
+            callbacks = [keras.callbacks.BackupAndRestore(str(checkpoint / "backup"), delete_checkpoint=False)] if backup else []
             model.fit(dataset, epochs=epochs, steps_per_epoch=settings.log_every_steps, verbose=2,
-                      callbacks=[keras.callbacks.BackupAndRestore(str(checkpoint / "backup"), delete_checkpoint=False),
-                                 budget,
-                                 *extra_callbacks])
-            history = json.loads(state_path.read_text())["history"]
-            spec = {**spec_of(config, encoder, tokenize_dir, active.info.run_id), "steps": budget.steps,
-                    "train_minutes": round(budget.seconds() / 60, 2)}
-            save_backbone(out_dir, backbone_weights(model), spec)
-            atomic_write_json(out_dir / "history.json", history)
-            curve = plot_loss_curve(history, out_dir / "loss_curve.png")
-            for path in (out_dir / WEIGHTS_FILE, out_dir / SPEC_FILE, curve):
-                mlflow.log_artifact(str(path), "backbone")
-            mlflow.log_metrics({"final_mlm_loss": history["loss"][-1] if history["loss"] else float("nan"),
-                                "pretrain_steps": budget.steps, "pretrain_minutes": budget.seconds() / 60})
-            write_manifest(out_dir, build_manifest(
-                STAGE, config_hash, inputs, {"model": config.backbone(), "pretrain": config.to_dict()["pretrain"]},
-                mlflow_run_id=active.info.run_id, rows=rows, steps=budget.steps,
-                train_minutes=round(budget.seconds() / 60, 2), device=device, precision=policy))
+                      callbacks=[*callbacks, budget, *extra_callbacks])
+
+        if scratch is not None:
+            atomic_write_json(state_path, {})
+            budget = budget_callbacks(config, state_path, tokens_per_step, lambda name: None, lambda metrics, step: None,
+                                      agree)
+            fit(budget, backup=False)
+            print(f"pretrain: {device}: {budget.steps:,} steps with the chief; its {out_dir}/ and MLflow run hold the "
+                  f"result (scratch {scratch}/ removed)")
+            return out_dir
+        active, budget, history = pretrain_and_save(config, model, encoder, tokenize_dir, out_dir, state_path, resuming,
+                                                    state, inputs, config_hash, rows, len(ids), device, policy,
+                                                    tokens_per_step, agree, fit)
     finally:
         keras.mixed_precision.set_global_policy("float32")
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     shutil.rmtree(checkpoint, ignore_errors=True)
     last = f"loss {history['loss'][-1]:.3f}, masked-token accuracy {history['accuracy'][-1]:.3f}" if history["loss"] else "no period finished"
     print(f"pretrain: read {len(ids):,} reviews ({', '.join(f'{k} {v:,}' for k, v in rows.items())}) from "
-          f"{tokenize_dir}/; {budget.steps:,} steps in {budget.seconds() / 60:.1f} min of training ({last}); wrote "
-          f"{out_dir}/{WEIGHTS_FILE} and MLflow run {active.info.run_id} in {time.perf_counter() - started:.0f}s")
+          f"{tokenize_dir}/; {budget.steps:,} steps in {budget.seconds() / 60:.1f} min of training on {device} ({last}); "
+          f"wrote {out_dir}/{WEIGHTS_FILE} and MLflow run {active.info.run_id} in {time.perf_counter() - started:.0f}s")
     return out_dir
+
+
+def pretrain_and_save(config: Config, model, encoder, tokenize_dir: Path, out_dir: Path, state_path: Path,
+                      resuming: bool, state: dict, inputs: dict, config_hash: str, rows: dict, total_rows: int,
+                      device: str, policy: str, tokens_per_step: float, agree, fit: Callable):
+    """The chief's (or single process's) part: the MLflow run, checkpoints, snapshots and the stage folder."""
+    import mlflow
+
+    from pipeline.model import backbone_weights
+    from pipeline.tracking import flat_params, setup_tracking, standard_tags
+
+    setup_tracking(config)
+    run_id = state["mlflow_run_id"] if resuming else None
+    with mlflow.start_run(run_id=run_id, run_name=None if run_id else "pretrain-mlm",
+                          nested=mlflow.active_run() is not None) as active:
+        if run_id:
+            print(f"pretrain: resuming MLflow run {run_id} from {state_path.parent}/")
+        else:
+            atomic_write_json(state_path, {"config_hash": config_hash, "inputs": inputs,
+                                           "mlflow_run_id": active.info.run_id})
+            mlflow.log_params({**flat_params(config), "device": device, "precision_policy": policy,
+                               "pretrain_rows": total_rows, **{f"rows_{k}": v for k, v in rows.items()},
+                               "parameters": model.count_params()})
+            mlflow.set_tags(standard_tags(config, config_hash, STAGE, device=device, precision=policy))
+
+        def snapshot(name: str) -> None:
+            folder = out_dir / SNAPSHOT_DIR / name
+            folder.mkdir(parents=True, exist_ok=True)
+            save_backbone(folder, backbone_weights(model), {**spec_of(config, encoder, tokenize_dir, active.info.run_id),
+                                                            "snapshot": name, "steps": budget.steps,
+                                                            "train_minutes": round(budget.seconds() / 60, 2)})
+
+        budget = budget_callbacks(config, state_path, tokens_per_step, snapshot,
+                                  lambda metrics, step: mlflow.log_metrics(metrics, step=step), agree)
+        fit(budget, backup=agree is None)
+        history = json.loads(state_path.read_text())["history"]
+        spec = {**spec_of(config, encoder, tokenize_dir, active.info.run_id), "steps": budget.steps,
+                "train_minutes": round(budget.seconds() / 60, 2)}
+        save_backbone(out_dir, backbone_weights(model), spec)
+        atomic_write_json(out_dir / "history.json", history)
+        curve = plot_loss_curve(history, out_dir / "loss_curve.png")
+        for path in (out_dir / WEIGHTS_FILE, out_dir / SPEC_FILE, curve):
+            mlflow.log_artifact(str(path), "backbone")
+        mlflow.log_metrics({"final_mlm_loss": history["loss"][-1] if history["loss"] else float("nan"),
+                            "pretrain_steps": budget.steps, "pretrain_minutes": budget.seconds() / 60})
+        write_manifest(out_dir, build_manifest(
+            STAGE, config_hash, inputs, {"model": config.backbone(), "pretrain": config.to_dict()["pretrain"]},
+            mlflow_run_id=active.info.run_id, rows=rows, steps=budget.steps,
+            train_minutes=round(budget.seconds() / 60, 2), device=device, precision=policy))
+    return active, budget, history
 
 
 def spec_of(config: Config, encoder, tokenize_dir: Path, run_id: str) -> dict:

@@ -32,9 +32,9 @@ import pandas as pd
 import tensorflow as tf
 
 from pipeline.artifacts import atomic_write_json, build_manifest, is_up_to_date, manifest_hash, read_manifest, sha256_file, write_manifest
-from pipeline.batching import batch_width, bucketed_batches, padding_fraction
+from pipeline.batching import batch_width, bucketed_batches, padding_fraction, worker_share
 from pipeline.config import Config
-from pipeline.distributed import choose_strategy, cluster_from_env
+from pipeline.distributed import already_sharded, build_before_multi_worker_fit, choose_strategy, cluster_from_env
 from pipeline.inference import SentimentClassifier
 from pipeline.model import build_model, load_backbone_weights
 from pipeline.pretrain import WEIGHTS_FILE, check_vocabulary, load_backbone, resolve_pretrained
@@ -148,17 +148,14 @@ def make_dataset(ids: np.ndarray, labels: np.ndarray, batch_size: int, shuffle_s
     def batches():
         seed = None if shuffle_seed is None else shuffle_seed + next(epochs)
         for rows in bucketed_batches(lengths, batch_size, seed):
-            if count > 1:  # a last batch smaller than the cluster is repeated so no worker gets none
-                rows = (rows if len(rows) >= count else np.resize(rows, count))[index::count]
+            rows = worker_share(rows, index, count)
             width = batch_width(lengths[rows].max(), length_multiple, ids.shape[1])
             yield ids[rows, :width], labels[rows]
 
     dataset = tf.data.Dataset.from_generator(batches, output_signature=(
         tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None,), tf.int32)))
-    if count > 1:  # already this worker's share: tf.distribute must not shard it again
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-        dataset = dataset.with_options(options)
+    if count > 1:
+        dataset = already_sharded(dataset)
     return dataset.apply(tf.data.experimental.assert_cardinality(-(-len(ids) // batch_size))).prefetch(2)
 
 
@@ -318,44 +315,6 @@ def build_and_compile(config: Config, data: TrainingData, hardware: Hardware, to
         return compile_model(model, config, data.steps_per_epoch), spec
 
 
-def build_before_multi_worker_fit(model: keras.Model, data: TrainingData, hardware: Hardware) -> None:
-    """Build the model, optimizer and metrics from a local batch, then let ``fit`` skip its own build.
-
-    Keras 3.15's ``fit`` builds them from a batch it averages across the workers (a collective
-    ``reduce`` of the input ids), which fails under ``MultiWorkerMirroredStrategy``
-    (keras-team/keras#20585). Building from this worker's first batch creates the same variables.
-    """
-    ids, labels = next(iter(data.train))
-    with hardware.strategy.scope():
-        model._symbolic_build(data_batch=(ids, labels))
-    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
-    patch_multi_worker_mean()
-
-
-def patch_multi_worker_mean() -> None:
-    """Average a step's logged loss and metrics over the workers as a scalar.
-
-    Keras 3.15 averages them with ``strategy.reduce("MEAN", value, axis=0)``, which fails for the
-    scalars a step returns under ``MultiWorkerMirroredStrategy`` (keras-team/keras#20585); the
-    mean over workers of a scalar is ``reduce("MEAN", value, axis=None)``. Applied only when a
-    cluster is configured; every other path keeps Keras's own function.
-    """
-    from keras.src.backend.tensorflow import trainer as tf_trainer
-
-    original = getattr(tf_trainer.reduce_per_replica, "__wrapped__", tf_trainer.reduce_per_replica)
-
-    def reduce_per_replica(values, strategy, reduction):
-        multi_worker = tf_trainer._collective_all_reduce_multi_worker(strategy)
-        if multi_worker and reduction in ("auto", "mean"):
-            return tf.nest.map_structure(
-                lambda v: strategy.reduce("MEAN", v, axis=None) if len(getattr(v, "shape", ())) == 0
-                else original(v, strategy, reduction), values)
-        return original(values, strategy, reduction)
-
-    reduce_per_replica.__wrapped__ = original
-    tf_trainer.reduce_per_replica = reduce_per_replica
-
-
 @contextlib.contextmanager
 def start_or_resume_run(config: Config, run_dir: Path) -> Iterator[tuple[str, bool]]:
     """The MLflow run of ``run_dir``: the one a killed run left (with its backup), else a new one.
@@ -498,7 +457,7 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence[keras.cal
         data = load_training_data(config, tokenize_dir, hardware.strategy.num_replicas_in_sync, shard)
         model, pretrained = build_and_compile(config, data, hardware, tokenize_dir, pretrained_dir)
         if cluster is not None:
-            build_before_multi_worker_fit(model, data, hardware)
+            build_before_multi_worker_fit(model, data.train, hardware.strategy)
         if scratch is not None:
             result = fit(model, data, config, scratch, None, extra_callbacks)
             print(f"train: {hardware.device}: trained {len(result.history['loss'])} epochs with the chief; "

@@ -6,6 +6,7 @@ two worker processes on 127.0.0.1 ports. Both train the smoke model for one epoc
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -80,7 +81,7 @@ def test_shards_split_every_global_batch_and_keep_the_step_count():
 @pytest.fixture(scope="module")
 def tokenized(tmp_path_factory):
     root = tmp_path_factory.mktemp("distributed")
-    write_imdb_tree(root / "source", per_class={"train": 40, "test": 10}, seed=5)
+    write_imdb_tree(root / "source", per_class={"train": 40, "test": 10}, seed=5, unlabeled=80)
     archive = make_archive(root / "source", root / "archive.tar.gz")
     overrides = [f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}",
                  f"tracking.tracking_uri=sqlite:///{root / 'mlflow.db'}", "training.epochs=1"]
@@ -91,8 +92,8 @@ def tokenized(tmp_path_factory):
     return root, config, overrides
 
 
-def train_command(overrides) -> list[str]:
-    args = [sys.executable, "-m", "pipeline", "train", "--config", SMOKE]
+def train_command(overrides, stage: str = "train") -> list[str]:
+    args = [sys.executable, "-m", "pipeline", stage, "--config", SMOKE]
     for item in overrides:
         args += ["--set", item]
     return args
@@ -103,10 +104,24 @@ def worker_environment(**extra) -> dict:
     return {**env, "PIPELINE_QUIET": "1", "PYTHONPATH": str(PROJECT_ROOT), **extra}
 
 
-def train_runs(config) -> list:
+def train_runs(config, stage: str = "train") -> list:
     mlflow.set_tracking_uri(config.tracking.tracking_uri)
     return mlflow.search_runs(experiment_names=[config.tracking.experiment_name], output_format="list",
-                              filter_string="tags.pipeline_stage = 'train'")
+                              filter_string=f"tags.pipeline_stage = '{stage}'")
+
+
+def run_two_workers(command, root, tmp_path) -> list[str]:
+    ports = [free_port(), free_port()]
+    workers = [subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=worker_environment(TF_CONFIG=tf_config(ports, index), TMPDIR=str(tmp_path)))
+               for index in (0, 1)]
+    try:
+        outputs = [worker.communicate(timeout=600)[0] for worker in workers]
+    finally:
+        for worker in workers:
+            worker.kill()
+    assert [w.returncode for w in workers] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    return outputs
 
 
 def test_mirrored_strategy_on_two_logical_cpus(tokenized):
@@ -122,13 +137,7 @@ def test_mirrored_strategy_on_two_logical_cpus(tokenized):
 def test_two_workers_train_one_run_and_leave_no_scratch(tokenized, tmp_path):
     root, config, overrides = tokenized
     before = len(train_runs(config))
-    ports = [free_port(), free_port()]
-    workers = [subprocess.Popen(train_command(overrides + ["training.seed=12"]), cwd=root, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True,
-                                env=worker_environment(TF_CONFIG=tf_config(ports, index), TMPDIR=str(tmp_path)))
-               for index in (0, 1)]
-    outputs = [worker.communicate(timeout=600)[0] for worker in workers]
-    assert [w.returncode for w in workers] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    outputs = run_two_workers(train_command(overrides + ["training.seed=12"]), root, tmp_path)
     assert "2 workers (MultiWorkerMirroredStrategy), this is worker 0" in outputs[0]
     assert "this is worker 1: trained 1 epochs with the chief" in outputs[1]
     runs = train_runs(config)
@@ -140,6 +149,28 @@ def test_two_workers_train_one_run_and_leave_no_scratch(tokenized, tmp_path):
     epoch_lines = [next(line for line in out.splitlines() if "val_accuracy" in line and "/step" in line)
                    for out in outputs]
     assert epoch_lines[0].split("- accuracy")[1] == epoch_lines[1].split("- accuracy")[1]
+
+
+def test_two_workers_pretrain_to_one_agreed_time_budget(tokenized, tmp_path):
+    """A minutes budget, read from each worker's own clock, still stops both workers at the same step."""
+    root, config, overrides = tokenized
+    budget = ["pretrain.max_steps=null", "pretrain.max_minutes=0.1", "pretrain.log_every_steps=4",
+              "pretrain.snapshot_minutes=[0.02]"]
+    outputs = run_two_workers(train_command(overrides + budget, "pretrain"), root, tmp_path)
+    assert "2 workers (MultiWorkerMirroredStrategy), this is worker 0" in outputs[0]
+    chief_steps = re.search(r"; ([\d,]+) steps in [\d.]+ min of training on 2 workers", outputs[0])
+    worker_steps = re.search(r"pretrain: 2 workers .*this is worker 1: ([\d,]+) steps with the chief", outputs[1])
+    assert chief_steps and worker_steps, outputs[0][-2000:] + outputs[1][-2000:]
+    assert chief_steps.group(1) == worker_steps.group(1) and int(chief_steps.group(1)) % 4 == 0
+    runs = train_runs(config, "pretrain")
+    assert len(runs) == 1 and runs[0].data.params["device"].startswith("2 workers")
+    out_dir = config.data_dir / "pretrain"
+    spec = json.loads((out_dir / "backbone.json").read_text())
+    assert spec["mlflow_run_id"] == runs[0].info.run_id and spec["steps"] == int(chief_steps.group(1))
+    assert (out_dir / "snapshots" / "0.02min" / "backbone.weights.npz").is_file()
+    assert not list(tmp_path.glob("pretrain-worker-*"))  # the other worker's scratch folder is gone
+    mlm_steps = [m.step for m in mlflow.tracking.MlflowClient().get_metric_history(runs[0].info.run_id, "mlm_loss")]
+    assert mlm_steps == list(range(4, spec["steps"] + 1, 4))
 
 
 def test_malformed_tf_config_stops_training_with_one_line(trained_run, monkeypatch, capsys):
