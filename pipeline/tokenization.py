@@ -128,6 +128,7 @@ class TextEncoder:
         self.tokenizer = keras_hub.tokenizers.WordPieceTokenizer(
             vocabulary=self.vocabulary, lowercase=settings.lowercase, oov_token="[UNK]", dtype="int32"
         )
+        self._tokenize = None  # the tokenizer as one traced graph, built on first use
 
     @property
     def vocabulary_size(self) -> int:
@@ -139,14 +140,21 @@ class TextEncoder:
         return len(self.vocabulary) > MASK_ID and self.vocabulary[MASK_ID] == RESERVED_TOKENS[MASK_ID]
 
     def _ragged_batches(self, texts: Sequence[str]):
-        """(flat ids, row splits) of the untruncated WordPiece ids, one batch of texts at a time."""
+        """(flat ids, row splits) of the untruncated WordPiece ids, one batch of texts at a time.
+
+        The tokenizer runs as one ``tf.function`` traced once per encoder (any batch size): a
+        ``tf.data`` map would trace it again on every call, about 0.25 s each, which cost a chunked
+        reader (``make score``) more than the tokenization itself; measured on the 25,000 test
+        reviews this is also faster in one call (2.1 s against 2.9 s, `make bench`'s machine).
+        """
         import tensorflow as tf
 
-        cleaned = [clean_text(text) for text in texts]
-        dataset = tf.data.Dataset.from_tensor_slices(tf.constant(cleaned, dtype=tf.string) if cleaned else
-                                                     tf.zeros([0], tf.string))
-        dataset = dataset.batch(_ENCODE_BATCH).map(self.tokenizer, num_parallel_calls=tf.data.AUTOTUNE)
-        for ragged in dataset:
+        if self._tokenize is None:
+            self._tokenize = tf.function(self.tokenizer, input_signature=[tf.TensorSpec([None], tf.string)])
+        texts = texts if isinstance(texts, list) else list(texts)
+        for start in range(0, len(texts), _ENCODE_BATCH):
+            batch = [clean_text(text) for text in texts[start:start + _ENCODE_BATCH]]
+            ragged = self._tokenize(tf.constant(batch, dtype=tf.string))
             yield ragged.flat_values.numpy(), ragged.row_splits.numpy()
 
     def encode_with_counts(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, int]:

@@ -60,6 +60,17 @@ def test_encoding_layout_and_determinism(small_encoder):
     assert first[1].tolist().count(PAD_ID) == 0  # long text fills every position
 
 
+def test_encoding_in_chunks_traces_the_tokenizer_once_and_matches_one_call(small_encoder, monkeypatch):
+    """A chunked reader (make score) calls encode per chunk: the tokenizer graph must not be rebuilt each time."""
+    monkeypatch.setattr(tokenization, "_ENCODE_BATCH", 4)  # several batches per call, a short last one
+    texts = [f"the movie was {'good ' * (i % 5)}{'bad ' * (i % 3)}" for i in range(23)]
+    whole = small_encoder.encode(texts)
+    chunks = np.concatenate([small_encoder.encode(texts[start:start + 7]) for start in range(0, 23, 7)])
+    np.testing.assert_array_equal(whole, chunks)
+    small_encoder.encode(pd.Series(texts[:3], index=[10, 11, 12]))  # a Series with its own index works too
+    assert small_encoder._tokenize.experimental_get_tracing_count() == 1
+
+
 @pytest.mark.parametrize("text", ["", "   ", "\n\t", "<br /><br />"])
 def test_empty_text_is_cls_plus_padding(small_encoder, text):
     row = small_encoder.encode([text])[0]
