@@ -174,7 +174,7 @@ class TrainingConfig:
     max_train_samples: int | None = None
     length_multiple: int = 16  # batches are trimmed to their longest review rounded up to this
     class_weights: bool = False
-    fine_tune_learning_rate: float = 3e-4  # instead of learning_rate when model.init is pretrained
+    fine_tune_learning_rate: float = 1e-3  # instead of learning_rate when model.init is pretrained
     fine_tune_warmup_fraction: float = 0.1
 
     def __post_init__(self) -> None:

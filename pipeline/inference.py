@@ -18,6 +18,7 @@ so a logged model loads wherever Keras, KerasHub and MLflow are installed.
 from __future__ import annotations
 
 import functools
+import logging
 import sys
 import weakref
 from pathlib import Path
@@ -40,6 +41,13 @@ ARTIFACT_KERAS_MODEL = "keras_model"  # names of the pyfunc model's artifacts (m
 ARTIFACT_TOKENIZER = "tokenizer"
 
 
+def _expected_retracing(record: logging.LogRecord) -> bool:
+    """Drop TensorFlow's "triggered tf.function retracing" warning for this module's forward pass:
+    one trace per (batch, width) shape is the design, not a mistake a user should be told about."""
+    message = record.getMessage()
+    return not ("retracing" in message and "compiled_forward" in message)
+
+
 def compiled_forward(model):
     """``model(ids, training=False)`` compiled with XLA, one executable per input shape, cached per model.
 
@@ -52,6 +60,7 @@ def compiled_forward(model):
     if forward is None:
         import tensorflow as tf
 
+        logging.getLogger("tensorflow").addFilter(_expected_retracing)
         reference = weakref.ref(model)  # the cache must not keep the model alive
         forward = tf.function(lambda ids: reference()(ids, training=False), jit_compile=True)
         _COMPILED[model] = forward

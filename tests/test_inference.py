@@ -148,6 +148,35 @@ def test_compiled_scoring_gives_the_eager_probabilities():
     assert compiled.shape == (300, 2)
 
 
+def test_one_trace_per_shape_is_not_reported_as_a_retracing_problem():
+    """Scoring compiles once per batch width by design; TensorFlow's retracing warning must not reach the user,
+    while its other warnings still do."""
+    import logging
+
+    from pipeline.inference import load_keras_model, predict_ids
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("tensorflow")
+    logger.addHandler(handler)
+    try:
+        model = load_keras_model(LEGACY / "model.keras")
+        width = 32  # the legacy model's sequence length
+        ids = np.zeros((64, width), dtype=np.int32)
+        ids[:, 0] = 2
+        for row in range(64):  # rows of several lengths
+            ids[row, 1:1 + row % width] = 7
+        for rows in (1, 2, 3, 5, 9, 17, 33):  # small inputs: one batch padded to a power of two, a shape each
+            predict_ids(model, ids[:rows])
+        logger.warning("another tensorflow warning")
+    finally:
+        logger.removeHandler(handler)
+    messages = [record.getMessage() for record in records]
+    assert "another tensorflow warning" in messages
+    assert not [m for m in messages if "retracing" in m]
+
+
 def test_loading_a_logged_model_does_not_put_its_code_copy_on_sys_path(trained_run):
     """The logged model carries a copy of this package; in-process it must not shadow the real one."""
     import sys
