@@ -308,6 +308,7 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence = ()) -> 
     if not encoder.can_mask:
         raise InputError(f"{tokenize_dir}: the vocabulary has no [MASK] token (learned before pretraining existed): "
                          "rerun `make tokenize FORCE=1`")
+    ids, rows = pretraining_ids(tokenize_dir, config.pretrain.max_texts)  # read before a scratch folder exists
     scratch = None if cluster is None or cluster.is_chief else Path(tempfile.mkdtemp(prefix="pretrain-worker-"))
     checkpoint = (out_dir if scratch is None else scratch) / CHECKPOINT_DIR
     state_path = checkpoint / STATE_FILE
@@ -318,7 +319,6 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence = ()) -> 
         shutil.rmtree(out_dir, ignore_errors=True)
     checkpoint.mkdir(parents=True, exist_ok=True)
 
-    ids, rows = pretraining_ids(tokenize_dir, config.pretrain.max_texts)
     steps_done = int(state.get("steps", 0)) if resuming else 0
     keras.utils.set_random_seed(config.pretrain.seed + steps_done)  # a resumed run draws new masks
     keras.mixed_precision.set_global_policy(policy)
