@@ -176,10 +176,13 @@ def duplicate_counts(train: pd.DataFrame, test: pd.DataFrame) -> dict[str, int]:
 def iter_archive(path: Path, wanted: re.Pattern = _MEMBER_RE) -> Iterator[tuple[str, bytes | None]]:
     """Stream ``(name, bytes)`` of members matching ``wanted`` (and folder entries) from a .tar.gz.
 
-    Unsafe members are rejected wherever they are; errors name the archive.
+    Unsafe members are rejected wherever they are; errors name the archive. The gzip layer is
+    Python's ``GzipFile``, which raises on a stream cut short: tarfile's own ``r|gz`` ends the
+    iteration silently when the cut falls on a header, so a truncated archive would read as a
+    smaller one.
     """
     try:
-        with tarfile.open(path, mode="r|gz") as archive:
+        with gzip.open(path, "rb") as stream, tarfile.open(fileobj=stream, mode="r|") as archive:
             for member in archive:
                 check_member_path(member.name, str(path))
                 if member.issym() or member.islnk():
@@ -193,6 +196,8 @@ def iter_archive(path: Path, wanted: re.Pattern = _MEMBER_RE) -> Iterator[tuple[
                     continue
                 handle = archive.extractfile(member)
                 yield member.name, handle.read() if handle else b""
+            while stream.read(1 << 20):  # the end-of-archive padding; reaching EOF checks the gzip trailer
+                pass
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise InputError(f"{path}: not a readable .tar.gz archive (truncated or corrupt?): {exc}") from None
 

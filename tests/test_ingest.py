@@ -1,6 +1,9 @@
+import gzip
+import io
 import json
 import shutil
 import tarfile
+import zlib
 from pathlib import Path
 
 import pandas as pd
@@ -152,6 +155,18 @@ def test_truncated_archive(smoke_config, tiny_imdb_archive, tmp_path):
     truncated = tmp_path / "truncated.tar.gz"
     truncated.write_bytes(tiny_imdb_archive.read_bytes()[: tiny_imdb_archive.stat().st_size // 2])
     assert_fails_cleanly(smoke_config.replace(data={"archive": str(truncated)}), r"truncated\.tar\.gz.*truncated or corrupt")
+
+
+def test_archive_cut_at_a_member_boundary_is_not_read_as_a_smaller_one(smoke_config, tiny_imdb_archive, tmp_path):
+    # A gzip stream cut where the tar stream has a header: tarfile's own gzip reader would end the
+    # iteration there without an error and ingestion would see a smaller dataset.
+    tar_bytes = gzip.decompress(tiny_imdb_archive.read_bytes())
+    with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:") as archive:
+        boundary = [m.offset for m in archive.getmembers() if "/train/pos/" in m.name][3]
+    compressor = zlib.compressobj(wbits=31)
+    cut = tmp_path / "cut.tar.gz"
+    cut.write_bytes(compressor.compress(tar_bytes[:boundary]) + compressor.flush(zlib.Z_SYNC_FLUSH))
+    assert_fails_cleanly(smoke_config.replace(data={"archive": str(cut)}), r"cut\.tar\.gz.*truncated or corrupt")
 
 
 def test_not_gzip(smoke_config, tmp_path):
