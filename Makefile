@@ -18,7 +18,7 @@ FORCE_ARG = $(if $(FORCE),--force)
 .DEFAULT_GOAL := help
 POOLING ?=
 SET_ARGS += $(if $(POOLING),--set model.pooling=$(POOLING))
-.PHONY: help setup setup-browser all ingest tokenize pretrain pretrain-budget train evaluate compare ablate-position register score ui ui-screenshots serve test bench clean FORCE
+.PHONY: help setup setup-browser all ingest tokenize pretrain pretrain-budget pseudo-label train evaluate compare ablate-position register score ui ui-screenshots serve test bench clean FORCE
 RUN ?= latest
 UI_PORT ?= 5000
 SERVE_PORT ?= 5001
@@ -60,6 +60,9 @@ pretrain: $(DATA)/tokenize/manifest.json ## masked-LM pretraining of the encoder
 pretrain-budget: $(DATA)/tokenize/manifest.json ## test accuracy vs pretraining minutes (SET='pretrain.max_minutes=20 pretrain.snapshot_minutes=[5,10]') -> reports/pretraining_budget.*
 	$(call STAGE,pretrain-budget)
 
+pseudo-label: $(DATA)/ingest/manifest.json ## label the unlabeled reviews with the TF-IDF teacher, keep the sure ones -> data/pseudo_label/
+	$(call STAGE,pseudo-label) $(FORCE_ARG)
+
 train: $(DATA)/tokenize/manifest.json ## train one model (POOLING=first_token|mean), log it to MLflow -> data/train/
 	$(call STAGE,train) $(FORCE_ARG)
 
@@ -100,6 +103,6 @@ bench: ## training/MLM/scoring speed vs the same run's GEMM peak, padding, threa
 	$(call STAGE,bench) $(if $(MODEL),--model "$(MODEL)")
 
 clean: ## delete stage outputs in data/ (keeps data/raw) and reports/
-	rm -rf $(DATA)/ingest $(DATA)/tokenize $(DATA)/pretrain $(DATA)/train reports
+	rm -rf $(DATA)/ingest $(DATA)/tokenize $(DATA)/pretrain $(DATA)/pseudo_label $(DATA)/train reports
 
 FORCE:

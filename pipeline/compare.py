@@ -25,6 +25,7 @@ import pandas as pd
 
 from pipeline import behaviour
 from pipeline.artifacts import atomic_write_json, atomic_write_text, manifest_hash, read_manifest
+from pipeline.baseline import tfidf_baseline
 from pipeline.config import DESIGNS, Config, Design
 from pipeline.errors import InputError
 from pipeline.metrics import classification_metrics, mcnemar_exact, paired_bootstrap_difference
@@ -189,22 +190,6 @@ def correctness(predictions: pd.DataFrame) -> np.ndarray:
 # --------------------------------------------------------------------------- baseline
 
 
-def tfidf_baseline(train: pd.DataFrame, seed: int):
-    """TF-IDF (1-2 grams) + logistic regression fitted on the train split.
-
-    Its ``predict_proba(texts)`` gives ``[N, k]`` in class-index order, like the Transformer's.
-    """
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-
-    model = make_pipeline(
-        TfidfVectorizer(ngram_range=(1, 2), min_df=2, max_features=300_000, sublinear_tf=True),
-        LogisticRegression(C=4.0, max_iter=2000, random_state=seed),
-    )
-    return model.fit(train["text"], train["label"])
-
-
 def run_baseline(config: Config, key: str, force: bool = False) -> dict:
     """Train/evaluate the baseline as a child run, or reuse a finished one with the same key."""
     existing = None if force else find_baseline_run(config, key)
@@ -366,7 +351,7 @@ def markdown_report(payload: dict) -> str:
 
 def comparison_key(config: Config, name: str) -> str:
     tokenize_hash = manifest_hash(require_output(config, "tokenize"))[:8]
-    return f"{name}-{config.section_hash('model', 'training', 'compare', 'pretrain')[:8]}-{tokenize_hash}"
+    return f"{name}-{config.section_hash('model', 'training', 'compare', 'pretrain', 'pseudo_label')[:8]}-{tokenize_hash}"
 
 
 def train_and_evaluate(config: Config, variant: dict[str, str], seed: int, parent_id: str, factor: str,
@@ -400,6 +385,10 @@ def run(config: Config, factor: str = "pooling", force: bool = False) -> Path:
         from pipeline import pretrain
 
         pretrain.run(config)  # the shared starting point; skipped when up to date
+    if config.training.pseudo_labels:
+        from pipeline import pseudo_label
+
+        pseudo_label.run(config)  # the same extra training data for every variant; skipped when up to date
     setup_tracking(config)
     key = comparison_key(config, factor)
     parent_id = find_comparison_run_id(config, key)

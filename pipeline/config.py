@@ -176,6 +176,7 @@ class TrainingConfig:
     class_weights: bool = False
     fine_tune_learning_rate: float = 1e-3  # instead of learning_rate when model.init is pretrained
     fine_tune_warmup_fraction: float = 0.1
+    pseudo_labels: bool = False  # also train on the unlabeled reviews the teacher is sure of (make pseudo-label)
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -218,6 +219,29 @@ class PretrainConfig:
             raise ConfigError("pretrain.batch_size and pretrain.log_every_steps must be positive")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"pretrain.precision must be one of {PRECISIONS}, got {self.precision!r}")
+
+
+PSEUDO_LABEL_TEACHERS = ("tfidf",)
+
+
+@dataclass(frozen=True)
+class PseudoLabelConfig:
+    """``make pseudo-label``: self-training data from the unlabeled reviews.
+
+    The teacher (``tfidf``: the comparison's TF-IDF + logistic regression baseline, fitted on the
+    train split only) labels every unlabeled review; those whose top-class probability is at least
+    ``min_confidence`` join the training set when ``training.pseudo_labels`` is on.
+    """
+
+    teacher: str = "tfidf"
+    min_confidence: float = 0.5  # 0.5 keeps every review (two classes); measured 0.5 and 0.8 (README)
+    seed: int = 1337
+
+    def __post_init__(self) -> None:
+        if self.teacher not in PSEUDO_LABEL_TEACHERS:
+            raise ConfigError(f"pseudo_label.teacher must be one of {PSEUDO_LABEL_TEACHERS}, got {self.teacher!r}")
+        if not 0.0 <= self.min_confidence <= 1.0:
+            raise ConfigError(f"pseudo_label.min_confidence must be in [0, 1], got {self.min_confidence}")
 
 
 @dataclass(frozen=True)
@@ -276,6 +300,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    pseudo_label: PseudoLabelConfig = field(default_factory=PseudoLabelConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)

@@ -10,13 +10,15 @@ Writes: ``--output``, a CSV with every input column and row in the input's order
         beside the output and renamed at the end, so an interrupted run leaves no partial file.
 
 The input is streamed in chunks, so memory stays flat for any file size; a read-ahead thread
-parses, checks and tokenizes the next chunk while the model scores the current one. Every value is
+parses, checks and tokenizes the next chunk and a write-behind thread writes the previous one
+while the model scores the current one. Every value is
 read as text and written back unchanged. Rows whose text is missing, blank or not text,
 or holds undecodable bytes, get a ``score_error`` message instead of a score.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import re
@@ -61,14 +63,26 @@ def prepare_chunk(chunk: pd.DataFrame, text_column: str, encoder, first_row: int
     """
     texts = chunk[text_column].tolist()
     errors = [text_problem(text) for text in texts]
-    for index, text in enumerate(texts):
-        if not errors[index] and _UNDECODABLE_RE.search(text):
-            errors[index] = f"row {first_row + index}: undecodable bytes for encoding {encoding}"
+    if has_undecodable(texts):
+        for index, text in enumerate(texts):
+            if not errors[index] and _UNDECODABLE_RE.search(text):
+                errors[index] = f"row {first_row + index}: undecodable bytes for encoding {encoding}"
     scorable = [i for i, error in enumerate(errors) if not error]
     clean = chunk.copy()
     for column in chunk.columns:  # surrogate-escaped bytes cannot be written as UTF-8
-        clean[column] = clean[column].map(lambda v: _UNDECODABLE_RE.sub("\ufffd", v) if isinstance(v, str) else v)
+        if has_undecodable(clean[column]):
+            clean[column] = clean[column].map(lambda v: _UNDECODABLE_RE.sub("\ufffd", v) if isinstance(v, str) else v)
     return PreparedChunk(clean, errors, scorable, encoder.encode([texts[i] for i in scorable]))
+
+
+def has_undecodable(values) -> bool:
+    """Whether any string among ``values`` holds surrogate-escaped bytes: one UTF-8 encode of them all,
+    instead of a regular-expression search per cell (most chunks have none)."""
+    try:
+        "".join(v for v in values if isinstance(v, str)).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def finish_chunk(prepared: PreparedChunk, classifier: SentimentClassifier) -> pd.DataFrame:
@@ -92,6 +106,27 @@ def read_ahead(chunks):
         while (chunk := pending.result()) is not None:
             pending = reader.submit(next, chunks, None)
             yield chunk
+
+
+@contextlib.contextmanager
+def write_behind(out):
+    """A ``write(frame, header)`` that appends CSV rows to ``out`` in a background thread, in call order.
+
+    Writing a chunk overlaps scoring the next one; at most one chunk waits, so memory stays flat.
+    A write error surfaces at the next call or at the end of the block.
+    """
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="csv-writer") as writer:
+        pending = None
+
+        def write(frame: pd.DataFrame, header: bool) -> None:
+            nonlocal pending
+            if pending is not None:
+                pending.result()
+            pending = writer.submit(frame.to_csv, out, header=header, index=False, quoting=csv.QUOTE_MINIMAL)
+
+        yield write
+        if pending is not None:
+            pending.result()
 
 
 def run(config: Config, input_path: str | Path, output_path: str | Path, model_uri: str | None = None,
@@ -140,14 +175,15 @@ def run(config: Config, input_path: str | Path, output_path: str | Path, model_u
                     first_row += len(chunk)
 
             try:
-                for prepared in read_ahead(prepared_chunks()):
-                    scored = finish_chunk(prepared, classifier)
-                    scored.to_csv(out, header=counts["rows"] == 0, index=False, quoting=csv.QUOTE_MINIMAL)
-                    counts["rows"] += len(scored)
-                    counts["errors"] += int((scored[ERROR_COLUMN] != "").sum())
-                    if len(classifier.labels) == 2:
-                        counts["positives"] += int((scored["predicted_label"] == classifier.labels[1]).sum())
-                    progress.update(len(scored))
+                with write_behind(out) as write:
+                    for prepared in read_ahead(prepared_chunks()):
+                        scored = finish_chunk(prepared, classifier)
+                        write(scored, counts["rows"] == 0)
+                        counts["rows"] += len(scored)
+                        counts["errors"] += int((scored[ERROR_COLUMN] != "").sum())
+                        if len(classifier.labels) == 2:
+                            counts["positives"] += int((scored["predicted_label"] == classifier.labels[1]).sum())
+                        progress.update(len(scored))
             except pd.errors.ParserError as exc:
                 raise InputError(f"{input_path}: malformed CSV after data row {counts['rows']}: {exc}") from None
             if counts["rows"] == 0:

@@ -94,6 +94,8 @@ def flat_params(config: Config) -> dict[str, Any]:
 
 STAGE_TAG = "pipeline_stage"             # which stage made a run: one of the values below
 TRAIN_STAGE, COMPARE_STAGE, BASELINE_STAGE, PRETRAIN_STAGE = "train", "compare", "baseline", "pretrain"
+PSEUDO_LABEL_STAGE = "pseudo_label"
+PSEUDO_LABELS_FROM_TAG = "pseudo_labels_from"  # on a classifier run: the pseudo-label run its extra data came from
 PRETRAINED_FROM_TAG = "pretrained_from"  # on a classifier run: the pretraining run its backbone came from
 COMPARE_KEY_TAG = "compare_key"          # a comparison's identity: factor, config hash, tokenizer hash
 FACTOR_TAG = "factor"                    # on a comparison: the config key it varies

@@ -38,11 +38,13 @@ from pipeline.distributed import already_sharded, build_before_multi_worker_fit,
 from pipeline.inference import SentimentClassifier
 from pipeline.model import build_model, load_backbone_weights
 from pipeline.pretrain import WEIGHTS_FILE, check_vocabulary, load_backbone, resolve_pretrained
+from pipeline.pseudo_label import load_pseudo_labels
 from pipeline.stages import require_output, stage_dir
 from pipeline.text import LABELS_FILE, PAD_ID, load_labels
 from pipeline.tokenization import SETTINGS_FILE, VOCABULARY_FILE, TextEncoder, load_split
 from pipeline.tracking import (
     PRETRAINED_FROM_TAG,
+    PSEUDO_LABELS_FROM_TAG,
     TRAIN_STAGE,
     MLflowEpochLogger,
     flat_params,
@@ -98,7 +100,8 @@ def choose_hardware(precision: str, hidden_dim: int = 0) -> tuple[tf.distribute.
 
 def run_name(config: Config) -> str:
     init = "-pretrained" if config.model.init == "pretrained" else ""
-    return f"{config.model.pooling}-{config.model.position}{init}-seed{config.training.seed}"
+    pseudo = "-pseudo" if config.training.pseudo_labels else ""
+    return f"{config.model.pooling}-{config.model.position}{init}{pseudo}-seed{config.training.seed}"
 
 
 def learning_rate_schedule(config: Config, steps_per_epoch: int):
@@ -230,8 +233,10 @@ class Hardware:
 class TrainingData:
     encoder: TextEncoder
     labels: list[str]
-    train_rows: int
+    train_rows: int             # including pseudo-labelled rows
     val_rows: int
+    pseudo_label_rows: int
+    pseudo_label_run_id: str | None
     train: tf.data.Dataset
     val: tf.data.Dataset
     steps_per_epoch: int
@@ -251,6 +256,8 @@ class FitResult:
 def run_directory(config: Config, tokenize_dir: Path, pretrained_dir: Path | None = None
                   ) -> tuple[Path, str, dict[str, str]]:
     inputs = {"tokenize_manifest_sha256": manifest_hash(tokenize_dir)}
+    if config.training.pseudo_labels:
+        inputs["pseudo_label_manifest_sha256"] = manifest_hash(require_output(config, "pseudo-label"))
     if pretrained_dir is not None:
         load_backbone(pretrained_dir, check_only=True)  # a clear error when the folder holds no backbone
         inputs["pretrained_weights_sha256"] = sha256_file(pretrained_dir / WEIGHTS_FILE)
@@ -285,9 +292,16 @@ def load_training_data(config: Config, tokenize_dir: Path, replicas: int, shard:
     if config.training.max_train_samples:
         keep = subsample(len(train_ids), config.training.max_train_samples, config.training.seed)
         train_ids, train_labels = train_ids[keep], train_labels[keep]
+    pseudo_rows, pseudo_run_id = 0, None
+    if config.training.pseudo_labels:
+        pseudo_ids, pseudo_labels, pseudo_manifest = load_pseudo_labels(config, tokenize_dir, len(labels))
+        train_ids = np.concatenate([np.asarray(train_ids), pseudo_ids])
+        train_labels = np.concatenate([np.asarray(train_labels, dtype=np.int32), pseudo_labels])
+        pseudo_rows, pseudo_run_id = len(pseudo_labels), pseudo_manifest.get("mlflow_run_id")
     batch_size = config.training.batch_size * replicas
     return TrainingData(
         encoder=TextEncoder.load(tokenize_dir), labels=labels, train_rows=len(train_ids), val_rows=len(val_ids),
+        pseudo_label_rows=pseudo_rows, pseudo_label_run_id=pseudo_run_id,
         train=make_dataset(train_ids, train_labels, batch_size, config.training.seed, config.training.length_multiple,
                            shard=shard),
         val=make_dataset(val_ids, val_labels, batch_size * 4, length_multiple=config.training.length_multiple,
@@ -338,8 +352,11 @@ def log_run_inputs(config: Config, data: TrainingData, hardware: Hardware, model
     if pretrained is not None:
         mlflow.set_tags({PRETRAINED_FROM_TAG: str(pretrained.get("mlflow_run_id")),
                          "pretrained_steps": str(pretrained.get("steps"))})
+    if data.pseudo_label_rows:
+        mlflow.set_tag(PSEUDO_LABELS_FROM_TAG, str(data.pseudo_label_run_id))
     mlflow.log_params({**flat_params(config), "device": hardware.device, "precision_policy": hardware.policy,
                        "vocabulary_size": data.encoder.vocabulary_size, "train_rows": data.train_rows,
+                       "pseudo_label_rows": data.pseudo_label_rows,
                        "num_classes": len(data.labels), "class_weight": str(data.class_weight),
                        "parameters": model.count_params()})
     mlflow.log_metrics(data.padding)
@@ -472,7 +489,8 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence[keras.cal
         keras.mixed_precision.set_global_policy("float32")
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
-    print(f"train: read {data.train_rows:,} train / {data.val_rows:,} val rows from {tokenize_dir}/; wrote "
+    pseudo = f" (of which {data.pseudo_label_rows:,} pseudo-labelled)" if data.pseudo_label_rows else ""
+    print(f"train: read {data.train_rows:,} train{pseudo} / {data.val_rows:,} val rows from {tokenize_dir}/; wrote "
           f"{run_dir}/{MODEL_FILE} and MLflow run {run_id}: val_accuracy {result.val_accuracy:.4f} after "
           f"{len(result.history['loss'])} epochs in {time.perf_counter() - started:.0f}s on {hardware.device} "
           f"({hardware.policy})")

@@ -1,0 +1,114 @@
+"""Pseudo-labelling: the teacher labels unlabeled reviews, the sure ones join training, refusals."""
+
+import json
+from collections import Counter
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline import ingest, pseudo_label, tokenization, train
+from pipeline.__main__ import main as cli_main
+from pipeline.config import load_config
+from pipeline.errors import ConfigError, InputError, MissingInputError
+from pipeline.text import PAD_ID
+from tests.conftest import POSITIVE_WORDS, PROJECT_ROOT, make_archive, write_imdb_tree
+
+
+@pytest.fixture
+def unsup_config(tmp_path):
+    write_imdb_tree(tmp_path / "source", per_class={"train": 40, "test": 10}, seed=3, unlabeled=150)
+    archive = make_archive(tmp_path / "source", tmp_path / "with_unsup.tar.gz")
+    config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
+        f"data.archive={archive}", f"paths.data_dir={tmp_path / 'data'}", f"paths.reports_dir={tmp_path / 'reports'}"])
+    ingest.run(config)
+    tokenization.run(config)
+    return config
+
+
+def cue_label(text: str) -> int:
+    """The label a generated review was written with: its cue words are all of one polarity."""
+    return int(any(word in text.lower() for word in POSITIVE_WORDS))
+
+
+def test_select_confident_keeps_rows_at_or_above_the_threshold():
+    probabilities = np.array([[0.1, 0.9], [0.55, 0.45], [0.8, 0.2], [0.3, 0.7]])
+    kept = pseudo_label.select_confident(probabilities, 0.8)
+    assert kept["row"].tolist() == [0, 2]
+    assert kept["label"].tolist() == [1, 0]
+    np.testing.assert_allclose(kept["confidence"], [0.9, 0.8])
+    assert len(pseudo_label.select_confident(probabilities, 0.0)) == 4
+    assert pseudo_label.select_confident(probabilities, 0.95).empty
+
+
+def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(unsup_config, capsys):
+    config = unsup_config.replace(pseudo_label={"min_confidence": 0.6})
+    out_dir = pseudo_label.run(config)
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert summary.startswith("pseudo-label: read 64 train / 16 val / 150 unlabeled reviews")
+    kept = pd.read_parquet(out_dir / pseudo_label.LABELS_FILE)
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert manifest["pseudo_label_rows"] == len(kept) > 0
+    assert kept["confidence"].min() >= 0.6
+    unlabeled = pd.read_parquet(config.data_dir / "ingest" / "unlabeled.parquet")
+    texts = unlabeled["text"].to_numpy()[kept["row"].to_numpy()]
+    agreement = np.mean([cue_label(t) == label for t, label in zip(texts, kept["label"])])
+    assert agreement >= 0.95, agreement  # the teacher reads the cue words; labels are real, not noise
+    assert (out_dir / pseudo_label.PLOT_FILE).stat().st_size > 1000
+    client = mlflow.tracking.MlflowClient()
+    teacher_run = client.get_run(manifest["mlflow_run_id"])
+    assert teacher_run.data.metrics["pseudo_label_rows"] == len(kept)
+    assert teacher_run.data.params["pseudo_label.min_confidence"] == "0.6"
+
+    assert pseudo_label.run(config) == out_dir
+    assert "pseudo-label: up to date" in capsys.readouterr().out
+    stricter = pseudo_label.run(config.replace(pseudo_label={"min_confidence": 0.9}))
+    assert len(pd.read_parquet(stricter / pseudo_label.LABELS_FILE)) < len(kept)
+    pseudo_label.run(config)  # back to 0.6 for training: a new teacher run with the same labels
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    pd.testing.assert_frame_equal(pd.read_parquet(out_dir / pseudo_label.LABELS_FILE), kept)
+
+    run_dir = train.run(config.replace(training={"pseudo_labels": True, "epochs": 1}))
+    assert "(of which" in capsys.readouterr().out
+    assert run_dir.name.startswith("first_token-learned-pseudo-seed")
+    run = client.get_run(json.loads((run_dir / "manifest.json").read_text())["mlflow_run_id"])
+    assert run.data.tags["pseudo_labels_from"] == manifest["mlflow_run_id"]
+    assert int(run.data.params["train_rows"]) == 64 + len(kept)
+    assert int(run.data.params["pseudo_label_rows"]) == len(kept)
+
+    # one epoch holds every gold and every pseudo-labelled review exactly once, each with its label
+    data = train.load_training_data(config.replace(training={"pseudo_labels": True}), config.data_dir / "tokenize", 1)
+    seen = Counter((tuple(row[row != PAD_ID]), int(label)) for x, y in data.train for row, label in zip(x.numpy(), y.numpy()))
+    gold_ids, gold_labels = tokenization.load_split(config.data_dir / "tokenize", "train")
+    unlabeled_ids = np.load(config.data_dir / "tokenize" / "unlabeled_ids.npy")
+    expected = Counter((tuple(row[row != PAD_ID]), int(label)) for row, label in zip(gold_ids, gold_labels))
+    expected.update((tuple(unlabeled_ids[r][unlabeled_ids[r] != PAD_ID]), int(label))
+                    for r, label in zip(kept["row"], kept["label"]))
+    assert seen == expected
+
+
+def test_refusals_name_what_is_missing(unsup_config, tmp_path, capsys):
+    with pytest.raises(MissingInputError, match="make pseudo-label"):
+        train.run(unsup_config.replace(training={"pseudo_labels": True}))
+    with pytest.raises(ConfigError, match="pseudo_label.teacher"):
+        unsup_config.replace(pseudo_label={"teacher": "bert"})
+
+    pseudo_label.run(unsup_config)
+    # tokenized from another ingestion than the one the pseudo labels were made from
+    write_imdb_tree(tmp_path / "other", per_class={"train": 30, "test": 10}, seed=9, unlabeled=20)
+    other = unsup_config.replace(data={"archive": str(make_archive(tmp_path / "other", tmp_path / "other.tar.gz"))})
+    ingest.run(other)
+    tokenization.run(other)
+    with pytest.raises(InputError, match="another ingestion"):
+        train.load_training_data(other.replace(training={"pseudo_labels": True}), other.data_dir / "tokenize", 1)
+
+
+def test_without_unlabeled_reviews_the_stage_says_how_to_get_them(smoke_config, capsys):
+    ingest.run(smoke_config)
+    assert cli_main(["pseudo-label", "--config", str(PROJECT_ROOT / "configs" / "smoke.yaml"),
+                     "--set", f"data.archive={smoke_config.data.archive}",
+                     "--set", f"paths.data_dir={smoke_config.data_dir}"]) == 2
+    error = capsys.readouterr().err
+    assert "IMDB_UNSUP_ARCHIVE" in error and "unlabeled" in error
+    assert not (smoke_config.data_dir / "pseudo_label").exists()
