@@ -223,9 +223,14 @@ def measure_scoring(config: Config, model_uri: str, texts: pd.Series, repeat: in
         pd.DataFrame({"id": range(len(texts) * repeat), "text": pd.concat([texts] * repeat)}).to_csv(big, index=False)
         started = time.perf_counter()
         summary = score.run(config, small, tmp / "scored.csv", model_uri=model_uri)
-        results["score_csv_rows_per_second"] = summary["rows"] / (time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        results["score_csv_rows_per_second"] = summary["rows"] / elapsed
         results["score_csv_fraction_of_model_only"] = (results["score_csv_rows_per_second"]
                                                        / results["model_only_rows_per_second"])
+        # like for like with the model-alone rate, which is measured on a loaded model
+        results["score_csv_streaming_rows_per_second"] = summary["rows"] / (elapsed - summary["load_seconds"])
+        results["score_csv_streaming_fraction_of_model_only"] = (results["score_csv_streaming_rows_per_second"]
+                                                                 / results["model_only_rows_per_second"])
         for path in (small, big):
             measured = score_peak_memory(config, path, tmp / f"scored_{path.stem}.csv", model_uri)
             results[f"peak_rss_mb_{measured['rows']}_rows"] = round(measured["peak_rss_mb"], 1)
@@ -276,9 +281,10 @@ def markdown_report(results: dict) -> str:
     if scoring:
         lines += ["| scoring | rows/s |", "| --- | --- |"]
         for key in ("tokenize_rows_per_second", "model_only_eager_rows_per_second", "model_only_rows_per_second",
-                    "score_csv_rows_per_second"):
+                    "score_csv_rows_per_second", "score_csv_streaming_rows_per_second"):
             lines.append(f"| {key.replace('_rows_per_second', '').replace('_', ' ')} | {scoring[key]:,.0f} |")
-        lines += ["", f"CSV scoring runs at {scoring['score_csv_fraction_of_model_only']:.0%} of the model-alone rate; "
+        lines += ["", f"CSV scoring runs at {scoring['score_csv_fraction_of_model_only']:.0%} of the model-alone rate "
+                  f"including its model load, {scoring['score_csv_streaming_fraction_of_model_only']:.0%} after it; "
                   "compiled model alone is "
                   f"{scoring['model_only_rows_per_second'] / scoring['model_only_eager_rows_per_second']:.1f}x the eager "
                   "path. Peak memory of `score`: " + ", ".join(f"{v:,.0f} MiB for {k.split('_')[3]} rows"
@@ -336,7 +342,8 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
     print(f"bench: read {len(train_ids):,} train rows from {tokenize_dir}/ and {test_path}; "
           + (f"best training step {best['fraction_of_peak']:.0%} of the same-run peak ({best['workload']}, "
              f"{best['encoder']}, {best['variant']}); " if best else "")
-          + (f"CSV scoring {results['scoring']['score_csv_fraction_of_model_only']:.0%} of model-alone rate; "
+          + (f"CSV scoring {results['scoring']['score_csv_fraction_of_model_only']:.0%} of model-alone rate "
+             f"({results['scoring']['score_csv_streaming_fraction_of_model_only']:.0%} after the model load); "
              if "scoring" in results else "")
           + f"wrote {md_path} and {json_path.name}")
     return results

@@ -1,4 +1,3 @@
-import io
 import json
 
 import mlflow
@@ -115,21 +114,10 @@ def test_interrupted_write_leaves_no_output(fast_model, tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv", "out.csv"]
 
 
-def test_write_behind_keeps_call_order_and_surfaces_a_failed_write():
-    frames = [pd.DataFrame({"n": range(i, i + 3), "text": [f"row {j}" for j in range(i, i + 3)]}) for i in (0, 3, 6)]
-    out = io.StringIO()
-    with score.write_behind(out) as write:
-        for index, frame in enumerate(frames):
-            write(frame, index == 0)
-    assert out.getvalue() == pd.concat(frames).to_csv(index=False)
-
-    class FullDisk(io.StringIO):
-        def write(self, text):
-            raise OSError("No space left on device")
-
-    with pytest.raises(OSError, match="No space left"):
-        with score.write_behind(FullDisk()) as write:
-            write(frames[0], True)
+def test_undecodable_check_finds_escaped_bytes_in_any_cell():
+    assert score.has_undecodable(["fine", "caf\udce9", "also fine"])
+    assert not score.has_undecodable(["fine", "café", "😀", None, 3.5])
+    assert not score.has_undecodable([])
 
 
 def test_bom_quotes_and_other_encodings(fast_model, tmp_path):
