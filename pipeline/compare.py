@@ -351,7 +351,8 @@ def markdown_report(payload: dict) -> str:
 
 def comparison_key(config: Config, name: str) -> str:
     tokenize_hash = manifest_hash(require_output(config, "tokenize"))[:8]
-    return f"{name}-{config.section_hash('model', 'training', 'compare', 'pretrain', 'pseudo_label')[:8]}-{tokenize_hash}"
+    sections = ("model", "training", "compare", "pretrain") + (("pseudo_label",) if config.training.pseudo_labels else ())
+    return f"{name}-{config.section_hash(*sections)[:8]}-{tokenize_hash}"
 
 
 def train_and_evaluate(config: Config, variant: dict[str, str], seed: int, parent_id: str, factor: str,

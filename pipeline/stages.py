@@ -108,7 +108,8 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
           reads=("ingest",), writes="pseudo_labels.parquet, a confidence histogram, manifest; one MLflow run",
           folder="pseudo_label", force=True),
     Stage("train", "pipeline.train", "train the Transformer classifier, log the run and its model to MLflow",
-          reads=("tokenize", "ingest"), writes="a run folder with model.keras and a manifest; one MLflow run",
+          reads=("tokenize", "ingest", "pseudo-label"),  # pseudo-label only with training.pseudo_labels
+          writes="a run folder with model.keras and a manifest; one MLflow run",
           folder="train", force=True),
     Stage("evaluate", "pipeline.evaluate", "score the test split with a trained run, log test_ metrics and plots",
           reads=("ingest", "train"), writes="test_ metrics and plots on the run; reports/<run_id>/",
