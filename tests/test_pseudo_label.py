@@ -112,3 +112,13 @@ def test_without_unlabeled_reviews_the_stage_says_how_to_get_them(smoke_config, 
     error = capsys.readouterr().err
     assert "IMDB_UNSUP_ARCHIVE" in error and "unlabeled" in error
     assert not (smoke_config.data_dir / "pseudo_label").exists()
+
+
+def test_the_comparison_key_follows_the_teacher_settings_only_when_training_uses_them(unsup_config):
+    from pipeline.compare import comparison_key
+
+    off, stricter_off = unsup_config, unsup_config.replace(pseudo_label={"min_confidence": 0.9})
+    assert comparison_key(off, "pooling") == comparison_key(stricter_off, "pooling")
+    on = unsup_config.replace(training={"pseudo_labels": True})
+    assert comparison_key(on, "pooling") != comparison_key(off, "pooling")
+    assert comparison_key(on, "pooling") != comparison_key(on.replace(pseudo_label={"min_confidence": 0.9}), "pooling")
