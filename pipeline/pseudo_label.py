@@ -78,6 +78,10 @@ def load_pseudo_labels(config: Config, tokenize_dir: Path, num_classes: int) -> 
     if not unlabeled_path.is_file():
         raise MissingInputError(f"no {unlabeled_path}: rerun `make tokenize` after ingesting the unlabeled reviews")
     frame = pd.read_parquet(directory / LABELS_FILE)
+    if frame.empty:
+        raise InputError(f"{directory / LABELS_FILE}: no pseudo labels (none reached pseudo_label.min_confidence "
+                         f"{manifest['config']['pseudo_label']['min_confidence']}); lower it or turn "
+                         "training.pseudo_labels off")
     ids = np.load(unlabeled_path, mmap_mode="r")
     labels = frame["label"].to_numpy(np.int32)
     if len(frame) and (frame["row"].max() >= len(ids) or labels.max() >= num_classes):
@@ -116,6 +120,10 @@ def run(config: Config, force: bool = False) -> Path:
     val_accuracy = float((teacher.predict(val["text"]) == val["label"].to_numpy()).mean())
     probabilities = teacher.predict_proba(unlabeled["text"])
     kept = select_confident(probabilities, settings.min_confidence)
+    kept["label"] = teacher.classes_[kept["label"].to_numpy()].astype(np.int32)  # column -> class index
+    if kept.empty:
+        print(f"pseudo-label: warning: no unlabeled review reached pseudo_label.min_confidence "
+              f"{settings.min_confidence:g}; training with pseudo labels will refuse this empty set")
     class_counts = {names[c]: int(n) for c, n in zip(*np.unique(kept["label"], return_counts=True))}
     metrics = {"teacher_val_accuracy": val_accuracy, "pseudo_label_rows": len(kept),
                "pseudo_label_fraction": len(kept) / max(1, len(unlabeled)),

@@ -38,6 +38,7 @@ from pipeline.distributed import already_sharded, build_before_multi_worker_fit,
 from pipeline.inference import SentimentClassifier
 from pipeline.model import build_model, load_backbone_weights
 from pipeline.pretrain import WEIGHTS_FILE, check_vocabulary, load_backbone, resolve_pretrained
+from pipeline.pseudo_label import LABELS_FILE as PSEUDO_LABELS_FILE
 from pipeline.pseudo_label import load_pseudo_labels
 from pipeline.stages import require_output, stage_dir
 from pipeline.text import LABELS_FILE, PAD_ID, load_labels
@@ -256,13 +257,15 @@ class FitResult:
 def run_directory(config: Config, tokenize_dir: Path, pretrained_dir: Path | None = None
                   ) -> tuple[Path, str, dict[str, str]]:
     inputs = {"tokenize_manifest_sha256": manifest_hash(tokenize_dir)}
-    if config.training.pseudo_labels:
-        inputs["pseudo_label_manifest_sha256"] = manifest_hash(require_output(config, "pseudo-label"))
+    if config.training.pseudo_labels:  # the labels themselves: a rerun that writes the same ones changes nothing
+        inputs["pseudo_labels_sha256"] = sha256_file(require_output(config, "pseudo-label") / PSEUDO_LABELS_FILE)
     if pretrained_dir is not None:
         load_backbone(pretrained_dir, check_only=True)  # a clear error when the folder holds no backbone
         inputs["pretrained_weights_sha256"] = sha256_file(pretrained_dir / WEIGHTS_FILE)
     config_hash = config.section_hash("model", "training")
     key = f"{run_name(config)}-{config_hash[:8]}-{inputs['tokenize_manifest_sha256'][:8]}"
+    if "pseudo_labels_sha256" in inputs:  # runs on different pseudo labels get different folders
+        key += f"-{inputs['pseudo_labels_sha256'][:8]}"
     return stage_dir(config, STAGE) / key, config_hash, inputs
 
 

@@ -77,6 +77,16 @@ def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(unsup_
     assert int(run.data.params["train_rows"]) == 64 + len(kept)
     assert int(run.data.params["pseudo_label_rows"]) == len(kept)
 
+    # a rerun that writes the same labels leaves the run up to date; other labels get their own folder
+    pseudo_label.run(config, force=True)
+    assert train.run(config.replace(training={"pseudo_labels": True, "epochs": 1})) == run_dir
+    assert "train: up to date" in capsys.readouterr().out
+    pseudo_label.run(config.replace(pseudo_label={"min_confidence": 0.9}))
+    other_dir, _, _ = train.run_directory(config.replace(training={"pseudo_labels": True, "epochs": 1}),
+                                          config.data_dir / "tokenize")
+    assert other_dir != run_dir
+    pseudo_label.run(config)
+
     # one epoch holds every gold and every pseudo-labelled review exactly once, each with its label
     data = train.load_training_data(config.replace(training={"pseudo_labels": True}), config.data_dir / "tokenize", 1)
     seen = Counter((tuple(row[row != PAD_ID]), int(label)) for x, y in data.train for row, label in zip(x.numpy(), y.numpy()))
@@ -93,6 +103,14 @@ def test_refusals_name_what_is_missing(unsup_config, tmp_path, capsys):
         train.run(unsup_config.replace(training={"pseudo_labels": True}))
     with pytest.raises(ConfigError, match="pseudo_label.teacher"):
         unsup_config.replace(pseudo_label={"teacher": "bert"})
+    with pytest.raises(ConfigError, match="training.pseudo_labels and training.max_train_samples"):
+        unsup_config.replace(training={"pseudo_labels": True, "max_train_samples": 20})
+
+    pseudo_label.run(unsup_config.replace(pseudo_label={"min_confidence": 1.0}))
+    assert "warning: no unlabeled review reached" in capsys.readouterr().out
+    with pytest.raises(InputError, match="no pseudo labels .*min_confidence 1.0"):
+        train.load_training_data(unsup_config.replace(training={"pseudo_labels": True}),
+                                 unsup_config.data_dir / "tokenize", 1)
 
     pseudo_label.run(unsup_config)
     # tokenized from another ingestion than the one the pseudo labels were made from
