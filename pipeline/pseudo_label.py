@@ -29,12 +29,11 @@ from pipeline.config import Config
 from pipeline.errors import InputError, MissingInputError
 from pipeline.stages import require_output, stage_dir
 from pipeline.tracking import PSEUDO_LABEL_STAGE, STAGE_TAG, flat_params, setup_tracking
-from pipeline.text import load_labels
+from pipeline.text import UNLABELED_FILE, load_labels
 
 STAGE = "pseudo_label"
 LABELS_FILE = "pseudo_labels.parquet"
 PLOT_FILE = "teacher_confidence.png"
-UNLABELED_FILE = "unlabeled.parquet"
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -84,7 +83,7 @@ def load_pseudo_labels(config: Config, tokenize_dir: Path, num_classes: int) -> 
                          "training.pseudo_labels off")
     ids = np.load(unlabeled_path, mmap_mode="r")
     labels = frame["label"].to_numpy(np.int32)
-    if len(frame) and (frame["row"].max() >= len(ids) or labels.max() >= num_classes):
+    if frame["row"].max() >= len(ids) or labels.max() >= num_classes:
         raise InputError(f"{directory / LABELS_FILE}: rows or labels out of range for {unlabeled_path} "
                          f"({len(ids)} reviews, {num_classes} classes); rerun `make pseudo-label`")
     return np.asarray(ids[frame["row"].to_numpy()]), labels, manifest

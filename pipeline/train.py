@@ -38,8 +38,7 @@ from pipeline.distributed import already_sharded, build_before_multi_worker_fit,
 from pipeline.inference import SentimentClassifier
 from pipeline.model import build_model, load_backbone_weights
 from pipeline.pretrain import WEIGHTS_FILE, check_vocabulary, load_backbone, resolve_pretrained
-from pipeline.pseudo_label import LABELS_FILE as PSEUDO_LABELS_FILE
-from pipeline.pseudo_label import load_pseudo_labels
+from pipeline.pseudo_label import LABELS_FILE as PSEUDO_LABELS_FILE, load_pseudo_labels
 from pipeline.stages import require_output, stage_dir
 from pipeline.text import LABELS_FILE, PAD_ID, load_labels
 from pipeline.tokenization import SETTINGS_FILE, VOCABULARY_FILE, TextEncoder, load_split
