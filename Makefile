@@ -57,8 +57,8 @@ $(DATA)/tokenize/manifest.json: $(DATA)/ingest/manifest.json FORCE
 pretrain: $(DATA)/tokenize/manifest.json ## masked-LM pretraining of the encoder on train + unlabeled reviews -> data/pretrain/
 	$(call STAGE,pretrain) $(FORCE_ARG)
 
-pretrain-budget: $(DATA)/tokenize/manifest.json ## test accuracy vs pretraining minutes (SET='pretrain.max_minutes=20 pretrain.snapshot_minutes=[5,10]') -> reports/pretraining_budget.*
-	$(call STAGE,pretrain-budget)
+pretrain-budget: $(DATA)/tokenize/manifest.json ## test accuracy vs pretraining minutes (SET='pretrain.max_minutes=40 pretrain.snapshot_minutes=[10,20]' SEEDS=1,2) -> reports/pretraining_budget.*
+	$(call STAGE,pretrain-budget) $(if $(SEEDS),--seeds $(SEEDS))
 
 pseudo-label: $(DATA)/ingest/manifest.json ## label the unlabeled reviews with the TF-IDF teacher, keep the sure ones -> data/pseudo_label/
 	$(call STAGE,pseudo-label) $(FORCE_ARG)

@@ -91,8 +91,10 @@ def _screenshot_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _budget_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seeds", default="42", help="fine-tuning seeds per budget, comma-separated (default 42)")
-    parser.add_argument("--baseline", type=float, default=None, help="TF-IDF test accuracy to draw on the plot")
+    parser.add_argument("--seeds", default=None,
+                        help="fine-tuning seeds per budget, comma-separated (default: compare.seeds)")
+    parser.add_argument("--baseline", type=float, default=None,
+                        help="TF-IDF test accuracy to draw on the plot (default: from reports/comparison.json)")
 
 
 STAGES: dict[str, Stage] = {stage.name: stage for stage in (

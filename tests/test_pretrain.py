@@ -157,7 +157,47 @@ def test_budget_curve_fine_tunes_from_scratch_and_from_the_pretrained_backbone(u
     minutes = [row["pretrain_minutes"] for row in payload["rows"]]
     assert minutes[0] == 0 and minutes[-1] > 0 and len(minutes) == 2
     client = mlflow.tracking.MlflowClient()
+    small = budget_curve.encoder_label(config.backbone())
     assert "pretrained_from" not in client.get_run(payload["rows"][0]["run_id"]).data.tags
-    assert client.get_run(payload["rows"][1]["run_id"]).data.tags["pretrained_from"] == payload["pretrain_run_id"]
-    assert report.read_text().count("| 1 |") == 2
+    assert client.get_run(payload["rows"][1]["run_id"]).data.tags["pretrained_from"] == payload["pretrain_runs"][small]
+    assert report.read_text().count(f"| {small} | ") == 4  # two summary lines, two run lines
     assert (config.reports_dir / "pretraining_budget.png").stat().st_size > 1000
+
+    # A second encoder size adds its own curve to the same report; rerunning a size replaces its rows.
+    wider = config.replace(model={"hidden_dim": config.model.hidden_dim * 2})
+    budget_curve.run(wider, seeds=(1,))
+    budget_curve.run(wider, seeds=(1,))
+    merged = json.loads((config.reports_dir / "pretraining_budget.json").read_text())
+    label = budget_curve.encoder_label(wider.backbone())
+    assert [row["encoder"] for row in merged["rows"]] == [small, small, label, label]
+    assert merged["rows"][:2] == payload["rows"]
+    assert set(merged["pretrain_runs"]) == {small, label} and merged["baseline_test_accuracy"] == 0.9
+    assert client.get_run(merged["rows"][3]["run_id"]).data.tags["pretrained_from"] == merged["pretrain_runs"][label]
+
+
+def test_budget_summary_matches_seeds_and_picks_the_budget_on_validation():
+    from pipeline.budget_curve import chosen_budgets, summarize
+
+    def row(encoder, minutes, seed, val, test):
+        return {"encoder": encoder, "pretrain_minutes": minutes, "seed": seed, "best_val_accuracy": val, "test_accuracy": test}
+
+    rows = [row("a", 0, 1, 0.80, 0.70), row("a", 0, 2, 0.82, 0.74), row("a", 10, 1, 0.85, 0.71),
+            row("a", 10, 3, 0.85, 0.99), row("a", 20, 1, 0.84, 0.90), row("b", 0, 1, 0.9, 0.8), row("b", 5, 1, 0.9, 0.6)]
+    summary = {(p["encoder"], p["pretrain_minutes"]): p for p in summarize(rows)}
+    assert summary[("a", 0)]["mean_test_accuracy"] == pytest.approx(0.72)
+    assert summary[("a", 0)]["test_std"] == pytest.approx(np.std([0.70, 0.74], ddof=1))
+    assert summary[("a", 0)]["test_minus_scratch"] is None
+    assert summary[("a", 10)]["test_minus_scratch"] == pytest.approx(0.01)  # seed 3 has no scratch run to pair with
+    assert summary[("a", 20)]["test_std"] is None
+    # chosen on validation, not on the better test accuracy at 20; a tie goes to the smaller budget
+    assert chosen_budgets(list(summary.values())) == {"a": 10, "b": 0}
+
+
+def test_budget_baseline_defaults_to_the_comparison_report(tmp_path):
+    from pipeline.budget_curve import comparison_baseline
+
+    assert comparison_baseline(tmp_path) is None
+    (tmp_path / "comparison.json").write_text(json.dumps({"summary": {"first_token": {}}}))
+    assert comparison_baseline(tmp_path) is None
+    (tmp_path / "comparison.json").write_text(json.dumps({"summary": {"baseline": {"test_accuracy": {"mean": 0.9033}}}}))
+    assert comparison_baseline(tmp_path) == 0.9033
