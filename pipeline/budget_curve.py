@@ -69,9 +69,10 @@ def plot_budget_curve(rows: list[dict], baseline: float | None, path: Path) -> P
     from pipeline.plots import new_figure, save_figure
 
     figure, axis = new_figure(7.5, 4.8)
+    summary = summarize(rows)
     for index, encoder in enumerate(dict.fromkeys(row["encoder"] for row in rows)):
         color = f"C{index}"
-        points = [point for point in summarize(rows) if point["encoder"] == encoder]
+        points = [point for point in summary if point["encoder"] == encoder]
         minutes = [point["pretrain_minutes"] for point in points]
         axis.plot(minutes, [point["mean_test_accuracy"] for point in points], marker="o", color=color,
                   label=f"{encoder}: test")
@@ -96,6 +97,22 @@ def merge_rows(previous: dict | None, tokenize_sha256: str, encoder: str, rows: 
     kept = [row for row in previous.get("rows", []) if row.get("encoder") not in (None, encoder)]
     runs = {name: run_id for name, run_id in previous.get("pretrain_runs", {}).items() if name != encoder}
     return kept + rows, runs
+
+
+def read_previous_report(path: Path) -> dict | None:
+    """The report an earlier run wrote (its other encoder sizes are kept); an unreadable one is an error,
+    not something to overwrite."""
+    from pipeline.errors import InputError
+
+    if not path.is_file():
+        return None
+    try:
+        previous = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise InputError(f"{path}: not a readable budget report ({error}); move it away to start a new one") from None
+    if not isinstance(previous, dict):
+        raise InputError(f"{path}: not a budget report (expected a JSON object); move it away to start a new one")
+    return previous
 
 
 def render_markdown(rows: list[dict], pretrain_runs: dict[str, str], baseline: float | None) -> str:
@@ -141,6 +158,9 @@ def run(config: Config, seeds: tuple[int, ...] | None = None, baseline: float | 
 
     seeds = tuple(config.compare.seeds) if seeds is None else seeds
     started = time.perf_counter()
+    reports = config.reports_dir
+    json_file = reports / f"{REPORT_NAME}.json"
+    previous = read_previous_report(json_file)  # before hours of work, not after
     out_dir = pretrain.run(config)
     snapshots = {0.0: None}  # minutes of pretraining actually done (a snapshot is taken at the first period end after)
     for folder in [out_dir, *sorted((out_dir / pretrain.SNAPSHOT_DIR).glob("*min"))]:
@@ -158,9 +178,6 @@ def run(config: Config, seeds: tuple[int, ...] | None = None, baseline: float | 
             rows.append({"encoder": encoder, "backbone": config.backbone(), "pretrain_minutes": minutes,
                          "seed": seed, "run_id": run_id, "best_val_accuracy": read_manifest(run_dir)["best_val_accuracy"],
                          "test_accuracy": metrics["test_accuracy"]})
-    reports = config.reports_dir
-    json_file = reports / f"{REPORT_NAME}.json"
-    previous = json.loads(json_file.read_text()) if json_file.is_file() else None
     tokenize_sha256 = manifest_hash(stage_dir(config, "tokenize"))
     rows, pretrain_runs = merge_rows(previous, tokenize_sha256, encoder, rows)
     pretrain_runs[encoder] = read_manifest(out_dir)["mlflow_run_id"]

@@ -201,3 +201,18 @@ def test_budget_baseline_defaults_to_the_comparison_report(tmp_path):
     assert comparison_baseline(tmp_path) is None
     (tmp_path / "comparison.json").write_text(json.dumps({"summary": {"baseline": {"test_accuracy": {"mean": 0.9033}}}}))
     assert comparison_baseline(tmp_path) == 0.9033
+
+
+def test_an_unreadable_budget_report_is_refused_by_name_not_overwritten(tmp_path):
+    from pipeline.budget_curve import read_previous_report
+    from pipeline.errors import InputError
+
+    assert read_previous_report(tmp_path / "pretraining_budget.json") is None
+    broken = tmp_path / "pretraining_budget.json"
+    broken.write_text('{"rows": [')
+    with pytest.raises(InputError, match="pretraining_budget.json: not a readable budget report"):
+        read_previous_report(broken)
+    broken.write_text("[1, 2]")
+    with pytest.raises(InputError, match="expected a JSON object"):
+        read_previous_report(broken)
+    assert broken.read_text() == "[1, 2]"
