@@ -65,11 +65,10 @@ def chosen_budgets(summary: list[dict]) -> dict[str, float]:
     return {encoder: point["pretrain_minutes"] for encoder, point in best.items()}
 
 
-def plot_budget_curve(rows: list[dict], baseline: float | None, path: Path) -> Path:
+def plot_budget_curve(rows: list[dict], summary: list[dict], baseline: float | None, path: Path) -> Path:
     from pipeline.plots import new_figure, save_figure
 
     figure, axis = new_figure(7.5, 4.8)
-    summary = summarize(rows)
     for index, encoder in enumerate(dict.fromkeys(row["encoder"] for row in rows)):
         color = f"C{index}"
         points = [point for point in summary if point["encoder"] == encoder]
@@ -115,8 +114,7 @@ def read_previous_report(path: Path) -> dict | None:
     return previous
 
 
-def render_markdown(rows: list[dict], pretrain_runs: dict[str, str], baseline: float | None) -> str:
-    summary = summarize(rows)
+def render_markdown(rows: list[dict], summary: list[dict], pretrain_runs: dict[str, str], baseline: float | None) -> str:
     lines = ["# Test accuracy against pretraining budget", "",
              "Each point fine-tunes the classifier from a snapshot of one masked-LM pretraining run "
              "(0 minutes: from scratch); the model is chosen on validation, test is reported.", ""]
@@ -185,11 +183,12 @@ def run(config: Config, seeds: tuple[int, ...] | None = None, baseline: float | 
         baseline = previous.get("baseline_test_accuracy")
     if baseline is None:
         baseline = comparison_baseline(reports)
+    summary = summarize(rows)
     payload = {"tokenize_manifest_sha256": tokenize_sha256, "rows": rows, "pretrain_runs": pretrain_runs,
-               "summary": summarize(rows), "baseline_test_accuracy": baseline}
+               "summary": summary, "baseline_test_accuracy": baseline}
     json_path = atomic_write_json(json_file, payload)
-    md_path = atomic_write_text(reports / f"{REPORT_NAME}.md", render_markdown(rows, pretrain_runs, baseline))
-    png_path = plot_budget_curve(rows, baseline, reports / f"{REPORT_NAME}.png")
+    md_path = atomic_write_text(reports / f"{REPORT_NAME}.md", render_markdown(rows, summary, pretrain_runs, baseline))
+    png_path = plot_budget_curve(rows, summary, baseline, reports / f"{REPORT_NAME}.png")
     encoders = len(pretrain_runs)
     print(f"pretrain-budget: {len(seeds) * len(snapshots)} fine-tunings of {encoder} at {sorted(snapshots)} minutes of "
           f"pretraining ({len(rows)} rows, {encoders} encoder size{'s' if encoders != 1 else ''} in the report); "
