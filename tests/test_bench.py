@@ -33,7 +33,8 @@ def test_markdown_report_shows_peaks_rows_and_padding():
 
 
 def test_markdown_report_gives_csv_scoring_with_and_without_the_model_load():
-    scoring = {"tokenize_rows_per_second": 9000.0, "model_only_eager_rows_per_second": 1000.0,
+    scoring = {"tokenize_rows_per_second": 9000.0, "tokenize_reference_rows_per_second": 4000.0,
+               "tokenize_rows_differing_from_reference": 0, "model_only_eager_rows_per_second": 1000.0,
                "model_only_rows_per_second": 2000.0, "score_csv_rows_per_second": 1500.0,
                "score_csv_fraction_of_model_only": 0.75, "score_csv_streaming_rows_per_second": 1800.0,
                "score_csv_streaming_fraction_of_model_only": 0.9, "peak_rss_mb_25000_rows": 2000.0}
@@ -41,6 +42,7 @@ def test_markdown_report_gives_csv_scoring_with_and_without_the_model_load():
     assert "| score csv streaming | 1,800 |" in text
     assert "75% of the model-alone rate including its model load, 90% after it" in text
     assert "2.0x the eager path" in text
+    assert "Tokenizer: 2.25x KerasHub's on every whole text" in text and "0 rows with other ids" in text
 
 
 def test_sampled_batches_are_trimmed_real_rows():

@@ -90,6 +90,22 @@ def test_model_saved_before_the_change_scores_the_same():
     assert scored["predicted_label"].tolist() == labels.tolist()
 
 
+def test_the_same_model_files_in_another_folder_load_once(tmp_path):
+    """mlflow.pyfunc.load_model copies a logged model into a new folder on every call: the same files give the
+    same loaded model (and its compiled forward passes); other files give another."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(LEGACY, copy)
+    first = SentimentClassifier.from_paths(LEGACY / "model.keras", LEGACY / "tokenizer")
+    second = SentimentClassifier.from_paths(copy / "model.keras", copy / "tokenizer")
+    assert second.model is first.model and second.encoder is first.encoder
+    (copy / "tokenizer" / "labels.json").write_text(json.dumps({"labels": ["bad", "good"]}))
+    third = SentimentClassifier.from_paths(copy / "model.keras", copy / "tokenizer")
+    assert third.labels == ["bad", "good"] and third.model is not first.model
+    assert first.labels == ["negative", "positive"]
+
+
 def test_pyfunc_loads_from_its_logged_artifact_names():
     """MLflow calls load_context with the artifact names used by every model logged so far."""
     context = type("Context", (), {"artifacts": {"keras_model": str(LEGACY / "model.keras"),

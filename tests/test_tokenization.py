@@ -68,7 +68,9 @@ def test_encoding_in_chunks_traces_the_tokenizer_once_and_matches_one_call(small
     chunks = np.concatenate([small_encoder.encode(texts[start:start + 7]) for start in range(0, 23, 7)])
     np.testing.assert_array_equal(whole, chunks)
     small_encoder.encode(pd.Series(texts[:3], index=[10, 11, 12]))  # a Series with its own index works too
+    small_encoder.encode(["un café était bon", "the movie"] * 3)  # KerasHub's path (not ASCII) and the fast one
     assert small_encoder._tokenize.experimental_get_tracing_count() == 1
+    assert small_encoder._tokenize_fast.experimental_get_tracing_count() == 1
 
 
 @pytest.mark.parametrize("text", ["", "   ", "\n\t", "<br /><br />"])
@@ -173,3 +175,82 @@ def test_vectorised_rows_match_a_row_by_row_reference(strategy):
     splits = np.cumsum([0] + [len(r) for r in rows])
     flat = np.array([t for r in rows for t in r], dtype=np.int32)
     assert truncate_and_pad_rows(flat, splits, max_length, strategy, head).tolist() == expected
+
+
+# --------------------------------------------------------------------------- the exact shortcuts in ``encode``
+
+ASCII_TEXT_CHARACTERS = [chr(c) for c in range(0x20, 0x7F)] + ["\t", "\n", "\r"]
+
+
+@pytest.fixture(scope="module")
+def character_encoder():
+    """A vocabulary holding every printable ASCII character, as a word and as a ``##`` piece, a few words,
+    and entries holding a space (KerasHub's learner keeps such NFKC forms): any difference in how the two
+    tokenizers split or case ASCII text shows up as different ids."""
+    printable = [chr(c) for c in range(0x21, 0x7F)]
+    words = ["the", "movie", "was", "good", "bad", "don", "isn", "it", "##s", "##ing"]
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", " ", "## ", "don \u0301t"]
+    vocabulary += printable + [f"##{c}" for c in printable if c.isalnum()] + words
+    vocabulary = list(dict.fromkeys(vocabulary))  # one id per entry
+    settings = EncoderSettings(lowercase=True, max_sequence_length=24, truncation="head_tail", head_tokens=5)
+    return TextEncoder(vocabulary, settings)
+
+
+def _untruncated(encoder, texts, fast):
+    flat, starts, lengths = encoder._token_rows(texts, fast=fast)
+    return [flat[start:start + length].tolist() for start, length in zip(starts, lengths)]
+
+
+def test_fast_path_gives_keras_hub_ids_for_every_ascii_character_in_context(character_encoder):
+    rng = random.Random(0)
+    texts = [f"{left}{c}{right}" for c in ASCII_TEXT_CHARACTERS
+             for left, right in (("", ""), ("a", "b"), ("The", "Movie"), ("x ", " y"), ("9", "9"), (c, c))]
+    texts += ["".join(rng.choice(ASCII_TEXT_CHARACTERS + list("aeiou  ")) for _ in range(rng.randint(0, 80)))
+              for _ in range(400)]
+    texts += ["A" * 99 + " ok", "b" * 101 + " ok", "[CLS] [MASK] [UNK] [PAD]", "DON'T it's ISN'T", "don t"]
+    assert all(not tokenization._OUTSIDE_FAST_PATH.search(text) for text in texts)  # all take the fast path
+    fast, reference = _untruncated(character_encoder, texts, True), _untruncated(character_encoder, texts, False)
+    differing = [(text, got, want) for text, got, want in zip(texts, fast, reference) if got != want]
+    assert not differing, differing[:5]
+    assert any(UNK_ID in row for row in reference)  # the 101-byte word: both give [UNK]
+
+
+@pytest.mark.parametrize("text", ["café crème", "naïve\u00a0text", "x\u0085y", "Ωmega ΣΑΣ", "日本語 text", "don´t",
+                                  "tab\x0bvertical", "nul\x00char", "ﬁne", "straße"])
+def test_any_other_text_goes_through_keras_hub(character_encoder, text):
+    assert tokenization._OUTSIDE_FAST_PATH.search(text)
+    np.testing.assert_array_equal(character_encoder.encode([text]), character_encoder.encode_reference([text]))
+
+
+def test_text_ends_cut_at_spaces_and_never_overlap():
+    text = "aa bb cc dd ee ff gg"
+    head, tail = tokenization.text_ends(text, 4, 4)
+    assert (head, tail) == ("aa bb", "ff gg")  # the first space at or after 4 characters; the last before the end's 4
+    assert tokenization.text_ends(text, 10, 10) is None  # not longer than both ends together
+    assert tokenization.text_ends("a" * 30, 5, 5) is None  # no space to cut at
+    assert tokenization.text_ends(text, 0, 4) == ("", "ff gg") and tokenization.text_ends(text, 4, 0) == ("aa bb", "")
+    assert tokenization.text_ends("aaaa bbbb", 4, 4) == ("aaaa", "bbbb")  # the only space is both cut points
+    assert tokenization.text_ends("aaaaaaaa bb", 4, 4) is None  # the end would need a space before "bb"
+
+
+@pytest.mark.parametrize("strategy,head", [("head", 0), ("tail", 0), ("head_tail", 5), ("head_tail", 0)])
+def test_encode_by_the_ends_gives_the_whole_text_ids(character_encoder, strategy, head, monkeypatch):
+    """Long texts tokenized by their ends give exactly the ids of the whole text, including texts whose ends
+    hold too few tokens (long words: one [UNK] per 101 characters), which are then tokenized whole."""
+    from dataclasses import replace
+
+    encoder = TextEncoder(character_encoder.vocabulary,
+                          replace(character_encoder.settings, truncation=strategy, head_tokens=head))
+    rng = random.Random(1)
+    words = ["the", "movie", "was", "good,", "bad!", "It's", "DON'T", "x" * 101, "\t", "café"]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 60))) for _ in range(300)]
+    texts += [" ".join(["y" * 101] * 30), "w " * 200, "  lead and trail  " * 20]
+    calls = []
+    token_rows = encoder._token_rows
+    monkeypatch.setattr(encoder, "_token_rows", lambda batch, fast=True: calls.append(len(batch)) or token_rows(batch, fast))
+    got = encoder.encode(texts)
+    assert len(calls) == 2  # the ends, then the whole texts whose ends held too few tokens
+    monkeypatch.undo()
+    np.testing.assert_array_equal(got, encoder.encode_reference(texts))
+    lengths = encoder.encode_with_counts(texts)[1]
+    assert (lengths > encoder.settings.max_sequence_length - 1).sum() > 100  # many texts were truncated
