@@ -68,7 +68,7 @@ def test_encoding_in_chunks_traces_the_tokenizer_once_and_matches_one_call(small
     chunks = np.concatenate([small_encoder.encode(texts[start:start + 7]) for start in range(0, 23, 7)])
     np.testing.assert_array_equal(whole, chunks)
     small_encoder.encode(pd.Series(texts[:3], index=[10, 11, 12]))  # a Series with its own index works too
-    small_encoder.encode(["un café était bon", "the movie"] * 3)  # KerasHub's path (not ASCII) and the fast one
+    small_encoder.encode(["straße, ΣΑΣ", "the movie"] * 3)  # KerasHub's path (not ASCII) and the fast one
     assert small_encoder._tokenize.experimental_get_tracing_count() == 1
     assert small_encoder._tokenize_fast.experimental_get_tracing_count() == 1
 
@@ -208,17 +208,20 @@ def test_fast_path_gives_keras_hub_ids_for_every_ascii_character_in_context(char
     texts += ["".join(rng.choice(ASCII_TEXT_CHARACTERS + list("aeiou  ")) for _ in range(rng.randint(0, 80)))
               for _ in range(400)]
     texts += ["A" * 99 + " ok", "b" * 101 + " ok", "[CLS] [MASK] [UNK] [PAD]", "DON'T it's ISN'T", "don t"]
-    assert all(not tokenization._OUTSIDE_FAST_PATH.search(text) for text in texts)  # all take the fast path
+    texts += [f"{left}{c}{right}" for c in tokenization.FAST_PATH_LETTERS  # the Latin letters that stay on it
+              for left, right in (("", ""), ("a", "b"), ("The", "MOVIE"), ("x ", ". y"), (c, c))]
+    texts += ["Café CRÈME, naïve Ærø!", "ÉTÉ été"]
+    assert all(tokenization.on_fast_path(text) for text in texts)
     fast, reference = _untruncated(character_encoder, texts, True), _untruncated(character_encoder, texts, False)
     differing = [(text, got, want) for text, got, want in zip(texts, fast, reference) if got != want]
     assert not differing, differing[:5]
     assert any(UNK_ID in row for row in reference)  # the 101-byte word: both give [UNK]
 
 
-@pytest.mark.parametrize("text", ["café crème", "naïve\u00a0text", "x\u0085y", "Ωmega ΣΑΣ", "日本語 text", "don´t",
-                                  "tab\x0bvertical", "nul\x00char", "ﬁne", "straße"])
+@pytest.mark.parametrize("text", ["café\u00a0crème", "x\u0085y", "\u0096dash", "Ωmega ΣΑΣ", "日本語 text", "don´t",
+                                  "tab\x0bvertical", "nul\x00char", "ﬁne", "straße", "ĲSSEL", "ǅemal", "e\u0301"])
 def test_any_other_text_goes_through_keras_hub(character_encoder, text):
-    assert tokenization._OUTSIDE_FAST_PATH.search(text)
+    assert not tokenization.on_fast_path(text)
     np.testing.assert_array_equal(character_encoder.encode([text]), character_encoder.encode_reference([text]))
 
 
