@@ -178,7 +178,7 @@ def run(config: Config, input_path: str | Path, output_path: str | Path, model_u
           f"in {seconds:.1f}s ({counts['rows'] / max(seconds, 1e-9):,.0f} rows/s; {streaming:,.0f} rows/s after the "
           f"{load_seconds:.1f}s model load; start-up before reading {startup_seconds:.1f}s: interpreter, imports, "
           f"model load)")
-    return {**counts, "seconds": seconds, "load_seconds": load_seconds}
+    return {**counts, "seconds": seconds, "load_seconds": load_seconds, "startup_seconds": startup_seconds}
 
 
 def main(config: Config, args) -> None:
