@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 from pipeline.config import Config
 from pipeline.errors import InputError, MissingInputError
 from pipeline.inference import ERROR_COLUMN, SentimentClassifier, load_classifier, output_columns, output_frame, predict_ids
-from pipeline.text import text_problem
+from pipeline.text import NOT_UNICODE, text_problem
 
 _UNDECODABLE_RE = re.compile("[\udc80-\udcff]")
 
@@ -63,7 +63,7 @@ def prepare_chunk(chunk: pd.DataFrame, text_column: str, encoder, first_row: int
     errors = [text_problem(text) for text in texts]
     if has_undecodable(texts):
         for index, text in enumerate(texts):
-            if not errors[index] and _UNDECODABLE_RE.search(text):
+            if errors[index] in ("", NOT_UNICODE) and _UNDECODABLE_RE.search(text):  # the row and the encoding
                 errors[index] = f"row {first_row + index}: undecodable bytes for encoding {encoding}"
     scorable = [i for i, error in enumerate(errors) if not error]
     clean = chunk.copy()

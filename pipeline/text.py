@@ -28,6 +28,7 @@ REQUIRED_RESERVED = 4  # [MASK] is only needed for pretraining; older vocabulari
 LABELS_FILE = "labels.json"
 UNLABELED_FILE = "unlabeled.parquet"  # unlabeled reviews written by ingestion, read by tokenization
 
+NOT_UNICODE = "not valid Unicode text (unpaired surrogate characters)"
 _BREAK_RE = re.compile(r"<br\s*/?>", flags=re.IGNORECASE)
 _NUMBER_RE = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
 
@@ -37,7 +38,8 @@ def text_problem(value) -> str:
 
     The one rule for unscorable input, whatever the client (``make score``, the pyfunc model in
     ``mlflow models predict/serve`` and Spark): a missing value, an empty or whitespace-only
-    string, and anything that is not text (a number, or a string holding only a number).
+    string, anything that is not text (a number, or a string holding only a number), and a string that is
+    not valid Unicode (unpaired surrogates, which no tokenizer can take).
     """
     if value is None or (isinstance(value, float) and value != value):  # None, NaN
         return "missing or empty text"
@@ -49,6 +51,11 @@ def text_problem(value) -> str:
         return "whitespace-only text"
     if _NUMBER_RE.match(value):
         return "not text (a number)"
+    if not value.isascii():  # ASCII (a flag of the string) cannot hold surrogates
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return NOT_UNICODE
     return ""
 
 

@@ -22,6 +22,7 @@ import re
 import shutil
 import time
 import unicodedata
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
@@ -76,6 +77,13 @@ def _keeps_its_word(letter: str) -> bool:
 
 FAST_PATH_LETTERS = "".join(chr(c) for c in range(0xC0, 0x250) if _keeps_its_word(chr(c)))  # Latin-1 to Latin Extended-B
 _OUTSIDE_FAST_PATH = re.compile(f"[^\\x20-\\x7e\\t\\n\\r{re.escape(FAST_PATH_LETTERS)}]")
+
+
+def fast_path_probes() -> list[str]:
+    """One short text per character the fast path takes, at a word's start, middle and end, doubled, next
+    to capitals, digits, punctuation and whitespace, and a word past the 100-byte limit."""
+    characters = [chr(c) for c in range(0x20, 0x7F)] + ["\t", "\n", "\r"] + list(FAST_PATH_LETTERS)
+    return [f"{c}ab{c}Cd {c}{c} 9{c}. x{c}\n" for c in characters] + ["y" * 101 + " Ok"]
 
 
 def on_fast_path(text: str) -> bool:
@@ -214,7 +222,32 @@ class TextEncoder:
             vocab=reachable, suffix_indicator="##", unknown_token="[UNK]", token_out_type=tf.int32,
             no_pretokenization=False, support_detokenization=False,
         )
-        self._tokenize = self._tokenize_fast = None  # each tokenizer as one traced graph, built on first use
+        # each tokenizer as one tf.function, traced once per encoder (any batch size): a ``tf.data`` map would
+        # trace it again on every call, about 0.25 s each, more than a chunked reader's (make score) tokenizing
+        spec = [tf.TensorSpec([None], tf.string)]
+        self._tokenize = tf.function(self.tokenizer, input_signature=spec)
+        self._tokenize_fast = tf.function(self.fast_tokenizer.tokenize, input_signature=spec)
+        self.fast_path_agrees = self._check_fast_path()
+
+    def _check_fast_path(self) -> bool:
+        """Whether the installed tensorflow-text and KerasHub agree on every character the fast path takes.
+
+        Each such character is tokenized both ways in a short probe text (about 480 texts, a few
+        milliseconds). A library version that splits or cases one of them differently turns the fast
+        path off with a warning: every text then goes through KerasHub, slower and with the same ids.
+        """
+        import tensorflow as tf
+
+        probes = fast_path_probes()
+        fast = self._tokenize_fast(tf.constant([p.lower() if self.settings.lowercase else p for p in probes]))
+        reference = self._tokenize(tf.constant(probes))
+        fast_rows, reference_rows = fast.to_list(), reference.to_list()
+        differing = [probe for probe, a, b in zip(probes, fast_rows, reference_rows) if a != b]
+        if differing:
+            warnings.warn(f"tokenizer: tensorflow-text's FastWordpieceTokenizer and KerasHub give other ids for "
+                          f"{len(differing)} of {len(probes)} probe texts (first: {differing[0]!r}); every text "
+                          "goes through KerasHub (same ids, slower)", RuntimeWarning, stacklevel=3)
+        return not differing
 
     @property
     def vocabulary_size(self) -> int:
@@ -228,16 +261,11 @@ class TextEncoder:
     def _token_rows(self, texts: list[str], fast: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(flat ids, row starts, row lengths) of the untruncated WordPiece ids of cleaned ``texts``.
 
-        Each tokenizer runs as one ``tf.function`` traced once per encoder (any batch size): a
-        ``tf.data`` map would trace it again on every call, about 0.25 s each, which cost a chunked
-        reader (``make score``) more than the tokenization itself. ``fast=False``: KerasHub for every text.
+        ``fast=False``: KerasHub for every text.
         """
         import tensorflow as tf
 
-        if self._tokenize is None:
-            spec = [tf.TensorSpec([None], tf.string)]
-            self._tokenize = tf.function(self.tokenizer, input_signature=spec)
-            self._tokenize_fast = tf.function(self.fast_tokenizer.tokenize, input_signature=spec)
+        fast = fast and self.fast_path_agrees
         on_fast = np.array([fast and on_fast_path(text) for text in texts], dtype=bool)
         starts, lengths = np.zeros(len(texts), np.int64), np.zeros(len(texts), np.int64)
         flats, offset = [], 0

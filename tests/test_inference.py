@@ -60,6 +60,7 @@ def test_rows_with_an_error_keep_their_place_with_empty_scores():
     (None, "missing or empty text"), (float("nan"), "missing or empty text"), ("", "missing or empty text"),
     ("  \t", "whitespace-only text"), ("42", "not text (a number)"), (" -1.5e3 ", "not text (a number)"),
     (7, "not text (a int)"), (True, "not text (a bool)"), ("Loved it, 10/10", ""), ("7 Samurai", ""),
+    ("caf\udce9 au lait", "not valid Unicode text (unpaired surrogate characters)"), ("café 😀", ""),
 ])
 def test_one_rule_for_unscorable_values(value, problem):
     assert text_problem(value) == problem
@@ -104,6 +105,30 @@ def test_the_same_model_files_in_another_folder_load_once(tmp_path):
     third = SentimentClassifier.from_paths(copy / "model.keras", copy / "tokenizer")
     assert third.labels == ["bad", "good"] and third.model is not first.model
     assert first.labels == ["negative", "positive"]
+
+
+def test_a_lone_surrogate_anywhere_in_a_long_text_is_the_same_row_error(trained_run):
+    """Scoring tokenizes only the ends of a long text; a surrogate in its middle must still be an error for that
+    row (never a score, never an exception for the whole batch)."""
+    _, run_dir = trained_run
+    classifier = SentimentClassifier.from_paths(run_dir / "model.keras", run_dir / "tokenizer")
+    texts = ["good film " * 300 + "\ud800" + " bad film" * 300, "a good film"]
+    scored = classifier.predict(None, pd.DataFrame({"text": pd.Series(texts, dtype=object)}))  # Arrow cannot hold it
+    assert scored["score_error"].tolist() == [text_problem(texts[0]), ""] and text_problem(texts[0])
+    assert scored["positive_probability"].iloc[0] is None and scored["positive_probability"].iloc[1] is not None
+
+
+def test_loading_from_several_threads_gives_one_model(tmp_path):
+    import shutil
+    from concurrent.futures import ThreadPoolExecutor
+
+    folders = []
+    for index in range(4):
+        shutil.copytree(LEGACY, tmp_path / str(index))
+        folders.append(tmp_path / str(index))
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        loaded = list(pool.map(lambda f: SentimentClassifier.from_paths(f / "model.keras", f / "tokenizer"), folders * 2))
+    assert len({id(classifier.model) for classifier in loaded}) == 1
 
 
 def test_pyfunc_loads_from_its_logged_artifact_names():

@@ -191,6 +191,8 @@ def character_encoder():
     words = ["the", "movie", "was", "good", "bad", "don", "isn", "it", "##s", "##ing"]
     vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", " ", "## ", "don \u0301t"]
     vocabulary += printable + [f"##{c}" for c in printable if c.isalnum()] + words
+    letters = sorted({c.lower() for c in tokenization.FAST_PATH_LETTERS})  # a letter left unlowered would be [UNK]
+    vocabulary += letters + [f"##{c}" for c in letters]
     vocabulary = list(dict.fromkeys(vocabulary))  # one id per entry
     settings = EncoderSettings(lowercase=True, max_sequence_length=24, truncation="head_tail", head_tokens=5)
     return TextEncoder(vocabulary, settings)
@@ -220,7 +222,7 @@ def test_fast_path_gives_keras_hub_ids_for_every_ascii_character_in_context(char
 
 @pytest.mark.parametrize("text", ["café\u00a0crème", "x\u0085y", "\u0096dash", "Ωmega ΣΑΣ", "日本語 text", "don´t",
                                   "tab\x0bvertical", "nul\x00char", "ﬁne", "straße", "ĲSSEL", "ǅemal", "e\u0301"])
-def test_any_other_text_goes_through_keras_hub(character_encoder, text):
+def test_any_other_text_is_routed_to_keras_hub(character_encoder, text):
     assert not tokenization.on_fast_path(text)
     np.testing.assert_array_equal(character_encoder.encode([text]), character_encoder.encode_reference([text]))
 
@@ -257,3 +259,19 @@ def test_encode_by_the_ends_gives_the_whole_text_ids(character_encoder, strategy
     np.testing.assert_array_equal(got, encoder.encode_reference(texts))
     lengths = encoder.encode_with_counts(texts)[1]
     assert (lengths > encoder.settings.max_sequence_length - 1).sum() > 100  # many texts were truncated
+
+
+def test_the_fast_path_turns_itself_off_when_the_libraries_disagree(character_encoder, monkeypatch):
+    """A probe the two tokenizers treat differently ("ß": KerasHub case-folds it to "ss") stands for a library
+    version that splits or cases a fast-path character otherwise: the encoder warns and uses KerasHub only."""
+    assert character_encoder.fast_path_agrees  # the installed versions agree on every probe
+    monkeypatch.setattr(tokenization, "fast_path_probes", lambda: ["the movie", "straße"])
+    with pytest.warns(RuntimeWarning, match="1 of 2 probe texts .* every text goes through KerasHub"):
+        encoder = TextEncoder(character_encoder.vocabulary, character_encoder.settings)
+    assert not encoder.fast_path_agrees
+    calls = []
+    token_rows = encoder._tokenize_fast
+    monkeypatch.setattr(encoder, "_tokenize_fast", lambda batch: calls.append(batch) or token_rows(batch))
+    texts = ["The movie was GOOD!", "the end " * 50]
+    np.testing.assert_array_equal(encoder.encode(texts), encoder.encode_reference(texts))
+    assert not calls
