@@ -209,7 +209,8 @@ def measure_scoring(config: Config, model_uri: str, texts: pd.Series, repeat: in
     classifier = load_classifier(model_uri)
     results: dict = {}
     encoder = classifier.encoder
-    encoder.encode(texts[:64].tolist()), encoder.encode_reference(texts[:64].tolist())  # warm-up
+    for encode in (encoder.encode, encoder.encode_reference):  # warm-up
+        encode(texts[:64].tolist())
     started = time.perf_counter()
     reference = encoder.encode_reference(texts.tolist())
     results["tokenize_reference_rows_per_second"] = len(texts) / (time.perf_counter() - started)

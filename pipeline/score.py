@@ -61,10 +61,9 @@ def prepare_chunk(chunk: pd.DataFrame, text_column: str, encoder, first_row: int
     """
     texts = chunk[text_column].tolist()
     errors = [text_problem(text) for text in texts]
-    if has_undecodable(texts):
-        for index, text in enumerate(texts):
-            if errors[index] in ("", NOT_UNICODE) and _UNDECODABLE_RE.search(text):  # the row and the encoding
-                errors[index] = f"row {first_row + index}: undecodable bytes for encoding {encoding}"
+    for index, error in enumerate(errors):  # text_problem already found them: name the row and the encoding
+        if error == NOT_UNICODE and _UNDECODABLE_RE.search(texts[index]):
+            errors[index] = f"row {first_row + index}: undecodable bytes for encoding {encoding}"
     scorable = [i for i, error in enumerate(errors) if not error]
     clean = chunk.copy()
     for column in chunk.columns:  # surrogate-escaped bytes cannot be written as UTF-8
