@@ -26,6 +26,52 @@ from pipeline.errors import MissingInputError
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT_VERSION = 1
 
+# --------------------------------------------------------------------------- the catalog
+# Every file one stage writes and another reads, named once. A stage's private files (its plots,
+# its checkpoints) are named in the stage itself.
+
+SPLITS = ("train", "val", "test")
+LABELS_FILE = "labels.json"                    # class names in index order: ingest, tokenize, every model
+UNLABELED_TABLE = "unlabeled.parquet"          # ingest -> tokenize, pseudo-label
+VOCABULARY_FILE = "vocabulary.txt"             # tokenize -> train, every model
+TOKENIZER_SETTINGS_FILE = "tokenizer.json"     # tokenize -> train, every model
+TOKEN_LENGTHS_PLOT = "token_lengths.png"       # tokenize -> train (logged with the run)
+BACKBONE_WEIGHTS_FILE = "backbone.weights.npz"  # pretrain -> train
+BACKBONE_SPEC_FILE = "backbone.json"           # pretrain -> train
+BACKBONE_SNAPSHOTS_DIR = "snapshots"           # pretrain -> pretrain-budget: snapshots/<minutes>min/
+PSEUDO_LABELS_FILE = "pseudo_labels.parquet"   # pseudo-label -> train
+KERAS_MODEL_FILE = "model.keras"               # train -> evaluate, the pyfunc model
+TOKENIZER_DIR = "tokenizer"                    # train: the tokenizer files carried with the model
+HISTORY_FILE = "history.json"                  # train, pretrain: per-epoch (per-period) curves
+METRICS_FILE = "metrics.json"                  # evaluate -> compare, register, pretrain-budget
+TEST_PREDICTIONS_FILE = "test_predictions.parquet"  # evaluate, compare's baselines -> compare, register
+COMPARISON_REPORT = "comparison"               # compare -> register, pretrain-budget: reports/comparison.*
+
+
+def split_table(split: str) -> str:
+    """``train.parquet``: one split of ingest's output (``SPLITS``)."""
+    return f"{split}.parquet"
+
+
+def ids_file(split: str) -> str:
+    """``train_ids.npy``: tokenize's int32 ``[rows, max_sequence_length]`` token ids of a split (or ``unlabeled``)."""
+    return f"{split}_ids.npy"
+
+
+UNLABELED = "unlabeled"                        # tokenize's ids of the unlabeled reviews: no labels, no split
+UNLABELED_IDS_FILE = ids_file(UNLABELED)       # tokenize -> pretrain, train (pseudo labels)
+
+
+def labels_file(split: str) -> str:
+    """``train_labels.npy``: tokenize's class indices of a split."""
+    return f"{split}_labels.npy"
+
+
+def token_counts_file(split: str) -> str:
+    """``train_token_counts.npy``: tokens per review before truncation."""
+    return f"{split}_token_counts.npy"
+
+
 
 def file_digest(path: str | Path, algorithm: str = "sha256") -> str:
     """Hex digest of a file's bytes, read in chunks (``sha256``; ``md5`` for the canonical archive)."""

@@ -7,12 +7,18 @@ each batch is then trimmed to its longest row rounded up to ``multiple`` tokens.
 batch widths is small and fixed (multiples of ``multiple`` up to the maximum length), so a
 compiled step sees a handful of shapes and never retraces per batch.
 
-Pure NumPy; ``pipeline.train`` and ``pipeline.inference`` turn the batches into tensors.
+Pure NumPy; the train and pretrain stages and ``pipeline.inference`` turn the batches into tensors.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+# Batch widths are multiples of these. Training (classifier and masked LM) takes 16 by default
+# (``training.length_multiple``): less padding, and its eager steps do not care about shapes.
+# Scoring compiles one XLA executable per width, so it takes 32: 8 widths for 256 tokens.
+TRAINING_LENGTH_MULTIPLE = 16
+SCORING_LENGTH_MULTIPLE = 32
 
 
 def batch_width(longest: int, multiple: int, limit: int) -> int:

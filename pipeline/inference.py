@@ -29,14 +29,13 @@ import mlflow
 import numpy as np
 import pandas as pd
 
-from pipeline.artifacts import sha256_file
-from pipeline.batching import batch_width, bucketed_batches
+from pipeline.artifacts import LABELS_FILE, TOKENIZER_SETTINGS_FILE, sha256_file
+from pipeline.batching import SCORING_LENGTH_MULTIPLE, batch_width, bucketed_batches
+from pipeline.encoder import TextEncoder
 from pipeline.errors import InputError
 from pipeline.predictions import as_class_probabilities, check_shape, predicted_and_confidence, probability_columns
-from pipeline.text import LABELS_FILE, PAD_ID, load_labels, text_problem
-from pipeline.tokenization import SETTINGS_FILE, TextEncoder
+from pipeline.text import PAD_ID, load_labels, text_problem
 
-LENGTH_MULTIPLE = 32  # batch widths: multiples of this (8 widths for 256 tokens) keep compiled shapes few
 _COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 ERROR_COLUMN = "score_error"  # why a row got no score ("" when it was scored)
 ARTIFACT_KERAS_MODEL = "keras_model"  # names of the pyfunc model's artifacts (models logged so far use them)
@@ -55,7 +54,7 @@ def compiled_forward(model):
 
     Eager calls pay Python and op-dispatch overhead on every batch, and XLA fuses the
     element-wise work (layer norms, GELU, softmax) that dominates a small encoder. Callers keep
-    the shapes to a small fixed set (full batches, widths in multiples of ``LENGTH_MULTIPLE``);
+    the shapes to a small fixed set (full batches, widths in multiples of ``SCORING_LENGTH_MULTIPLE``);
     each new shape compiles once, in well under a second for the default model here.
     """
     forward = _COMPILED.get(model)
@@ -86,7 +85,7 @@ def predict_ids(model, ids: np.ndarray, batch_size: int = 256, compiled: bool = 
     # a small input is one batch, padded up to a power of two: a bounded set of compiled shapes
     batch_size = min(batch_size, 1 << max(len(ids) - 1, 0).bit_length())
     for rows in bucketed_batches(lengths, batch_size, seed=None):
-        batch = ids[rows, :batch_width(lengths[rows].max(), LENGTH_MULTIPLE, ids.shape[1])]
+        batch = ids[rows, :batch_width(lengths[rows].max(), SCORING_LENGTH_MULTIPLE, ids.shape[1])]
         if forward is None:
             probabilities[rows] = as_class_probabilities(model(batch, training=False))
         else:
@@ -161,7 +160,7 @@ def _load_parts(keras_model: Path, tokenizer: Path):
     Thread-safe: one load at a time.
     """
     with _LOADING:
-        key = (_checksum(keras_model), _checksum(tokenizer / SETTINGS_FILE), _checksum(tokenizer / LABELS_FILE))
+        key = (_checksum(keras_model), _checksum(tokenizer / TOKENIZER_SETTINGS_FILE), _checksum(tokenizer / LABELS_FILE))
         parts = _LOADED.get(key)
         if parts is None:
             parts = TextEncoder.load(tokenizer), load_labels(tokenizer), load_keras_model(keras_model)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+import pandas as pd
 
 
 def as_class_probabilities(raw) -> np.ndarray:
@@ -64,3 +65,11 @@ def from_probability_columns(frame, labels: Sequence[str]) -> np.ndarray:
         positive = np.asarray(frame["positive_probability"], dtype=np.float64)
         return np.stack([1.0 - positive, positive], axis=1)
     return np.stack([np.asarray(frame[f"probability_{label}"], dtype=np.float64) for label in labels], axis=1)
+
+
+def prediction_frame(source_files, labels: np.ndarray, probabilities: np.ndarray, names: list[str]) -> pd.DataFrame:
+    """The test predictions a stage hands on (``test_predictions.parquet``), one row per test example: label, prediction, correctness, confidence and the named probabilities."""
+    predicted, confidence = predicted_and_confidence(probabilities)
+    return pd.DataFrame({"source_file": list(source_files), "label": np.asarray(labels), "predicted": predicted,
+                         "correct": predicted == np.asarray(labels), "confidence": confidence,
+                         **probability_columns(probabilities, names)})

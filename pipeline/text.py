@@ -19,14 +19,12 @@ from typing import Sequence
 
 import numpy as np
 
-from pipeline.artifacts import atomic_write_json
+from pipeline.artifacts import LABELS_FILE, atomic_write_json
 from pipeline.errors import MissingInputError
 
 RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(RESERVED_TOKENS))
 REQUIRED_RESERVED = 4  # [MASK] is only needed for pretraining; older vocabularies stop at [SEP]
-LABELS_FILE = "labels.json"
-UNLABELED_FILE = "unlabeled.parquet"  # unlabeled reviews written by ingestion, read by tokenization
 
 NOT_UNICODE = "not valid Unicode text (unpaired surrogate characters)"
 _BREAK_RE = re.compile(r"<br\s*/?>", flags=re.IGNORECASE)

@@ -63,7 +63,7 @@ def setup_tracking(config: Config) -> str:
     The experiment is tagged as a model-training experiment. MLflow 3.17's UI decides what an
     experiment page shows from its GenAI / model-training switch (the ``workflowType`` URL
     parameter, else the browser's last choice) and reads the tag only where that switch is off;
-    ``pipeline.ui`` therefore also prints links that carry the parameter.
+    ``pipeline.mlflow_ui`` therefore also makes links that carry the parameter.
     """
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     for message in _IGNORED_MLFLOW_WARNINGS:

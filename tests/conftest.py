@@ -148,7 +148,7 @@ def trained_run(tmp_path_factory):
     Session-scoped because several test modules need a trained run; it gets its own MLflow
     store and data folder, and tests must not modify it.
     """
-    from pipeline import ingest, tokenization, train
+    from pipeline.stages import ingest, tokenize, train
 
     root = tmp_path_factory.mktemp("trained")
     write_imdb_tree(root / "source", per_class={"train": 150, "test": 60}, seed=1)
@@ -159,7 +159,7 @@ def trained_run(tmp_path_factory):
     ])
     with inside(root):
         ingest.run(config)
-        tokenization.run(config)
+        tokenize.run(config)
         run_dir = train.run(config)
     return config, run_dir
 
@@ -171,7 +171,7 @@ def comparison(tmp_path_factory):
     Session-scoped: the comparison, UI and registry tests read it. The last test of
     tests/test_compare.py retrains its children with --force (the parent stays the same).
     """
-    from pipeline import compare, ingest, tokenization
+    from pipeline.stages import compare, ingest, tokenize
 
     root = tmp_path_factory.mktemp("compare")
     write_imdb_tree(root / "source", per_class={"train": 60, "test": 40}, seed=3)
@@ -183,6 +183,6 @@ def comparison(tmp_path_factory):
     ])
     with inside(root):
         ingest.run(config)
-        tokenization.run(config)
+        tokenize.run(config)
         report = compare.run(config)
     return config, report

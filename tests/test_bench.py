@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from pipeline import bench
+from pipeline.stages import bench
 from pipeline.config import ModelConfig
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import compare
+from pipeline.stages import compare
 from pipeline.metrics import mcnemar_exact
 
 VARIANTS = ["first_token/pretrained", "first_token/scratch", "mean/pretrained", "mean/scratch"]
@@ -96,7 +96,7 @@ def test_rerun_reuses_finished_children(comparison, capsys):
 
 
 def test_mlflow_server_shows_children_with_pooling_and_test_accuracy(comparison):
-    from pipeline.ui import mlflow_server
+    from pipeline.mlflow_ui import mlflow_server
 
     config, _ = comparison
     with mlflow_server(config.tracking.tracking_uri) as base:
@@ -116,11 +116,11 @@ def test_mlflow_server_shows_children_with_pooling_and_test_accuracy(comparison)
 
 
 def test_register_picks_best_validation_run_and_score_uses_champion(comparison, tmp_path, capsys):
-    from pipeline import registry, score
+    from pipeline.stages import register, score
 
     config, _ = comparison
     payload = json.loads((config.reports_dir / "comparison.json").read_text())
-    uri = registry.run(config)
+    uri = register.run(config)
     assert uri == "models:/smoke-sentiment@champion"
     client = mlflow.tracking.MlflowClient()
     champion = client.get_model_version_by_alias("smoke-sentiment", "champion")
@@ -129,7 +129,7 @@ def test_register_picks_best_validation_run_and_score_uses_champion(comparison, 
     assert champion.run_id in model_runs
     assert val_accuracy[champion.run_id] == max(val_accuracy.values())
     capsys.readouterr()
-    registry.run(config)
+    register.run(config)
     assert "up to date" in capsys.readouterr().out
 
     # the model card: the version's description and reports/<run_id>/model_card.md, from the run's own numbers
@@ -155,7 +155,7 @@ def test_register_picks_best_validation_run_and_score_uses_champion(comparison, 
 
 
 def test_position_ablation_shares_runs_without_stealing_them(comparison, capsys):
-    from pipeline import registry
+    from pipeline.stages import register
 
     config, _ = comparison
     pooling = json.loads((config.reports_dir / "comparison.json").read_text())
@@ -173,7 +173,7 @@ def test_position_ablation_shares_runs_without_stealing_them(comparison, capsys)
         run = client.get_run(run_id)
         assert run.data.tags["mlflow.parentRunId"] == ablation["parent_run_id"]
         assert run.data.params["model.position"] == "none"
-    registry.run(config)  # still registers from the pooling comparison's runs
+    register.run(config)  # still registers from the pooling comparison's runs
     champion = client.get_model_version_by_alias("smoke-sentiment", "champion")
     assert champion.run_id in model_run_ids(pooling)
 
@@ -182,7 +182,7 @@ def test_force_retrains_every_child_and_registers_a_new_version(comparison, caps
     """Last in this module: --force replaces the comparison's runs (the parent stays the same)."""
     import argparse
 
-    from pipeline import registry
+    from pipeline.stages import register
 
     config, _ = comparison
     before = json.loads((config.reports_dir / "comparison.json").read_text())
@@ -196,9 +196,9 @@ def test_force_retrains_every_child_and_registers_a_new_version(comparison, caps
     assert after["summary"]["baseline"]["run_ids"] != before["summary"]["baseline"]["run_ids"]
 
     client = mlflow.tracking.MlflowClient()
-    registry.run(config)
+    register.run(config)
     version = int(client.get_model_version_by_alias("smoke-sentiment", "champion").version)
-    registry.main(config, argparse.Namespace(force=True))
+    register.main(config, argparse.Namespace(force=True))
     champion = client.get_model_version_by_alias("smoke-sentiment", "champion")
     assert int(champion.version) == version + 1 and champion.run_id in runs_after
 

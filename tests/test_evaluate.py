@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import behaviour, evaluate
+from pipeline import behaviour
+from pipeline.stages import evaluate
 
 
 def test_length_bucket_accuracy_marks_truncated_buckets():
@@ -75,7 +76,7 @@ def test_evaluate_logs_test_metrics_plots_and_report(trained_run):
 
 
 def test_evaluate_without_runs_says_train_first(smoke_config):
-    from pipeline import ingest
+    from pipeline.stages import ingest
 
     ingest.run(smoke_config)
     with pytest.raises(ValueError, match="make train"):

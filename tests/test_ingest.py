@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline import ingest
+from pipeline.stages import ingest
 from pipeline.__main__ import main as cli_main
 from pipeline.config import load_config
 from pipeline.errors import PipelineError

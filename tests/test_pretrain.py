@@ -7,8 +7,9 @@ import mlflow
 import numpy as np
 import pytest
 
-from pipeline import ingest, pretrain, tokenization, train
+from pipeline.stages import ingest, pretrain, tokenize, train
 from pipeline.errors import InputError, MissingInputError
+from pipeline.encoder import TextEncoder
 from pipeline.text import MASK_ID
 from tests.conftest import PROJECT_ROOT, make_archive, write_imdb_tree
 from pipeline.config import load_config
@@ -25,7 +26,7 @@ def unsup_config(tmp_path):
 
 def prepared(config):
     ingest.run(config)
-    tokenization.run(config)
+    tokenize.run(config)
     return config
 
 
@@ -35,7 +36,7 @@ def test_unlabeled_reviews_are_ingested_and_tokenized_for_pretraining_only(unsup
     assert manifest["unlabeled_rows"] == 120
     assert (config.data_dir / "tokenize" / "unlabeled_ids.npy").is_file()
     assert not (config.data_dir / "tokenize" / "unlabeled_labels.npy").exists()
-    encoder = tokenization.TextEncoder.load(config.data_dir / "tokenize")
+    encoder = TextEncoder.load(config.data_dir / "tokenize")
     assert encoder.can_mask and encoder.vocabulary[MASK_ID] == "[MASK]"
 
 
@@ -112,7 +113,7 @@ def test_fine_tuning_refuses_another_vocabulary_or_width(unsup_config):
         train.run(wider)
     other_vocabulary = config.replace(tokenizer={"vocabulary_size": 60}, model={"init": "pretrained"},
                                       training={"epochs": 1})
-    tokenization.run(other_vocabulary)
+    tokenize.run(other_vocabulary)
     with pytest.raises(InputError, match="different vocabulary"):
         train.run(other_vocabulary)
 
@@ -149,15 +150,15 @@ def test_pretraining_needs_the_mask_token(unsup_config):
 
 
 def test_budget_curve_fine_tunes_from_scratch_and_from_the_pretrained_backbone(unsup_config):
-    from pipeline import budget_curve
+    from pipeline.stages import pretrain_budget
 
     config = prepared(unsup_config).replace(training={"epochs": 1})
-    report = budget_curve.run(config, seeds=(1,), baseline=0.9)
+    report = pretrain_budget.run(config, seeds=(1,), baseline=0.9)
     payload = json.loads((config.reports_dir / "pretraining_budget.json").read_text())
     minutes = [row["pretrain_minutes"] for row in payload["rows"]]
     assert minutes[0] == 0 and minutes[-1] > 0 and len(minutes) == 2
     client = mlflow.tracking.MlflowClient()
-    small = budget_curve.encoder_label(config.backbone())
+    small = pretrain_budget.encoder_label(config.backbone())
     assert "pretrained_from" not in client.get_run(payload["rows"][0]["run_id"]).data.tags
     assert client.get_run(payload["rows"][1]["run_id"]).data.tags["pretrained_from"] == payload["pretrain_runs"][small]
     assert report.read_text().count(f"| {small} | ") == 4  # two summary lines, two run lines
@@ -165,10 +166,10 @@ def test_budget_curve_fine_tunes_from_scratch_and_from_the_pretrained_backbone(u
 
     # A second encoder size adds its own curve to the same report; rerunning a size replaces its rows.
     wider = config.replace(model={"hidden_dim": config.model.hidden_dim * 2})
-    budget_curve.run(wider, seeds=(1,))
-    budget_curve.run(wider, seeds=(1,))
+    pretrain_budget.run(wider, seeds=(1,))
+    pretrain_budget.run(wider, seeds=(1,))
     merged = json.loads((config.reports_dir / "pretraining_budget.json").read_text())
-    label = budget_curve.encoder_label(wider.backbone())
+    label = pretrain_budget.encoder_label(wider.backbone())
     assert [row["encoder"] for row in merged["rows"]] == [small, small, label, label]
     assert merged["rows"][:2] == payload["rows"]
     assert set(merged["pretrain_runs"]) == {small, label} and merged["baseline_test_accuracy"] == 0.9
@@ -176,7 +177,7 @@ def test_budget_curve_fine_tunes_from_scratch_and_from_the_pretrained_backbone(u
 
 
 def test_budget_summary_matches_seeds_and_picks_the_budget_on_validation():
-    from pipeline.budget_curve import chosen_budgets, summarize
+    from pipeline.stages.pretrain_budget import chosen_budgets, summarize
 
     def row(encoder, minutes, seed, val, test):
         return {"encoder": encoder, "pretrain_minutes": minutes, "seed": seed, "best_val_accuracy": val, "test_accuracy": test}
@@ -194,7 +195,7 @@ def test_budget_summary_matches_seeds_and_picks_the_budget_on_validation():
 
 
 def test_budget_baseline_defaults_to_the_comparison_report(tmp_path):
-    from pipeline.budget_curve import comparison_baseline
+    from pipeline.stages.pretrain_budget import comparison_baseline
 
     assert comparison_baseline(tmp_path) is None
     (tmp_path / "comparison.json").write_text(json.dumps({"summary": {"first_token": {}}}))
@@ -204,7 +205,7 @@ def test_budget_baseline_defaults_to_the_comparison_report(tmp_path):
 
 
 def test_an_unreadable_budget_report_is_refused_by_name_not_overwritten(tmp_path):
-    from pipeline.budget_curve import read_previous_report
+    from pipeline.stages.pretrain_budget import read_previous_report
     from pipeline.errors import InputError
 
     assert read_previous_report(tmp_path / "pretraining_budget.json") is None

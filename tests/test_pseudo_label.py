@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import ingest, pseudo_label, tokenization, train
+from pipeline.encoder import load_split
+from pipeline.stages import ingest, pseudo_label, tokenize, train
 from pipeline.__main__ import main as cli_main
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputError, MissingInputError
@@ -23,7 +24,7 @@ def unsup_config(tmp_path):
     config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
         f"data.archive={archive}", f"paths.data_dir={tmp_path / 'data'}", f"paths.reports_dir={tmp_path / 'reports'}"])
     ingest.run(config)
-    tokenization.run(config)
+    tokenize.run(config)
     return config
 
 
@@ -90,7 +91,7 @@ def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(unsup_
     # one epoch holds every gold and every pseudo-labelled review exactly once, each with its label
     data = train.load_training_data(config.replace(training={"pseudo_labels": True}), config.data_dir / "tokenize", 1)
     seen = Counter((tuple(row[row != PAD_ID]), int(label)) for x, y in data.train for row, label in zip(x.numpy(), y.numpy()))
-    gold_ids, gold_labels = tokenization.load_split(config.data_dir / "tokenize", "train")
+    gold_ids, gold_labels = load_split(config.data_dir / "tokenize", "train")
     unlabeled_ids = np.load(config.data_dir / "tokenize" / "unlabeled_ids.npy")
     expected = Counter((tuple(row[row != PAD_ID]), int(label)) for row, label in zip(gold_ids, gold_labels))
     expected.update((tuple(unlabeled_ids[r][unlabeled_ids[r] != PAD_ID]), int(label))
@@ -117,7 +118,7 @@ def test_refusals_name_what_is_missing(unsup_config, tmp_path, capsys):
     write_imdb_tree(tmp_path / "other", per_class={"train": 30, "test": 10}, seed=9, unlabeled=20)
     other = unsup_config.replace(data={"archive": str(make_archive(tmp_path / "other", tmp_path / "other.tar.gz"))})
     ingest.run(other)
-    tokenization.run(other)
+    tokenize.run(other)
     with pytest.raises(InputError, match="another ingestion"):
         train.load_training_data(other.replace(training={"pseudo_labels": True}), other.data_dir / "tokenize", 1)
 
@@ -133,7 +134,7 @@ def test_without_unlabeled_reviews_the_stage_says_how_to_get_them(smoke_config, 
 
 
 def test_the_comparison_key_follows_the_teacher_settings_only_when_training_uses_them(unsup_config):
-    from pipeline.compare import comparison_key
+    from pipeline.stages.compare import comparison_key
 
     off, stricter_off = unsup_config, unsup_config.replace(pseudo_label={"min_confidence": 0.9})
     assert comparison_key(off, "pooling") == comparison_key(stricter_off, "pooling")

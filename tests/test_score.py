@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline import score
+from pipeline.stages import score
 from pipeline.__main__ import main as cli_main
 from pipeline.text import text_problem
 

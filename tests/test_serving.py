@@ -9,7 +9,7 @@ import mlflow
 import pandas as pd
 import pytest
 
-from pipeline import score, serve
+from pipeline.stages import score, serve
 
 # what a user may send: reviews, and values that cannot be scored
 ROWS = ["A superb, wonderful film.", "", "   ", "42", "Awful and dull from start to end.", "7 Samurai is a classic"]

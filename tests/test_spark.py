@@ -6,7 +6,8 @@ import os
 import pandas as pd
 import pytest
 
-from pipeline import score, spark_score
+from pipeline import spark
+from pipeline.stages import score
 from pipeline.__main__ import main as cli_main
 from pipeline.errors import InputError, MissingInputError
 
@@ -57,7 +58,7 @@ def assert_matches(got: pd.DataFrame, expected: pd.DataFrame) -> None:
 
 def test_spark_scores_a_csv_like_make_score(spark_setup, capsys):
     config, model_uri, folder, frame, expected = spark_setup
-    summary = spark_score.run(config, str(folder / "reviews.csv"), folder / "out_csv_input", model_uri=model_uri)
+    summary = spark.score_table(config, str(folder / "reviews.csv"), folder / "out_csv_input", model_uri=model_uri)
     assert (folder / "out_csv_input" / "_SUCCESS").is_file()
     got = read_parts(folder / "out_csv_input", "parquet")
     assert list(got.columns) == ["id", "stars", "text", "positive_probability", "predicted_label", "score_error"]
@@ -76,7 +77,7 @@ def test_spark_scores_a_parquet_folder_to_csv_parts(spark_setup):
     source.mkdir()
     frame.iloc[:25].to_parquet(source / "a.parquet", index=False)
     frame.iloc[25:].to_parquet(source / "b.parquet", index=False)
-    spark_score.run(config, str(source), folder / "out_parquet_input", model_uri=model_uri, output_format="csv",
+    spark.score_table(config, str(source), folder / "out_parquet_input", model_uri=model_uri, output_format="csv",
                     keep_row_index=True)
     got = read_parts(folder / "out_parquet_input", "csv")
     assert_matches(got, expected)
@@ -89,23 +90,23 @@ def test_output_folder_is_refused_then_replaced_with_overwrite(spark_setup):
     out.mkdir()
     (out / "old.txt").write_text("keep me")
     with pytest.raises(InputError, match="exists: pass --overwrite"):
-        spark_score.run(config, str(folder / "reviews.csv"), out, model_uri=model_uri)
+        spark.score_table(config, str(folder / "reviews.csv"), out, model_uri=model_uri)
     assert (out / "old.txt").read_text() == "keep me"
     frame.iloc[:5].to_csv(folder / "five.csv", index=False)
-    spark_score.run(config, str(folder / "five.csv"), out, model_uri=model_uri, overwrite=True)
+    spark.score_table(config, str(folder / "five.csv"), out, model_uri=model_uri, overwrite=True)
     assert not (out / "old.txt").exists() and len(read_parts(out, "parquet")) == 5
 
 
 def test_bad_inputs_get_one_clear_line(spark_setup, tmp_path, capsys):
     config, model_uri, folder, frame, _ = spark_setup
     with pytest.raises(MissingInputError, match="no files match"):
-        spark_score.resolve_inputs(str(tmp_path / "nothing-*.csv"))
+        spark.resolve_inputs(str(tmp_path / "nothing-*.csv"))
     frame.rename(columns={"text": "review"}).to_parquet(tmp_path / "no_text.parquet", index=False)
     with pytest.raises(InputError, match="no_text.parquet: no column 'text'"):
-        spark_score.run(config, str(tmp_path / "no_text.parquet"), tmp_path / "out", model_uri=model_uri)
+        spark.score_table(config, str(tmp_path / "no_text.parquet"), tmp_path / "out", model_uri=model_uri)
     frame.to_csv(tmp_path / "mixed.csv", index=False)
     with pytest.raises(InputError, match="mixes CSV and Parquet"):
-        spark_score.resolve_inputs(str(tmp_path / "*"))
+        spark.resolve_inputs(str(tmp_path / "*"))
     assert not (tmp_path / "out").exists()
     # through the command line: one error line, exit status 2
     code = cli_main(["score", "--engine", "spark", "--input", str(tmp_path / "none*.parquet"), "--output",
@@ -116,6 +117,6 @@ def test_bad_inputs_get_one_clear_line(spark_setup, tmp_path, capsys):
 def test_missing_java_is_one_line(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("JAVA_HOME", raising=False)
-    with pytest.raises(spark_score.PipelineError, match="Spark needs Java 17"):
-        spark_score.require_java()
+    with pytest.raises(spark.PipelineError, match="Spark needs Java 17"):
+        spark.require_java()
     assert os.environ["PATH"] == "/nonexistent"

@@ -32,7 +32,7 @@ def test_every_stage_module_has_a_main_and_its_upstream_stages_exist():
     import importlib
 
     for stage in stages.STAGES.values():
-        assert callable(getattr(importlib.import_module(stage.module), stage.entry)), stage.module
+        assert callable(importlib.import_module(stage.module).main), stage.module
         assert set(stage.reads) <= set(stages.STAGES), stage.name
 
 
@@ -63,12 +63,12 @@ def test_user_mistakes_are_one_line_and_bugs_keep_their_traceback(smoke_config, 
     assert cli_main(["ingest", "--set", "model.pooling=max"]) == 2
     assert "model.pooling must be one of" in capsys.readouterr().err
 
-    from pipeline import registry
+    from pipeline.stages import register
 
     def bug(config, args):
         raise KeyError("a bug, not a user's mistake")
 
-    monkeypatch.setattr(registry, "main", bug)
+    monkeypatch.setattr(register, "main", bug)
     with pytest.raises(KeyError, match="a bug"):
         cli_main(["register"])
 

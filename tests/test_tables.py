@@ -7,7 +7,7 @@ import mlflow
 import pandas as pd
 import pytest
 
-from pipeline import evaluate, ingest, score, tokenization, train
+from pipeline.stages import evaluate, ingest, score, tokenize, train
 from pipeline.config import load_config
 from pipeline.tables import sort_labels
 from tests.conftest import NEGATIVE_WORDS, NEUTRAL_WORDS, POSITIVE_WORDS, PROJECT_ROOT
@@ -47,7 +47,7 @@ def test_three_class_task_end_to_end_with_string_labels(tmp_path):
     assert json.loads((out_dir / "labels.json").read_text()) == {"labels": ["bad", "good", "meh"]}
     manifest = json.loads((out_dir / "manifest.json").read_text())
     assert sum(manifest["rows"].values()) == 360 and set(manifest["labels"]["test"]) == {"bad", "good", "meh"}
-    tokenization.run(config)
+    tokenize.run(config)
     run_dir = train.run(config)
     run_id = json.loads((run_dir / "manifest.json").read_text())["mlflow_run_id"]
     report = json.loads((evaluate.run(config, run=run_id) / "metrics.json").read_text())

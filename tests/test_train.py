@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import ingest, tokenization, train
+from pipeline.stages import ingest, tokenize, train
 from pipeline.inference import load_keras_model, predict_probabilities
-from pipeline.tokenization import TextEncoder
+from pipeline.encoder import TextEncoder
 
 
 def test_tiny_model_learns_separable_task(trained_run):
@@ -91,7 +91,7 @@ class RecordEpochs(keras.callbacks.Callback):
 def test_killed_training_resumes_from_last_epoch(smoke_config, capsys):
     config = smoke_config.replace(training={"epochs": 3, "early_stopping_patience": 5})
     ingest.run(config)
-    tokenization.run(config)
+    tokenize.run(config)
     with pytest.raises(KeyboardInterrupt):
         train.run(config, extra_callbacks=[CrashAfterEpoch(0)])
     recorder = RecordEpochs()
@@ -128,7 +128,7 @@ def test_mlflow_models_predict_cli_scores_a_csv_in_a_fresh_process(trained_run, 
 
 
 def test_max_train_samples_draws_from_the_whole_split_not_its_head():
-    from pipeline.train import subsample
+    from pipeline.stages.train import subsample
 
     labels = np.repeat([0, 1], 500)  # ordered by label, as IMDB's train split is
     keep = subsample(len(labels), 100, seed=3)

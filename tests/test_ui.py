@@ -7,7 +7,7 @@ test's temporary folder.
 import mlflow
 import pytest
 
-from pipeline import ui
+from pipeline.stages import ui
 from pipeline.__main__ import main as cli_main
 from pipeline.tracking import DESCRIPTION_TAG, EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
 from tests.conftest import PROJECT_ROOT
@@ -107,7 +107,7 @@ def test_capture_needs_a_comparison():
 
 def test_servers_started_in_another_folder_get_an_absolute_store(tmp_path, monkeypatch):
     """`make ui` / `make serve` with the default relative store: the server process runs elsewhere."""
-    from pipeline.serve import serve_environment
+    from pipeline.stages.serve import serve_environment
     from pipeline.tracking import absolute_tracking_uri
 
     monkeypatch.chdir(tmp_path)

@@ -5,10 +5,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import ingest, tokenization
+from pipeline import encoder as encoding
+from pipeline.stages import ingest, tokenize
 from pipeline.config import load_config
 from pipeline.text import CLS_ID, PAD_ID, UNK_ID
-from pipeline.tokenization import EncoderSettings, TextEncoder, truncate_and_pad
+from pipeline.encoder import FAST_PATH_LETTERS, EncoderSettings, TextEncoder, load_split, on_fast_path, text_ends, truncate_and_pad
 from tests.conftest import PROJECT_ROOT, REAL_ARCHIVE, requires_real_archive
 
 
@@ -38,7 +39,7 @@ def small_encoder():
     texts = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(200)]
     config = load_config(None, ["tokenizer.vocabulary_size=120", "tokenizer.min_frequency=1",
                                 "tokenizer.max_sequence_length=16", "tokenizer.head_tokens=4"])
-    vocabulary = tokenization.learn_vocabulary(texts, config.tokenizer)
+    vocabulary = tokenize.learn_vocabulary(texts, config.tokenizer)
     return TextEncoder(vocabulary, EncoderSettings.from_config(config.tokenizer))
 
 
@@ -62,7 +63,7 @@ def test_encoding_layout_and_determinism(small_encoder):
 
 def test_encoding_in_chunks_traces_the_tokenizer_once_and_matches_one_call(small_encoder, monkeypatch):
     """A chunked reader (make score) calls encode per chunk: the tokenizer graph must not be rebuilt each time."""
-    monkeypatch.setattr(tokenization, "_ENCODE_BATCH", 4)  # several batches per call, a short last one
+    monkeypatch.setattr(encoding, "_ENCODE_BATCH", 4)  # several batches per call, a short last one
     texts = [f"the movie was {'good ' * (i % 5)}{'bad ' * (i % 3)}" for i in range(23)]
     whole = small_encoder.encode(texts)
     chunks = np.concatenate([small_encoder.encode(texts[start:start + 7]) for start in range(0, 23, 7)])
@@ -103,7 +104,7 @@ def test_load_missing_files_says_run_tokenize(tmp_path):
 
 def test_stage_requires_ingest_output(smoke_config):
     with pytest.raises(FileNotFoundError, match="make ingest"):
-        tokenization.run(smoke_config)
+        tokenize.run(smoke_config)
 
 
 def test_stage_outputs_manifest_and_vocabulary_never_sees_test(smoke_config):
@@ -112,7 +113,7 @@ def test_stage_outputs_manifest_and_vocabulary_never_sees_test(smoke_config):
     test.loc[0, "text"] = "zyzzyva " * 3 + test.loc[0, "text"]  # a word only the test split contains
     test.to_parquet(ingest_dir / "test.parquet", index=False)
 
-    out_dir = tokenization.run(smoke_config)
+    out_dir = tokenize.run(smoke_config)
     manifest = json.loads((out_dir / "manifest.json").read_text())
     for key in ("vocabulary_size", "unknown_token_rate", "truncated_fraction", "token_length", "config_hash"):
         assert key in manifest
@@ -124,22 +125,22 @@ def test_stage_outputs_manifest_and_vocabulary_never_sees_test(smoke_config):
     test_ids = np.load(out_dir / "test_ids.npy")
     assert test_ids[0][1] == UNK_ID
     assert manifest["unknown_token_rate"]["test"] > 0 == manifest["unknown_token_rate"]["train"]
-    train_ids, train_labels = tokenization.load_split(out_dir, "train")
+    train_ids, train_labels = load_split(out_dir, "train")
     assert len(train_ids) == len(train_labels) == manifest["rows"]["train"]
 
 
 def test_stage_skips_when_unchanged_and_reruns_on_change(smoke_config, capsys):
     ingest.run(smoke_config)
-    out_dir = tokenization.run(smoke_config)
+    out_dir = tokenize.run(smoke_config)
     capsys.readouterr()
-    tokenization.run(smoke_config)
+    tokenize.run(smoke_config)
     assert "up to date" in capsys.readouterr().out
     longer = smoke_config.replace(tokenizer={"max_sequence_length": 48})
-    tokenization.run(longer)
+    tokenize.run(longer)
     assert "up to date" not in capsys.readouterr().out
     assert np.load(out_dir / "train_ids.npy").shape[1] == 48
     ingest.run(smoke_config.replace(data={"seed": 3}))
-    tokenization.run(longer)
+    tokenize.run(longer)
     assert "up to date" not in capsys.readouterr().out.splitlines()[-1]
 
 
@@ -152,7 +153,7 @@ def test_real_archive_subsample(tmp_path):
     for split, rows in (("train", 2000), ("val", 200), ("test", 500)):
         frame = pd.read_parquet(ingest_dir / f"{split}.parquet")
         frame.sample(rows, random_state=0).to_parquet(ingest_dir / f"{split}.parquet", index=False)
-    out_dir = tokenization.run(config)
+    out_dir = tokenize.run(config)
     manifest = json.loads((out_dir / "manifest.json").read_text())
     assert 1500 < manifest["vocabulary_size"] <= 2000
     assert manifest["unknown_token_rate"]["test"] < 0.01
@@ -162,7 +163,7 @@ def test_real_archive_subsample(tmp_path):
 @pytest.mark.parametrize("strategy", ["head", "tail", "head_tail"])
 def test_vectorised_rows_match_a_row_by_row_reference(strategy):
     """The batch encoder against a plain reading of the rule, on rows shorter, equal and longer than the budget."""
-    from pipeline.tokenization import truncate_and_pad_rows
+    from pipeline.encoder import truncate_and_pad_rows
 
     rng = np.random.default_rng(0)
     rows = [rng.integers(4, 100, n).tolist() for n in (0, 1, 5, 7, 8, 20, 3)]
@@ -191,7 +192,7 @@ def character_encoder():
     words = ["the", "movie", "was", "good", "bad", "don", "isn", "it", "##s", "##ing"]
     vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", " ", "## ", "don \u0301t"]
     vocabulary += printable + [f"##{c}" for c in printable if c.isalnum()] + words
-    letters = sorted({c.lower() for c in tokenization.FAST_PATH_LETTERS})  # a letter left unlowered would be [UNK]
+    letters = sorted({c.lower() for c in FAST_PATH_LETTERS})  # a letter left unlowered would be [UNK]
     vocabulary += letters + [f"##{c}" for c in letters]
     vocabulary = list(dict.fromkeys(vocabulary))  # one id per entry
     settings = EncoderSettings(lowercase=True, max_sequence_length=24, truncation="head_tail", head_tokens=5)
@@ -210,10 +211,10 @@ def test_fast_path_gives_keras_hub_ids_for_every_ascii_character_in_context(char
     texts += ["".join(rng.choice(ASCII_TEXT_CHARACTERS + list("aeiou  ")) for _ in range(rng.randint(0, 80)))
               for _ in range(400)]
     texts += ["A" * 99 + " ok", "b" * 101 + " ok", "[CLS] [MASK] [UNK] [PAD]", "DON'T it's ISN'T", "don t"]
-    texts += [f"{left}{c}{right}" for c in tokenization.FAST_PATH_LETTERS  # the Latin letters that stay on it
+    texts += [f"{left}{c}{right}" for c in FAST_PATH_LETTERS  # the Latin letters that stay on it
               for left, right in (("", ""), ("a", "b"), ("The", "MOVIE"), ("x ", ". y"), (c, c))]
     texts += ["Café CRÈME, naïve Ærø!", "ÉTÉ été"]
-    assert all(tokenization.on_fast_path(text) for text in texts)
+    assert all(on_fast_path(text) for text in texts)
     fast, reference = _untruncated(character_encoder, texts, True), _untruncated(character_encoder, texts, False)
     differing = [(text, got, want) for text, got, want in zip(texts, fast, reference) if got != want]
     assert not differing, differing[:5]
@@ -223,19 +224,19 @@ def test_fast_path_gives_keras_hub_ids_for_every_ascii_character_in_context(char
 @pytest.mark.parametrize("text", ["café\u00a0crème", "x\u0085y", "\u0096dash", "Ωmega ΣΑΣ", "日本語 text", "don´t",
                                   "tab\x0bvertical", "nul\x00char", "ﬁne", "straße", "ĲSSEL", "ǅemal", "e\u0301"])
 def test_any_other_text_is_routed_to_keras_hub(character_encoder, text):
-    assert not tokenization.on_fast_path(text)
+    assert not on_fast_path(text)
     np.testing.assert_array_equal(character_encoder.encode([text]), character_encoder.encode_reference([text]))
 
 
 def test_text_ends_cut_at_spaces_and_never_overlap():
     text = "aa bb cc dd ee ff gg"
-    head, tail = tokenization.text_ends(text, 4, 4)
+    head, tail = text_ends(text, 4, 4)
     assert (head, tail) == ("aa bb", "ff gg")  # the first space at or after 4 characters; the last before the end's 4
-    assert tokenization.text_ends(text, 10, 10) is None  # not longer than both ends together
-    assert tokenization.text_ends("a" * 30, 5, 5) is None  # no space to cut at
-    assert tokenization.text_ends(text, 0, 4) == ("", "ff gg") and tokenization.text_ends(text, 4, 0) == ("aa bb", "")
-    assert tokenization.text_ends("aaaa bbbb", 4, 4) == ("aaaa", "bbbb")  # the only space is both cut points
-    assert tokenization.text_ends("aaaaaaaa bb", 4, 4) is None  # the end would need a space before "bb"
+    assert text_ends(text, 10, 10) is None  # not longer than both ends together
+    assert text_ends("a" * 30, 5, 5) is None  # no space to cut at
+    assert text_ends(text, 0, 4) == ("", "ff gg") and text_ends(text, 4, 0) == ("aa bb", "")
+    assert text_ends("aaaa bbbb", 4, 4) == ("aaaa", "bbbb")  # the only space is both cut points
+    assert text_ends("aaaaaaaa bb", 4, 4) is None  # the end would need a space before "bb"
 
 
 @pytest.mark.parametrize("strategy,head", [("head", 0), ("tail", 0), ("head_tail", 5), ("head_tail", 0)])
@@ -265,7 +266,7 @@ def test_the_fast_path_turns_itself_off_when_the_libraries_disagree(character_en
     """A probe the two tokenizers treat differently ("ß": KerasHub case-folds it to "ss") stands for a library
     version that splits or cases a fast-path character otherwise: the encoder warns and uses KerasHub only."""
     assert character_encoder.fast_path_agrees  # the installed versions agree on every probe
-    monkeypatch.setattr(tokenization, "fast_path_probes", lambda: ["the movie", "straße"])
+    monkeypatch.setattr(encoding, "fast_path_probes", lambda: ["the movie", "straße"])
     with pytest.warns(RuntimeWarning, match="1 of 2 probe texts .* every text goes through KerasHub"):
         encoder = TextEncoder(character_encoder.vocabulary, character_encoder.settings)
     assert not encoder.fast_path_agrees

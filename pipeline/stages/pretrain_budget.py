@@ -23,9 +23,18 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.artifacts import atomic_write_json, atomic_write_text, manifest_hash, read_manifest
+from pipeline.artifacts import (
+    BACKBONE_SNAPSHOTS_DIR,
+    BACKBONE_SPEC_FILE,
+    COMPARISON_REPORT,
+    METRICS_FILE,
+    atomic_write_json,
+    atomic_write_text,
+    manifest_hash,
+    read_manifest,
+)
 from pipeline.config import Config
-from pipeline.stages import stage_dir
+from pipeline.stages import run_stage, stage_dir
 
 REPORT_NAME = "pretraining_budget"
 
@@ -139,7 +148,7 @@ def render_markdown(rows: list[dict], summary: list[dict], pretrain_runs: dict[s
 
 def comparison_baseline(reports_dir: Path) -> float | None:
     """The TF-IDF baseline's test accuracy from ``make compare``'s report, when there is one."""
-    path = reports_dir / "comparison.json"
+    path = reports_dir / f"{COMPARISON_REPORT}.json"
     if not path.is_file():
         return None
     baseline = json.loads(path.read_text()).get("summary", {}).get("baseline")
@@ -152,27 +161,25 @@ def run(config: Config, seeds: tuple[int, ...] | None = None, baseline: float | 
     ``baseline`` (the TF-IDF test accuracy drawn on the plot) defaults to the previous budget report's
     over the same data, else ``reports/comparison.json``'s.
     """
-    from pipeline import evaluate, pretrain, train
-
     seeds = tuple(config.compare.seeds) if seeds is None else seeds
     started = time.perf_counter()
     reports = config.reports_dir
     json_file = reports / f"{REPORT_NAME}.json"
     previous = read_previous_report(json_file)  # before hours of work, not after
-    out_dir = pretrain.run(config)
+    out_dir = run_stage("pretrain", config)
     snapshots = {0.0: None}  # minutes of pretraining actually done (a snapshot is taken at the first period end after)
-    for folder in [out_dir, *sorted((out_dir / pretrain.SNAPSHOT_DIR).glob("*min"))]:
-        if (folder / pretrain.SPEC_FILE).is_file():
-            snapshots[float(json.loads((folder / pretrain.SPEC_FILE).read_text())["train_minutes"])] = folder
+    for folder in [out_dir, *sorted((out_dir / BACKBONE_SNAPSHOTS_DIR).glob("*min"))]:
+        if (folder / BACKBONE_SPEC_FILE).is_file():
+            snapshots[float(json.loads((folder / BACKBONE_SPEC_FILE).read_text())["train_minutes"])] = folder
     encoder = encoder_label(config.backbone())
     rows = []
     for minutes, folder in sorted(snapshots.items()):
         for seed in seeds:
             model = {"init": "scratch"} if folder is None else {"init": "pretrained", "pretrained": str(folder)}
             child = config.replace(model=model, training={"seed": seed})
-            run_dir = train.run(child)
+            run_dir = run_stage("train", child)
             run_id = read_manifest(run_dir)["mlflow_run_id"]
-            metrics = json.loads((evaluate.run(child, run=run_id) / "metrics.json").read_text())["metrics"]
+            metrics = json.loads((run_stage("evaluate", child, run=run_id) / METRICS_FILE).read_text())["metrics"]
             rows.append({"encoder": encoder, "backbone": config.backbone(), "pretrain_minutes": minutes,
                          "seed": seed, "run_id": run_id, "best_val_accuracy": read_manifest(run_dir)["best_val_accuracy"],
                          "test_accuracy": metrics["test_accuracy"]})

@@ -1,4 +1,4 @@
-"""Training stage: the Transformer classifier on tokenized IMDB, tracked in MLflow.
+"""``make train``: the Transformer classifier on tokenized reviews, tracked in MLflow.
 
 Reads:  ``data/tokenize/`` (ids, labels, vocabulary, manifest) and ``data/ingest/`` (logged as
         the run's datasets).
@@ -31,17 +31,36 @@ import numpy as np
 import pandas as pd
 import tensorflow as tf
 
-from pipeline.artifacts import atomic_write_json, build_manifest, is_up_to_date, manifest_hash, read_manifest, sha256_file, write_manifest
-from pipeline.batching import batch_width, bucketed_batches, padding_fraction, worker_share
+from pipeline.artifacts import (
+    BACKBONE_WEIGHTS_FILE,
+    HISTORY_FILE,
+    KERAS_MODEL_FILE,
+    LABELS_FILE,
+    PSEUDO_LABELS_FILE,
+    TOKEN_LENGTHS_PLOT,
+    TOKENIZER_DIR,
+    TOKENIZER_SETTINGS_FILE,
+    UNLABELED_IDS_FILE,
+    VOCABULARY_FILE,
+    atomic_write_json,
+    build_manifest,
+    is_up_to_date,
+    manifest_hash,
+    read_manifest,
+    sha256_file,
+    split_table,
+    write_manifest,
+)
+from pipeline.backbone import check_vocabulary, load_backbone, resolve_pretrained
+from pipeline.batching import TRAINING_LENGTH_MULTIPLE, batch_width, bucketed_batches, padding_fraction, worker_share
 from pipeline.config import Config
-from pipeline.distributed import already_sharded, build_before_multi_worker_fit, choose_strategy, cluster_from_env
+from pipeline.encoder import TextEncoder, load_split
+from pipeline.errors import InputError, MissingInputError
+from pipeline.hardware import already_sharded, build_before_multi_worker_fit, choose_hardware, cluster_from_env
 from pipeline.inference import SentimentClassifier
 from pipeline.model import build_model, load_backbone_weights
-from pipeline.pretrain import WEIGHTS_FILE, check_vocabulary, load_backbone, resolve_pretrained
-from pipeline.pseudo_label import LABELS_FILE as PSEUDO_LABELS_FILE, load_pseudo_labels
 from pipeline.stages import require_output, stage_dir
-from pipeline.text import LABELS_FILE, PAD_ID, load_labels
-from pipeline.tokenization import SETTINGS_FILE, VOCABULARY_FILE, TextEncoder, load_split
+from pipeline.text import PAD_ID, load_labels
 from pipeline.tracking import (
     PRETRAINED_FROM_TAG,
     PSEUDO_LABELS_FROM_TAG,
@@ -53,46 +72,8 @@ from pipeline.tracking import (
 )
 
 STAGE = TRAIN_STAGE
-MODEL_FILE = "model.keras"
 RUN_ID_FILE = "mlflow_run_id.txt"
 PYFUNC_REQUIREMENTS = ["tensorflow", "tensorflow-text", "keras>=3", "keras-hub", "mlflow", "pandas", "numpy"]
-
-
-# --------------------------------------------------------------------------- hardware
-
-
-BFLOAT16_MIN_WIDTH = 256  # on CPUs with bfloat16 units, mixed_bfloat16 pays off from this width (make bench)
-
-
-def cpu_has_bfloat16() -> bool:
-    """Whether this CPU has bfloat16 matrix units (AVX512_BF16 or AMX), from /proc/cpuinfo (Linux)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def choose_hardware(precision: str, hidden_dim: int = 0) -> tuple[tf.distribute.Strategy, str, str]:
-    """(distribution strategy, Keras dtype policy, a description to log).
-
-    The strategy comes from ``pipeline.distributed``: several workers, devices or one device.
-    """
-    strategy, device = choose_strategy()
-    gpus = tf.config.list_physical_devices("GPU")
-    if precision == "auto":
-        # Measured with `make bench` on this project's 2-core AVX512_BF16/AMX CPU: mixed_bfloat16 is
-        # slower than float32 for the width-64 default (164 vs 148 ms per classifier step) and faster
-        # from width 256 (1148 vs 1403 ms), where the matrix products dominate.
-        if gpus:
-            policy = "mixed_float16"
-        elif hidden_dim >= BFLOAT16_MIN_WIDTH and cpu_has_bfloat16():
-            policy = "mixed_bfloat16"
-        else:
-            policy = "float32"
-    else:
-        policy = precision
-    return strategy, policy, device
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -134,7 +115,7 @@ def subsample(rows: int, size: int, seed: int) -> np.ndarray:
 
 
 def make_dataset(ids: np.ndarray, labels: np.ndarray, batch_size: int, shuffle_seed: int | None = None,
-                 length_multiple: int = 16, shard: tuple[int, int] = (0, 1)) -> tf.data.Dataset:
+                 length_multiple: int = TRAINING_LENGTH_MULTIPLE, shard: tuple[int, int] = (0, 1)) -> tf.data.Dataset:
     """Length-bucketed ``(ids, class index)`` batches, each trimmed to its own width (``pipeline.batching``).
 
     With ``shuffle_seed`` every epoch draws a new order (seed, seed + 1, ...); without, rows are
@@ -218,6 +199,36 @@ def history_from_mlflow(run_id: str) -> dict[str, list[float]]:
     return history
 
 
+# --------------------------------------------------------------------------- pseudo labels
+
+
+def load_pseudo_labels(config: Config, tokenize_dir: Path, num_classes: int) -> tuple[np.ndarray, np.ndarray, dict]:
+    """``(token ids, labels, manifest)`` of the pseudo-labelled reviews, for the training stage.
+
+    Refuses labels made from another ingestion than the tokenized one, or for other classes.
+    """
+    directory = require_output(config, "pseudo-label")
+    manifest = read_manifest(directory)
+    tokenized_from = read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"]
+    if manifest["inputs"]["ingest_manifest_sha256"] != tokenized_from:
+        raise InputError(f"{directory}/: the pseudo labels were made from another ingestion than {tokenize_dir}/; "
+                         "rerun `make pseudo-label`")
+    unlabeled_path = tokenize_dir / UNLABELED_IDS_FILE
+    if not unlabeled_path.is_file():
+        raise MissingInputError(f"no {unlabeled_path}: rerun `make tokenize` after ingesting the unlabeled reviews")
+    frame = pd.read_parquet(directory / PSEUDO_LABELS_FILE)
+    if frame.empty:
+        raise InputError(f"{directory / PSEUDO_LABELS_FILE}: no pseudo labels (none reached pseudo_label.min_confidence "
+                         f"{manifest['config']['pseudo_label']['min_confidence']}); lower it or turn "
+                         "training.pseudo_labels off")
+    ids = np.load(unlabeled_path, mmap_mode="r")
+    labels = frame["label"].to_numpy(np.int32)
+    if frame["row"].max() >= len(ids) or labels.max() >= num_classes:
+        raise InputError(f"{directory / PSEUDO_LABELS_FILE}: rows or labels out of range for {unlabeled_path} "
+                         f"({len(ids)} reviews, {num_classes} classes); rerun `make pseudo-label`")
+    return np.asarray(ids[frame["row"].to_numpy()]), labels, manifest
+
+
 # --------------------------------------------------------------------------- stage steps
 
 
@@ -260,7 +271,7 @@ def run_directory(config: Config, tokenize_dir: Path, pretrained_dir: Path | Non
         inputs["pseudo_labels_sha256"] = sha256_file(require_output(config, "pseudo-label") / PSEUDO_LABELS_FILE)
     if pretrained_dir is not None:
         load_backbone(pretrained_dir, check_only=True)  # a clear error when the folder holds no backbone
-        inputs["pretrained_weights_sha256"] = sha256_file(pretrained_dir / WEIGHTS_FILE)
+        inputs["pretrained_weights_sha256"] = sha256_file(pretrained_dir / BACKBONE_WEIGHTS_FILE)
     config_hash = config.section_hash("model", "training")
     key = f"{run_name(config)}-{config_hash[:8]}-{inputs['tokenize_manifest_sha256'][:8]}"
     if "pseudo_labels_sha256" in inputs:  # runs on different pseudo labels get different folders
@@ -368,10 +379,10 @@ def log_run_inputs(config: Config, data: TrainingData, hardware: Hardware, model
                                   ingest_manifest=read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"][:16]))
     ingest_dir = stage_dir(config, "ingest")
     for split, context in (("train", "training"), ("val", "validation")):
-        frame = pd.read_parquet(ingest_dir / f"{split}.parquet", columns=["review_id", "label", "rating"])
-        mlflow.log_input(mlflow.data.from_pandas(frame, source=str(ingest_dir / f"{split}.parquet"),
+        frame = pd.read_parquet(ingest_dir / split_table(split), columns=["review_id", "label", "rating"])
+        mlflow.log_input(mlflow.data.from_pandas(frame, source=str(ingest_dir / split_table(split)),
                                                  name=f"imdb-{split}", targets="label"), context=context)
-    mlflow.log_artifact(str(tokenize_dir / "token_lengths.png"), "data")
+    mlflow.log_artifact(str(tokenize_dir / TOKEN_LENGTHS_PLOT), "data")
 
 
 def fit(model: keras.Model, data: TrainingData, config: Config, run_dir: Path, run_id: str | None,
@@ -410,9 +421,9 @@ def log_pyfunc_model(run_dir: Path, example_texts: Sequence[str]) -> str:
     The logged instance is empty: MLflow pickles it, and the Keras model is loaded from the
     artifacts by ``load_context``, not pickled into it.
     """
-    artifacts = SentimentClassifier.artifacts(run_dir / MODEL_FILE, run_dir / "tokenizer")
+    artifacts = SentimentClassifier.artifacts(run_dir / KERAS_MODEL_FILE, run_dir / TOKENIZER_DIR)
     example = pd.DataFrame({"text": list(example_texts)})
-    loaded = SentimentClassifier.from_paths(run_dir / MODEL_FILE, run_dir / "tokenizer")
+    loaded = SentimentClassifier.from_paths(run_dir / KERAS_MODEL_FILE, run_dir / TOKENIZER_DIR)
     info = mlflow.pyfunc.log_model(
         name="model",
         python_model=SentimentClassifier(),
@@ -428,17 +439,17 @@ def log_pyfunc_model(run_dir: Path, example_texts: Sequence[str]) -> str:
 def save_outputs(config: Config, run_dir: Path, model: keras.Model, tokenize_dir: Path, run_id: str,
                  result: FitResult, hardware: Hardware, config_hash: str, inputs: dict[str, str]) -> dict:
     """``model.keras``, the tokenizer copy, history and curves, the pyfunc model, then the manifest last."""
-    model_path = run_dir / MODEL_FILE
-    tmp_path = run_dir / f".{MODEL_FILE}.tmp.keras"
+    model_path = run_dir / KERAS_MODEL_FILE
+    tmp_path = run_dir / f".{KERAS_MODEL_FILE}.tmp.keras"
     model.save(tmp_path)
     os.replace(tmp_path, model_path)
-    tokenizer_dir = run_dir / "tokenizer"
+    tokenizer_dir = run_dir / TOKENIZER_DIR
     tokenizer_dir.mkdir(exist_ok=True)
-    for name in (VOCABULARY_FILE, SETTINGS_FILE, LABELS_FILE):
+    for name in (VOCABULARY_FILE, TOKENIZER_SETTINGS_FILE, LABELS_FILE):
         shutil.copy2(tokenize_dir / name, tokenizer_dir / name)
     curves = plot_training_curves(result.history, run_dir / "training_curves.png", run_name(config))
     mlflow.log_artifact(str(curves), "plots")
-    atomic_write_json(run_dir / "history.json", result.history)
+    atomic_write_json(run_dir / HISTORY_FILE, result.history)
     model_uri = log_pyfunc_model(run_dir, ["A wonderful, moving film.", "Dull and far too long."])
     manifest = build_manifest(
         STAGE, config_hash, inputs, {k: v for k, v in config.to_dict().items() if k in ("model", "training")},
@@ -462,7 +473,7 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence[keras.cal
     pretrained_dir = resolve_pretrained(config) if config.model.init == "pretrained" else None
     run_dir, config_hash, inputs = run_directory(config, tokenize_dir, pretrained_dir)
     cluster = cluster_from_env()
-    if cluster is None and not force and is_up_to_date(run_dir, config_hash, inputs, [MODEL_FILE]):
+    if cluster is None and not force and is_up_to_date(run_dir, config_hash, inputs, [KERAS_MODEL_FILE]):
         print(f"train: up to date, nothing to do ({run_dir}/, MLflow run {read_manifest(run_dir)['mlflow_run_id']})")
         return run_dir
     # In a cluster every worker must train (each step needs them all), so nobody skips, and the chief
@@ -493,7 +504,7 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence[keras.cal
             shutil.rmtree(scratch, ignore_errors=True)
     pseudo = f" (of which {data.pseudo_label_rows:,} pseudo-labelled)" if data.pseudo_label_rows else ""
     print(f"train: read {data.train_rows:,} train{pseudo} / {data.val_rows:,} val rows from {tokenize_dir}/; wrote "
-          f"{run_dir}/{MODEL_FILE} and MLflow run {run_id}: val_accuracy {result.val_accuracy:.4f} after "
+          f"{run_dir}/{KERAS_MODEL_FILE} and MLflow run {run_id}: val_accuracy {result.val_accuracy:.4f} after "
           f"{len(result.history['loss'])} epochs in {time.perf_counter() - started:.0f}s on {hardware.device} "
           f"({hardware.policy})")
     return run_dir

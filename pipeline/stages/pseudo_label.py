@@ -24,15 +24,23 @@ import mlflow
 import numpy as np
 import pandas as pd
 
-from pipeline.artifacts import build_manifest, is_up_to_date, manifest_hash, read_manifest, staged_directory, write_manifest
+from pipeline.artifacts import (
+    PSEUDO_LABELS_FILE,
+    UNLABELED_TABLE,
+    build_manifest,
+    is_up_to_date,
+    manifest_hash,
+    split_table,
+    staged_directory,
+    write_manifest,
+)
 from pipeline.config import Config
-from pipeline.errors import InputError, MissingInputError
+from pipeline.errors import MissingInputError
 from pipeline.stages import require_output, stage_dir
 from pipeline.tracking import PSEUDO_LABEL_STAGE, STAGE_TAG, flat_params, setup_tracking
-from pipeline.text import UNLABELED_FILE, load_labels
+from pipeline.text import load_labels
 
 STAGE = "pseudo_label"
-LABELS_FILE = "pseudo_labels.parquet"
 PLOT_FILE = "teacher_confidence.png"
 
 
@@ -59,36 +67,6 @@ def plot_confidence(confidence: np.ndarray, min_confidence: float, title: str, p
     return save_figure(figure, path)
 
 
-# --------------------------------------------------------------------------- reading for training
-
-
-def load_pseudo_labels(config: Config, tokenize_dir: Path, num_classes: int) -> tuple[np.ndarray, np.ndarray, dict]:
-    """``(token ids, labels, manifest)`` of the pseudo-labelled reviews, for the training stage.
-
-    Refuses labels made from another ingestion than the tokenized one, or for other classes.
-    """
-    directory = require_output(config, "pseudo-label")
-    manifest = read_manifest(directory)
-    tokenized_from = read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"]
-    if manifest["inputs"]["ingest_manifest_sha256"] != tokenized_from:
-        raise InputError(f"{directory}/: the pseudo labels were made from another ingestion than {tokenize_dir}/; "
-                         "rerun `make pseudo-label`")
-    unlabeled_path = tokenize_dir / "unlabeled_ids.npy"
-    if not unlabeled_path.is_file():
-        raise MissingInputError(f"no {unlabeled_path}: rerun `make tokenize` after ingesting the unlabeled reviews")
-    frame = pd.read_parquet(directory / LABELS_FILE)
-    if frame.empty:
-        raise InputError(f"{directory / LABELS_FILE}: no pseudo labels (none reached pseudo_label.min_confidence "
-                         f"{manifest['config']['pseudo_label']['min_confidence']}); lower it or turn "
-                         "training.pseudo_labels off")
-    ids = np.load(unlabeled_path, mmap_mode="r")
-    labels = frame["label"].to_numpy(np.int32)
-    if frame["row"].max() >= len(ids) or labels.max() >= num_classes:
-        raise InputError(f"{directory / LABELS_FILE}: rows or labels out of range for {unlabeled_path} "
-                         f"({len(ids)} reviews, {num_classes} classes); rerun `make pseudo-label`")
-    return np.asarray(ids[frame["row"].to_numpy()]), labels, manifest
-
-
 # --------------------------------------------------------------------------- stage entry point
 
 
@@ -97,19 +75,19 @@ def run(config: Config, force: bool = False) -> Path:
     started = time.perf_counter()
     ingest_dir = require_output(config, "ingest")
     out_dir = stage_dir(config, "pseudo-label")
-    unlabeled_path = ingest_dir / UNLABELED_FILE
+    unlabeled_path = ingest_dir / UNLABELED_TABLE
     if not unlabeled_path.is_file():
         raise MissingInputError(f"no unlabeled reviews in {ingest_dir}/ (set IMDB_UNSUP_ARCHIVE or "
                                 "data.unlabeled_archive and rerun `make ingest tokenize`)")
     inputs = {"ingest_manifest_sha256": manifest_hash(ingest_dir)}
     config_hash = config.section_hash("pseudo_label")
-    if not force and is_up_to_date(out_dir, config_hash, inputs, [LABELS_FILE]):
+    if not force and is_up_to_date(out_dir, config_hash, inputs, [PSEUDO_LABELS_FILE]):
         print(f"pseudo-label: up to date, nothing to do ({out_dir}/ with config {config_hash})")
         return out_dir
 
     settings = config.pseudo_label
-    train = pd.read_parquet(ingest_dir / "train.parquet", columns=["text", "label"])
-    val = pd.read_parquet(ingest_dir / "val.parquet", columns=["text", "label"])
+    train = pd.read_parquet(ingest_dir / split_table("train"), columns=["text", "label"])
+    val = pd.read_parquet(ingest_dir / split_table("val"), columns=["text", "label"])
     unlabeled = pd.read_parquet(unlabeled_path, columns=["text"])
     names = load_labels(ingest_dir)
     print(f"pseudo-label: fitting the {settings.teacher} teacher on {len(train):,} train reviews")
@@ -135,7 +113,7 @@ def run(config: Config, force: bool = False) -> Path:
         mlflow.log_params({k: v for k, v in flat_params(config).items() if k.startswith("pseudo_label.")})
         mlflow.log_metrics(metrics)
         with staged_directory(out_dir) as staging:
-            kept.to_parquet(staging / LABELS_FILE, index=False)
+            kept.to_parquet(staging / PSEUDO_LABELS_FILE, index=False)
             plot = plot_confidence(probabilities.max(axis=1), settings.min_confidence,
                                    f"{settings.teacher} teacher (val accuracy {val_accuracy:.4f}): "
                                    f"{len(kept):,} of {len(unlabeled):,} kept", staging / PLOT_FILE)
@@ -146,7 +124,7 @@ def run(config: Config, force: bool = False) -> Path:
                 **{k: round(v, 6) if isinstance(v, float) else v for k, v in metrics.items()}))
     print(f"pseudo-label: read {len(train):,} train / {len(val):,} val / {len(unlabeled):,} unlabeled reviews from "
           f"{ingest_dir}/; teacher val accuracy {val_accuracy:.4f}; wrote {len(kept):,} pseudo labels "
-          f"({class_counts}) with confidence >= {settings.min_confidence:g} to {out_dir}/{LABELS_FILE} and MLflow run "
+          f"({class_counts}) with confidence >= {settings.min_confidence:g} to {out_dir}/{PSEUDO_LABELS_FILE} and MLflow run "
           f"{active.info.run_id} in {time.perf_counter() - started:.0f}s")
     return out_dir
 

@@ -29,15 +29,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline.artifacts import atomic_write_json, atomic_write_text
-from pipeline.batching import batch_width, bucketed_batches, padding_fraction
+from pipeline.artifacts import atomic_write_json, atomic_write_text, split_table
+from pipeline.batching import TRAINING_LENGTH_MULTIPLE, batch_width, bucketed_batches, padding_fraction
+from pipeline.encoder import TextEncoder, load_split
 from pipeline.config import Config, ModelConfig
 from pipeline.errors import InputError
 from pipeline.flops import EncoderShape, batch_flops, classifier_forward_flops, masked_lm_forward_flops
+from pipeline.scoring import score_csv
 from pipeline.stages import require_output
 from pipeline.text import PAD_ID
 
-LENGTH_MULTIPLE = 16
 MEASURED_BATCHES = 8
 # The encoders measured besides the configured one: the one-block width-64 model that was the
 # default before pretraining, and the pretraining candidate.
@@ -91,7 +92,7 @@ def sample_batches(ids: np.ndarray, batch_size: int, count: int, seed: int = 0) 
     """``count`` length-bucketed batches of real token ids, each trimmed to its width."""
     lengths = (ids != PAD_ID).sum(axis=1)
     batches = bucketed_batches(lengths, batch_size, seed)[:count]
-    return [ids[rows, :batch_width(lengths[rows].max(), LENGTH_MULTIPLE, ids.shape[1])] for rows in batches]
+    return [ids[rows, :batch_width(lengths[rows].max(), TRAINING_LENGTH_MULTIPLE, ids.shape[1])] for rows in batches]
 
 
 def _timed_passes(step, batches) -> float:
@@ -128,7 +129,7 @@ def measure_masked_lm_step(model_config: ModelConfig, vocabulary_size: int, max_
     import keras
 
     from pipeline.model import build_masked_lm
-    from pipeline.pretrain import mask_generator
+    from pipeline.backbone import mask_generator
 
     masked = [{name: np.asarray(value) for name, value in mask_generator(vocabulary_size, batch.shape[1])(batch).items()}
               for batch in batches]
@@ -178,9 +179,7 @@ def measure_threads(model_config, vocabulary_size, max_length, batches) -> dict:
 
 
 def _score_in_fresh_process(config: Config, input_path: str, output_path: str, model_uri: str) -> dict:
-    from pipeline import score
-
-    summary = score.run(config, input_path, output_path, model_uri=model_uri)
+    summary = score_csv(config, input_path, output_path, model_uri=model_uri)
     return {**summary, "peak_rss_mb": peak_rss_mb()}
 
 
@@ -203,7 +202,6 @@ def score_peak_memory(config: Config, input_path: Path, output_path: Path, model
 
 
 def measure_scoring(config: Config, model_uri: str, texts: pd.Series, repeat: int) -> dict:
-    from pipeline import score
     from pipeline.inference import load_classifier, predict_ids
 
     classifier = load_classifier(model_uri)
@@ -229,7 +227,7 @@ def measure_scoring(config: Config, model_uri: str, texts: pd.Series, repeat: in
         pd.DataFrame({"id": range(len(texts)), "text": texts}).to_csv(small, index=False)
         pd.DataFrame({"id": range(len(texts) * repeat), "text": pd.concat([texts] * repeat)}).to_csv(big, index=False)
         started = time.perf_counter()
-        summary = score.run(config, small, tmp / "scored.csv", model_uri=model_uri)
+        summary = score_csv(config, small, tmp / "scored.csv", model_uri=model_uri)
         elapsed = time.perf_counter() - started
         results["score_csv_rows_per_second"] = summary["rows"] / elapsed
         results["score_csv_fraction_of_model_only"] = (results["score_csv_rows_per_second"]
@@ -238,13 +236,14 @@ def measure_scoring(config: Config, model_uri: str, texts: pd.Series, repeat: in
         results["score_csv_streaming_rows_per_second"] = summary["rows"] / (elapsed - summary["load_seconds"])
         results["score_csv_streaming_fraction_of_model_only"] = (results["score_csv_streaming_rows_per_second"]
                                                                  / results["model_only_rows_per_second"])
-        for path in (small, big):  # what `make score` costs a user: a new process, model load and compiling included
+        results["fresh_process"] = []  # what `make score` costs a user: a new process, model load and compiling included
+        for path in (small, big):
             measured = score_peak_memory(config, path, tmp / f"scored_{path.stem}.csv", model_uri)
-            results[f"peak_rss_mb_{measured['rows']}_rows"] = round(measured["peak_rss_mb"], 1)
-            results[f"fresh_process_{measured['rows']}_rows"] = {
+            results["fresh_process"].append({
+                "rows": measured["rows"], "peak_rss_mb": round(measured["peak_rss_mb"], 1),
                 "rows_per_second": measured["rows"] / measured["seconds"],
                 "fraction_of_model_only": measured["rows"] / measured["seconds"] / results["model_only_rows_per_second"],
-                "startup_seconds": measured["startup_seconds"], "load_seconds": measured["load_seconds"]}
+                "startup_seconds": measured["startup_seconds"], "load_seconds": measured["load_seconds"]})
     return results
 
 
@@ -303,16 +302,16 @@ def markdown_report(results: dict) -> str:
                   f"including its model load, {scoring['score_csv_streaming_fraction_of_model_only']:.0%} after it; "
                   "compiled model alone is "
                   f"{scoring['model_only_rows_per_second'] / scoring['model_only_eager_rows_per_second']:.1f}x the eager "
-                  "path. Peak memory of `score`: " + ", ".join(f"{v:,.0f} MiB for {k.split('_')[3]} rows"
-                                                                for k, v in scoring.items() if k.startswith("peak_rss")),
+                  "path. Peak memory of `score`: " + ", ".join(f"{m['peak_rss_mb']:,.0f} MiB for {m['rows']:,} rows"
+                                                                for m in scoring.get("fresh_process", [])),
                   ""]
-        fresh = {key.split("_")[2]: value for key, value in scoring.items() if key.startswith("fresh_process_")}
+        fresh = scoring.get("fresh_process", [])
         if fresh:
             lines += ["`score` in a new process, as `make score` runs it (rows/s over the whole call: model load, "
                       "compiling, reading, scoring and writing; start-up is the interpreter, imports and model load "
                       "before the first row is read): " + "; ".join(
-                          f"{int(rows):,} rows {m['rows_per_second']:,.0f} rows/s = {m['fraction_of_model_only']:.0%} "
-                          f"of the model-alone rate, start-up {m['startup_seconds']:.1f} s" for rows, m in fresh.items()),
+                          f"{m['rows']:,} rows {m['rows_per_second']:,.0f} rows/s = {m['fraction_of_model_only']:.0%} "
+                          f"of the model-alone rate, start-up {m['startup_seconds']:.1f} s" for m in fresh),
                       ""]
     return "\n".join(lines)
 
@@ -321,13 +320,12 @@ def markdown_report(results: dict) -> str:
 
 
 def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections: tuple[str, ...] = ("all",)) -> dict:
-    from pipeline.tokenization import TextEncoder, load_split
     from pipeline.tracking import champion_uri, setup_tracking
 
     if rows < 1 or repeat < 1:
         raise InputError(f"--rows and --repeat must be positive, got {rows} and {repeat}")
     tokenize_dir = require_output(config, "tokenize")
-    test_path = require_output(config, "ingest") / "test.parquet"
+    test_path = require_output(config, "ingest") / split_table("test")
     everything = "all" in sections
     encoder = TextEncoder.load(tokenize_dir)
     train_ids = np.asarray(load_split(tokenize_dir, "train")[0])
@@ -340,7 +338,7 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
                      "padding": {"full_width": padding_fraction(lengths, [np.arange(len(lengths))], max_length,
                                                                 max_length),
                                  "bucketed": padding_fraction(lengths, bucketed_batches(lengths, batch_size, 0),
-                                                              LENGTH_MULTIPLE, max_length)}}
+                                                              TRAINING_LENGTH_MULTIPLE, max_length)}}
     results["peak"] = measure_peak(encoders, tokens=batch_size * 128)
     if everything or "train" in sections:
         results["classifier_step"] = {name: {"float32": measure_classifier_step(m, vocabulary_size, max_length, batches),

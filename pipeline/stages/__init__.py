@@ -1,19 +1,25 @@
-"""The declared table of stages: what each one is, reads and writes, and where its output lives.
+"""The stages, one module per ``make`` target, and the declared table of them (:data:`STAGES`).
 
 ``python -m pipeline`` builds its sub-commands from :data:`STAGES`; ``make help`` and the
 README's stage table list the same stages (a test checks both). Stage modules find their
 own and their upstream folders through :func:`stage_dir` and :func:`require_output`, so a
 stage's location and the "run ``make X`` first" message are written once.
 
-Importing this module is cheap: stage modules are imported only when their stage runs.
+Stages import the shared libraries in ``pipeline/``, never each other. A stage that drives
+others (``compare`` trains and evaluates every variant, ``pretrain-budget`` pretrains, trains
+and evaluates) runs them through :func:`run_stage`, as a runner would, with the stages it
+drives declared in its ``reads``.
+
+Importing this package is cheap: stage modules are imported only when their stage runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from pipeline.artifacts import MANIFEST_NAME
 from pipeline.config import DESIGNS, Config
@@ -22,7 +28,10 @@ from pipeline.errors import MissingInputError
 
 @dataclass(frozen=True)
 class Stage:
-    """One stage: ``python -m pipeline <name>`` runs ``<module>.main(config, args)``; ``make <name>`` too."""
+    """One stage: ``python -m pipeline <name>`` runs ``<module>.main(config, args)``; ``make <name>`` too.
+
+    ``<module>.run(config, ...)`` is the same stage as a function (what tests and other stages call).
+    """
 
     name: str
     module: str
@@ -32,7 +41,6 @@ class Stage:
     folder: str | None = None       # its output folder under paths.data_dir, when it has one
     force: bool = False             # offers --force (and honours it)
     arguments: Callable[[argparse.ArgumentParser], None] | None = None
-    entry: str = "main"             # the function of ``module`` that runs it
 
 
 def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,44 +106,44 @@ def _budget_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 STAGES: dict[str, Stage] = {stage.name: stage for stage in (
-    Stage("ingest", "pipeline.ingest", "IMDB archive or your tables -> data/ingest/{train,val,test}.parquet",
+    Stage("ingest", "pipeline.stages.ingest", "IMDB archive or your tables -> data/ingest/{train,val,test}.parquet",
           reads=(), writes="train/val/test Parquet splits, labels.json, manifest", folder="ingest", force=True),
-    Stage("tokenize", "pipeline.tokenization", "learn the WordPiece vocabulary on train, encode all splits",
+    Stage("tokenize", "pipeline.stages.tokenize", "learn the WordPiece vocabulary on train, encode all splits",
           reads=("ingest",), writes="vocabulary, tokenizer settings, token ids per split, manifest",
           folder="tokenize", force=True),
-    Stage("pretrain", "pipeline.pretrain", "masked-LM pretraining of the encoder on train + unlabeled reviews",
+    Stage("pretrain", "pipeline.stages.pretrain", "masked-LM pretraining of the encoder on train + unlabeled reviews",
           reads=("tokenize",), writes="backbone weights, spec, loss curve, manifest; one MLflow run",
           folder="pretrain", force=True),
-    Stage("pseudo-label", "pipeline.pseudo_label", "label the unlabeled reviews with the TF-IDF teacher, keep the sure ones",
+    Stage("pseudo-label", "pipeline.stages.pseudo_label", "label the unlabeled reviews with the TF-IDF teacher, keep the sure ones",
           reads=("ingest",), writes="pseudo_labels.parquet, a confidence histogram, manifest; one MLflow run",
           folder="pseudo_label", force=True),
-    Stage("train", "pipeline.train", "train the Transformer classifier, log the run and its model to MLflow",
+    Stage("train", "pipeline.stages.train", "train the Transformer classifier, log the run and its model to MLflow",
           reads=("tokenize", "ingest", "pseudo-label"),  # pseudo-label only with training.pseudo_labels
           writes="a run folder with model.keras and a manifest; one MLflow run",
           folder="train", force=True),
-    Stage("evaluate", "pipeline.evaluate", "score the test split with a trained run, log test_ metrics and plots",
+    Stage("evaluate", "pipeline.stages.evaluate", "score the test split with a trained run, log test_ metrics and plots",
           reads=("ingest", "train"), writes="test_ metrics and plots on the run; reports/<run_id>/",
           force=True, arguments=_evaluate_arguments),
-    Stage("compare", "pipeline.compare", "first_token vs mean pooling over several seeds, plus a TF-IDF baseline",
+    Stage("compare", "pipeline.stages.compare", "first_token vs mean pooling over several seeds, plus a TF-IDF baseline",
           reads=("tokenize", "ingest"), writes="an MLflow parent run with its children; reports/comparison.*",
           force=True, arguments=_compare_arguments),
-    Stage("register", "pipeline.registry", "register the best model of the latest comparison as @champion",
+    Stage("register", "pipeline.stages.register", "register the best model of the latest comparison as @champion",
           reads=("compare",), writes="a registered model version with the alias champion", force=True),
-    Stage("score", "pipeline.score", "add probabilities and labels to every row of a CSV of reviews",
+    Stage("score", "pipeline.stages.score", "add probabilities and labels to every row of a CSV of reviews",
           reads=("register",), writes="the CSV with probability, label and score_error columns",
           arguments=_score_arguments),
-    Stage("pretrain-budget", "pipeline.budget_curve", "test accuracy against minutes of pretraining (an experiment)",
+    Stage("pretrain-budget", "pipeline.stages.pretrain_budget", "test accuracy against minutes of pretraining (an experiment)",
           reads=("pretrain", "train", "evaluate"), writes="reports/pretraining_budget.{json,md,png}",
           arguments=_budget_arguments),
-    Stage("serve", "pipeline.serve", "serve a model (default: the champion) over HTTP with mlflow models serve",
+    Stage("serve", "pipeline.stages.serve", "serve a model (default: the champion) over HTTP with mlflow models serve",
           reads=("register",), writes="nothing (answers POST /invocations on 127.0.0.1)",
           arguments=_serve_arguments),
-    Stage("ui", "pipeline.ui", "print links to the latest comparison, then serve the MLflow UI on 127.0.0.1",
+    Stage("ui", "pipeline.stages.ui", "print links to the latest comparison, then serve the MLflow UI on 127.0.0.1",
           reads=("compare",), writes="nothing (serves the tracking store)", arguments=_ui_arguments),
-    Stage("ui-screenshots", "pipeline.ui", "screenshots of the MLflow UI pages of the latest comparison",
+    Stage("ui-screenshots", "pipeline.stages.ui_screenshots", "screenshots of the MLflow UI pages of the latest comparison",
           reads=("compare",), writes="reports/ui/{runs_table,comparison_run,compare_children}.png",
-          arguments=_screenshot_arguments, entry="screenshots_main"),
-    Stage("bench", "pipeline.bench", "training and scoring speed against the same run's GEMM peak; memory",
+          arguments=_screenshot_arguments),
+    Stage("bench", "pipeline.stages.bench", "training and scoring speed against the same run's GEMM peak; memory",
           reads=("tokenize", "ingest", "register"), writes="reports/bench.{json,md}", arguments=_bench_arguments),
 )}
 
@@ -154,3 +162,8 @@ def require_output(config: Config, name: str) -> Path:
     if not (directory / MANIFEST_NAME).is_file():
         raise MissingInputError(f"no {name} output in {directory}/: run `make {name}` first")
     return directory
+
+
+def run_stage(name: str, config: Config, **options: Any) -> Any:
+    """Run stage ``name`` as a function: ``<module>.run(config, **options)`` (what a driving stage calls)."""
+    return importlib.import_module(STAGES[name].module).run(config, **options)

@@ -1,93 +1,27 @@
-"""The MLflow UI: links that open on the comparison, a local server, and screenshots of what a person sees.
+"""``make ui-screenshots``: the MLflow UI pages of the latest comparison as a person sees them.
 
-Stages:
-- ``ui`` (``make ui``): prints the links to the experiment's runs table and to the latest comparison's
-  parent run, then runs ``mlflow server`` on the tracking store in the foreground.
-- ``ui-screenshots`` (``make ui-screenshots``): starts a server on a free port, opens the pages in
-  Debian's chromium through Playwright and writes ``reports/ui/*.png``.
+Reads:  the tracking store; Debian's chromium (``make setup-browser``), driven by Playwright.
+Writes: ``reports/ui/{runs_table,comparison_run,compare_children}.png``.
 
-MLflow 3.17's UI has a GenAI / model-training switch. An experiment page opened without the
-``workflowType`` URL parameter follows the browser's last choice, GenAI by default (a traces
-overview with "No data available"), whatever the experiment's ``mlflow.experimentKind`` tag says;
-every link printed here therefore carries ``workflowType=machine_learning``.
+It starts ``mlflow server`` on a free port, opens the runs table, the comparison's parent run and
+two children side by side, and screenshots each page.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import re
 import shutil
-import subprocess
-import sys
 import time
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.config import Config
 from pipeline.errors import PipelineError
-from pipeline.servers import free_port, local_server
+from pipeline.mlflow_ui import Comparison, compare_url, experiment_url, latest_comparison, mlflow_server, run_url
+from pipeline.tracking import tracking_uri
 
-WORKFLOW_QUERY = "workflowType=machine_learning"  # the model-training side of the UI, not GenAI
+
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
-GENAI_OVERVIEW_MARKERS = ("No data available for the selected time range", "Detect Issues")
-
-
-# --------------------------------------------------------------------------- links
-
-
-def experiment_url(base: str, experiment_id: str) -> str:
-    return f"{base}/#/experiments/{experiment_id}/runs?{WORKFLOW_QUERY}"
-
-
-def run_url(base: str, experiment_id: str, run_id: str) -> str:
-    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}?{WORKFLOW_QUERY}"
-
-
-def compare_url(base: str, experiment_id: str, run_ids: list[str]) -> str:
-    query = urllib.parse.urlencode({"runs": json.dumps(run_ids), "experiments": json.dumps([experiment_id])})
-    return f"{base}/#/compare-runs?{query}&{WORKFLOW_QUERY}"
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """What the UI pages show: the experiment, the latest comparison's parent run and its model runs."""
-
-    experiment_id: str
-    parent_id: str | None
-    parent_name: str | None
-    child_ids: tuple[str, ...]
-
-
-def latest_comparison(config: Config) -> Comparison:
-    """The experiment and its latest pooling comparison (``parent_id`` None when there is none yet)."""
-    from pipeline.tracking import comparison_members, latest_champion_comparison, setup_tracking
-
-    experiment_id = setup_tracking(config)
-    try:
-        parent = latest_champion_comparison(config)
-        children = comparison_members(parent)
-    except PipelineError:
-        return Comparison(experiment_id, None, None, ())
-    return Comparison(experiment_id, parent.info.run_id, parent.info.run_name,
-                      tuple(child.info.run_id for child in children))
-
-
-# --------------------------------------------------------------------------- server and browser
-
-
-def server_command(tracking_uri: str, port: int) -> list[str]:
-    from pipeline.tracking import absolute_tracking_uri
-
-    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", absolute_tracking_uri(tracking_uri),
-            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-
-
-def mlflow_server(tracking_uri: str, port: int | None = None, timeout: float = 120.0):
-    """``mlflow server`` on 127.0.0.1 for the duration of a ``with`` block; yields its base URL."""
-    port = port or free_port()
-    return local_server(server_command(tracking_uri, port), port, "/health", "mlflow server", timeout=timeout)
 
 
 def browser_path() -> str:
@@ -170,33 +104,11 @@ def capture(base: str, comparison: Comparison, out_dir: Path, timeout_ms: int = 
     return pages
 
 
-# --------------------------------------------------------------------------- stage entry points
+# --------------------------------------------------------------------------- stage entry point
 
 
 def main(config: Config, args) -> None:
-    """``make ui``: print where to look, then serve the UI until Ctrl-C."""
-    from pipeline.tracking import tracking_uri
-
-    comparison = latest_comparison(config)
-    base = f"http://127.0.0.1:{args.port}"
-    print(f"ui: MLflow UI for {tracking_uri(config)} at {base} (Ctrl-C to stop)")
-    print(f"ui: runs table  {experiment_url(base, comparison.experiment_id)}")
-    if comparison.parent_id:
-        print(f"ui: latest comparison ({comparison.parent_name}, {len(comparison.child_ids)} model runs)  "
-              f"{run_url(base, comparison.experiment_id, comparison.parent_id)}")
-    else:
-        print("ui: no comparison yet (`make compare`)")
-    sys.stdout.flush()
-    if args.print_only:
-        return
-    with contextlib.suppress(KeyboardInterrupt):
-        subprocess.run(server_command(tracking_uri(config), args.port), check=False)
-
-
-def screenshots_main(config: Config, args) -> None:
     """``make ui-screenshots``: the UI pages of the latest comparison as PNGs in ``reports/ui/``."""
-    from pipeline.tracking import tracking_uri
-
     started = time.perf_counter()
     comparison = latest_comparison(config)
     out_dir = Path(args.output) if args.output else config.reports_dir / "ui"

@@ -1,4 +1,4 @@
-"""Batch scoring on Apache Spark: ``make score ENGINE=spark`` (``python -m pipeline score --engine spark``).
+"""Scoring on Apache Spark, the one module that talks to Spark: ``make score ENGINE=spark``.
 
 Reads:  ``--input``: a CSV file, a Parquet file, a folder of either, or a glob (``'reviews/*.csv'``);
         every file needs the text column. The model as for ``make score``.
@@ -148,7 +148,7 @@ def replace_folder(tmp: Path, output: Path) -> None:
         shutil.rmtree(backup, ignore_errors=True)
 
 
-def run(config: Config, input_pattern: str, output_path: str | Path, model_uri: str | None = None,
+def score_table(config: Config, input_pattern: str, output_path: str | Path, model_uri: str | None = None,
         text_column: str = "text", overwrite: bool = False, keep_row_index: bool = False,
         output_format: str | None = None) -> dict[str, float]:
     """Score every input file with Spark into the ``output_path`` folder; returns the summary counts."""

@@ -33,141 +33,41 @@ from typing import Callable, Sequence
 import keras
 import numpy as np
 
-from pipeline.artifacts import atomic_write_json, build_manifest, is_up_to_date, manifest_hash, read_manifest, write_manifest
+from pipeline.artifacts import (
+    BACKBONE_SNAPSHOTS_DIR,
+    BACKBONE_SPEC_FILE,
+    BACKBONE_WEIGHTS_FILE,
+    HISTORY_FILE,
+    UNLABELED_IDS_FILE,
+    atomic_write_json,
+    build_manifest,
+    ids_file,
+    is_up_to_date,
+    manifest_hash,
+    read_manifest,
+    sha256_text,
+    write_manifest,
+)
+from pipeline.backbone import masked_lm_dataset, save_backbone
 from pipeline.config import Config
-from pipeline.distributed import already_sharded, any_worker, build_before_multi_worker_fit, cluster_from_env
-from pipeline.errors import InputError, MissingInputError
+from pipeline.encoder import TextEncoder
+from pipeline.errors import InputError
+from pipeline.hardware import any_worker, build_before_multi_worker_fit, choose_hardware, cluster_from_env
 from pipeline.stages import require_output, stage_dir
-from pipeline.text import CLS_ID, MASK_ID, PAD_ID, SEP_ID
+from pipeline.text import PAD_ID
 
 STAGE = "pretrain"
-MASK_RATE = 0.15
-WEIGHTS_FILE = "backbone.weights.npz"
-SPEC_FILE = "backbone.json"
 CHECKPOINT_DIR = "checkpoint"
 STATE_FILE = "state.json"
-SNAPSHOT_DIR = "snapshots"  # snapshots/<minutes>min/: the backbone after pretrain.snapshot_minutes
-LENGTH_MULTIPLE = 16
-
-
-# --------------------------------------------------------------------------- masking
-
-
-def mask_selection_length(width: int, rate: float = MASK_RATE) -> int:
-    """Masked positions computed per row for a batch ``width`` tokens wide (at least 1)."""
-    return max(1, math.ceil(rate * width))
-
-
-def mask_generator(vocabulary_size: int, width: int, rate: float = MASK_RATE):
-    """KerasHub's BERT-style mask generator for batches ``width`` tokens wide.
-
-    Never selects ``[PAD]``, ``[CLS]`` or ``[SEP]``; selected tokens become ``[MASK]`` (80 %), a
-    random token (10 %) or stay (10 %); its randomness follows TensorFlow's global seed. Called
-    on ``[batch, width]`` ids it returns ``token_ids``, ``mask_positions``, ``mask_ids`` and
-    ``mask_weights``.
-    """
-    import keras_hub
-
-    return keras_hub.layers.MaskedLMMaskGenerator(
-        vocabulary_size=vocabulary_size, mask_selection_rate=rate, mask_token_id=MASK_ID,
-        mask_selection_length=mask_selection_length(width, rate), unselectable_token_ids=[PAD_ID, CLS_ID, SEP_ID])
-
-
-def masked_lm_dataset(ids: np.ndarray, batch_size: int, vocabulary_size: int, seed: int, rate: float = MASK_RATE,
-                      shard: tuple[int, int] = (0, 1)):
-    """Endless ``({"token_ids", "mask_positions"}, mask_ids, mask_weights)`` batches, length-bucketed,
-    a new order every pass over ``ids``.
-
-    ``shard=(index, count)``: every worker of a cluster draws the same global batches of
-    ``batch_size`` rows and keeps rows ``index::count`` of each (as ``pipeline.train.make_dataset``).
-    """
-    import tensorflow as tf
-
-    from pipeline.batching import batch_width, bucketed_batches, worker_share
-
-    index, count = shard
-    lengths = (ids != PAD_ID).sum(axis=1)
-    generators: dict[int, object] = {}
-
-    def batches():
-        for epoch in range(10**9):
-            for rows in bucketed_batches(lengths, batch_size, seed + epoch):
-                rows = worker_share(rows, index, count)
-                width = batch_width(lengths[rows].max(), LENGTH_MULTIPLE, ids.shape[1])
-                generator = generators.setdefault(width, mask_generator(vocabulary_size, width, rate))
-                masked = generator(ids[rows, :width])
-                yield ({"token_ids": masked["token_ids"], "mask_positions": masked["mask_positions"]},
-                       masked["mask_ids"], masked["mask_weights"])
-
-    signature = ({"token_ids": tf.TensorSpec((None, None), tf.int32),
-                  "mask_positions": tf.TensorSpec((None, None), tf.int32)},
-                 tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None, None), tf.float32))
-    dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
-    return (already_sharded(dataset) if count > 1 else dataset).prefetch(2)
-
-
-# --------------------------------------------------------------------------- saved backbone
-
-
-def save_backbone(directory: Path, weights: dict[str, list], spec: dict) -> None:
-    """``backbone.weights.npz`` (``<layer>/<index>`` arrays) and ``backbone.json``, each written atomically."""
-    arrays = {f"{name}/{index}": value for name, values in weights.items() for index, value in enumerate(values)}
-    tmp = directory / f".{WEIGHTS_FILE}.tmp.npz"
-    np.savez(tmp, **arrays)
-    tmp.replace(directory / WEIGHTS_FILE)
-    atomic_write_json(directory / SPEC_FILE, spec)
-
-
-def load_backbone(directory: Path, check_only: bool = False) -> tuple[dict[str, list], dict]:
-    """(weights by layer name, spec) saved by :func:`save_backbone`; ``check_only`` just checks the files exist."""
-    for name in (WEIGHTS_FILE, SPEC_FILE):
-        if not (directory / name).is_file():
-            raise MissingInputError(f"no pretrained backbone at {directory}: {name} is missing (run `make pretrain`)")
-    if check_only:
-        return {}, {}
-    spec = json.loads((directory / SPEC_FILE).read_text())
-    weights: dict[str, list] = {}
-    with np.load(directory / WEIGHTS_FILE) as arrays:
-        for key in sorted(arrays.files, key=lambda k: (k.rsplit("/", 1)[0], int(k.rsplit("/", 1)[1]))):
-            weights.setdefault(key.rsplit("/", 1)[0], []).append(arrays[key])
-    return weights, spec
-
-
-def resolve_pretrained(config: Config) -> Path:
-    """The folder holding the pretrained backbone: ``model.pretrained`` (folder or ``runs:/`` URI) or ``data/pretrain``."""
-    source = config.model.pretrained
-    if not source:
-        return require_output(config, STAGE)
-    if source.startswith("runs:/"):
-        import mlflow
-
-        from pipeline.tracking import setup_tracking
-
-        setup_tracking(config)
-        try:
-            return Path(mlflow.artifacts.download_artifacts(source))
-        except (mlflow.exceptions.MlflowException, OSError) as exc:
-            raise InputError(f"cannot fetch pretrained backbone {source!r}: {exc}") from None
-    path = Path(source).expanduser()
-    if not path.is_dir():
-        raise MissingInputError(f"model.pretrained: no folder {path}")
-    return path
-
-
-def check_vocabulary(spec: dict, vocabulary_sha256: str, source: str) -> None:
-    if spec.get("vocabulary_sha256") != vocabulary_sha256:
-        raise InputError(f"{source}: pretrained on a different vocabulary (sha256 {str(spec.get('vocabulary_sha256'))[:12]}, "
-                         f"this tokenizer {vocabulary_sha256[:12]}); rerun `make pretrain` after `make tokenize`")
-
 
 # --------------------------------------------------------------------------- stage steps
 
 
 def pretraining_ids(tokenize_dir: Path, max_texts: int | None) -> tuple[np.ndarray, dict[str, int]]:
     """Token ids of the train split plus the unlabeled reviews (never validation or test)."""
-    parts = {"train": np.load(tokenize_dir / "train_ids.npy")}
-    if (tokenize_dir / "unlabeled_ids.npy").is_file():
-        parts["unlabeled"] = np.load(tokenize_dir / "unlabeled_ids.npy")
+    parts = {"train": np.load(tokenize_dir / ids_file("train"))}
+    if (tokenize_dir / UNLABELED_IDS_FILE).is_file():
+        parts["unlabeled"] = np.load(tokenize_dir / UNLABELED_IDS_FILE)
     else:
         print("pretrain: warning: no unlabeled reviews were ingested (set IMDB_UNSUP_ARCHIVE or "
               "data.unlabeled_archive and rerun `make ingest tokenize`); pretraining on the train split only")
@@ -290,8 +190,6 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence = ()) -> 
     """
 
     from pipeline.model import build_masked_lm
-    from pipeline.tokenization import TextEncoder
-    from pipeline.train import choose_hardware
 
     started = time.perf_counter()
     cluster = cluster_from_env()  # a malformed TF_CONFIG stops here, before anything is removed or written
@@ -299,7 +197,7 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence = ()) -> 
     out_dir = stage_dir(config, STAGE)
     inputs = {"tokenize_manifest_sha256": manifest_hash(tokenize_dir)}
     config_hash = f"{config.section_hash('pretrain')}-{_backbone_hash(config)}"
-    if cluster is None and not force and is_up_to_date(out_dir, config_hash, inputs, [WEIGHTS_FILE, SPEC_FILE]):
+    if cluster is None and not force and is_up_to_date(out_dir, config_hash, inputs, [BACKBONE_WEIGHTS_FILE, BACKBONE_SPEC_FILE]):
         print(f"pretrain: up to date, nothing to do ({out_dir}/, MLflow run {read_manifest(out_dir)['mlflow_run_id']})")
         return out_dir
     # the strategy first: a cluster's collective ops must be set up before TensorFlow starts
@@ -364,7 +262,7 @@ def run(config: Config, force: bool = False, extra_callbacks: Sequence = ()) -> 
     last = f"loss {history['loss'][-1]:.3f}, masked-token accuracy {history['accuracy'][-1]:.3f}" if history["loss"] else "no period finished"
     print(f"pretrain: read {len(ids):,} reviews ({', '.join(f'{k} {v:,}' for k, v in rows.items())}) from "
           f"{tokenize_dir}/; {budget.steps:,} steps in {budget.seconds() / 60:.1f} min of training on {device} ({last}); "
-          f"wrote {out_dir}/{WEIGHTS_FILE} and MLflow run {active.info.run_id} in {time.perf_counter() - started:.0f}s")
+          f"wrote {out_dir}/{BACKBONE_WEIGHTS_FILE} and MLflow run {active.info.run_id} in {time.perf_counter() - started:.0f}s")
     return out_dir
 
 
@@ -392,7 +290,7 @@ def pretrain_and_save(config: Config, model, encoder, tokenize_dir: Path, out_di
             mlflow.set_tags(standard_tags(config, config_hash, STAGE, device=device, precision=policy))
 
         def snapshot(name: str) -> None:
-            folder = out_dir / SNAPSHOT_DIR / name
+            folder = out_dir / BACKBONE_SNAPSHOTS_DIR / name
             folder.mkdir(parents=True, exist_ok=True)
             save_backbone(folder, backbone_weights(model), {**spec_of(config, encoder, tokenize_dir, active.info.run_id),
                                                             "snapshot": name, "steps": budget.steps,
@@ -405,9 +303,9 @@ def pretrain_and_save(config: Config, model, encoder, tokenize_dir: Path, out_di
         spec = {**spec_of(config, encoder, tokenize_dir, active.info.run_id), "steps": budget.steps,
                 "train_minutes": round(budget.seconds() / 60, 2)}
         save_backbone(out_dir, backbone_weights(model), spec)
-        atomic_write_json(out_dir / "history.json", history)
+        atomic_write_json(out_dir / HISTORY_FILE, history)
         curve = plot_loss_curve(history, out_dir / "loss_curve.png")
-        for path in (out_dir / WEIGHTS_FILE, out_dir / SPEC_FILE, curve):
+        for path in (out_dir / BACKBONE_WEIGHTS_FILE, out_dir / BACKBONE_SPEC_FILE, curve):
             mlflow.log_artifact(str(path), "backbone")
         mlflow.log_metrics({"final_mlm_loss": history["loss"][-1] if history["loss"] else float("nan"),
                             "pretrain_steps": budget.steps, "pretrain_minutes": budget.seconds() / 60})
@@ -426,8 +324,6 @@ def spec_of(config: Config, encoder, tokenize_dir: Path, run_id: str) -> dict:
 
 
 def _backbone_hash(config: Config) -> str:
-    from pipeline.artifacts import sha256_text
-
     return sha256_text(json.dumps(config.backbone(), sort_keys=True))[:16]
 
 

@@ -14,12 +14,12 @@ import mlflow
 import numpy as np
 import pytest
 
-from pipeline import ingest, tokenization
+from pipeline.stages import ingest, tokenize
 from pipeline.__main__ import main as cli_main
 from pipeline.config import load_config
-from pipeline.distributed import Cluster, cluster_from_env
+from pipeline.hardware import Cluster, cluster_from_env
 from pipeline.errors import ConfigError
-from pipeline.train import make_dataset
+from pipeline.stages.train import make_dataset
 from pipeline.servers import free_port
 from tests.conftest import PROJECT_ROOT, inside, make_archive, write_imdb_tree
 
@@ -88,7 +88,7 @@ def tokenized(tmp_path_factory):
     config = load_config(SMOKE, overrides)
     with inside(root):
         ingest.run(config)
-        tokenization.run(config)
+        tokenize.run(config)
     return root, config, overrides
 
 

@@ -20,11 +20,11 @@ import numpy as np
 import pandas as pd
 
 from pipeline import behaviour
-from pipeline.artifacts import atomic_write_json, atomic_write_text
+from pipeline.artifacts import METRICS_FILE, TEST_PREDICTIONS_FILE, atomic_write_json, atomic_write_text, split_table
 from pipeline.config import Config
 from pipeline.inference import SentimentClassifier, load_classifier, predict_ids, predict_probabilities
 from pipeline.metrics import classification_metrics
-from pipeline.predictions import predicted_and_confidence, probability_columns
+from pipeline.predictions import predicted_and_confidence, prediction_frame
 from pipeline.stages import require_output
 from pipeline.text import PAD_ID
 from pipeline.tracking import latest_training_run_id, setup_tracking
@@ -56,14 +56,6 @@ def length_bucket_accuracy(correct: np.ndarray, token_counts: np.ndarray, max_to
             rows.append({"bucket": name, "reviews": int(in_bucket.sum()), "accuracy": float(correct[in_bucket].mean()),
                          "truncated": bool(low >= max_tokens)})
     return pd.DataFrame(rows)
-
-
-def prediction_frame(source_files, labels: np.ndarray, probabilities: np.ndarray, names: list[str]) -> pd.DataFrame:
-    """One row per test example: label, prediction, correctness, confidence and the named probabilities."""
-    predicted, confidence = predicted_and_confidence(probabilities)
-    return pd.DataFrame({"source_file": list(source_files), "label": np.asarray(labels), "predicted": predicted,
-                         "correct": predicted == np.asarray(labels), "confidence": confidence,
-                         **probability_columns(probabilities, names)})
 
 
 def most_confident_errors(frame: pd.DataFrame, predictions: pd.DataFrame, names: list[str],
@@ -201,13 +193,13 @@ def behaviour_summary(rates: dict[str, float]) -> str:
 def run(config: Config, run: str = "latest", force: bool = False) -> Path:
     """Evaluate a run on the test split; returns ``reports/<run_id>``. Skips runs already evaluated."""
     started = time.perf_counter()
-    test_path = require_output(config, "ingest") / "test.parquet"
+    test_path = require_output(config, "ingest") / split_table("test")
     setup_tracking(config)
     run_id = latest_training_run_id(config) if run == "latest" else run
     out_dir = config.reports_dir / run_id
-    done = (out_dir / "metrics.json").is_file() and (out_dir / "test_predictions.parquet").is_file()
+    done = (out_dir / METRICS_FILE).is_file() and (out_dir / TEST_PREDICTIONS_FILE).is_file()
     if done and not force and "test_accuracy" in mlflow.get_run(run_id).data.metrics:
-        print(f"evaluate: up to date, run {run_id} already evaluated ({out_dir}/metrics.json)")
+        print(f"evaluate: up to date, run {run_id} already evaluated ({out_dir}/{METRICS_FILE})")
         return out_dir
     classifier = load_classifier(f"runs:/{run_id}/model")
     pooling = mlflow.get_run(run_id).data.params.get("model.pooling", "first_token")
@@ -233,11 +225,11 @@ def run(config: Config, run: str = "latest", force: bool = False) -> Path:
         plot_attention(classifier, pooling, out_dir / "attention.png"),
     ]
     most_confident_errors(frame, predictions, names).to_csv(out_dir / "errors.csv", index=False)
-    predictions.to_parquet(out_dir / "test_predictions.parquet", index=False)
+    predictions.to_parquet(out_dir / TEST_PREDICTIONS_FILE, index=False)
     payload = {"run_id": run_id, "pooling": pooling, "test_rows": len(frame), "labels": names,
                "metrics": {f"test_{k}": v for k, v in metrics.items()},
                "accuracy_by_length": buckets.to_dict(orient="records"), "behaviour": behaviour_rates}
-    atomic_write_json(out_dir / "metrics.json", payload)
+    atomic_write_json(out_dir / METRICS_FILE, payload)
 
     with mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None):
         mlflow.log_metrics(payload["metrics"])
@@ -246,7 +238,7 @@ def run(config: Config, run: str = "latest", force: bool = False) -> Path:
             mlflow.log_metric(f"test_accuracy_len_{row['bucket'].replace('>', 'gt')}", row["accuracy"])
         for path in plots:
             mlflow.log_artifact(str(path), "evaluation")
-        for name in ("errors.csv", "metrics.json", "test_predictions.parquet", "behaviour.md", "behaviour.csv"):
+        for name in ("errors.csv", METRICS_FILE, TEST_PREDICTIONS_FILE, "behaviour.md", "behaviour.csv"):
             if (out_dir / name).is_file():
                 mlflow.log_artifact(str(out_dir / name), "evaluation")
     print(f"evaluate: read {len(frame):,} test reviews from {test_path}; run {run_id} ({pooling}): "

@@ -1,4 +1,6 @@
-"""Batch scoring: add a probability, a label and an error column to every row of a CSV.
+"""Scoring a CSV in this process: a probability, a label and an error column added to every row.
+
+The local engine of ``make score`` (``pipeline/stages/score.py``; ``pipeline.spark`` is the other).
 
 Reads:  a CSV of reviews (``--input``; any columns, text in ``--text-column``) and a model:
         ``models:/<name>@<alias>`` (default ``models:/<registered name>@champion``),
@@ -105,8 +107,8 @@ def read_ahead(chunks):
             yield chunk
 
 
-def run(config: Config, input_path: str | Path, output_path: str | Path, model_uri: str | None = None,
-        text_column: str = "text", encoding: str = "utf-8-sig", chunk_size: int = 2048) -> dict[str, float]:
+def score_csv(config: Config, input_path: str | Path, output_path: str | Path, model_uri: str | None = None,
+                    text_column: str = "text", encoding: str = "utf-8-sig", chunk_size: int = 2048) -> dict[str, float]:
     """Score ``input_path`` into ``output_path``; returns the summary counts."""
     from pipeline.tracking import champion_uri, setup_tracking
 
@@ -178,16 +180,3 @@ def run(config: Config, input_path: str | Path, output_path: str | Path, model_u
           f"{load_seconds:.1f}s model load; start-up before reading {startup_seconds:.1f}s: interpreter, imports, "
           f"model load)")
     return {**counts, "seconds": seconds, "load_seconds": load_seconds, "startup_seconds": startup_seconds}
-
-
-def main(config: Config, args) -> None:
-    if args.engine == "spark":
-        from pipeline import spark_score
-
-        spark_score.run(config, args.input, args.output, model_uri=args.model, text_column=args.text_column,
-                        overwrite=args.overwrite, keep_row_index=args.keep_row_index, output_format=args.output_format)
-        return
-    if args.overwrite or args.keep_row_index or args.output_format:
-        raise InputError("--overwrite, --keep-row-index and --output-format apply to --engine spark only")
-    run(config, args.input, args.output, model_uri=args.model, text_column=args.text_column,
-        encoding=args.encoding, chunk_size=args.chunk_size)

@@ -22,7 +22,7 @@ import mlflow
 import pandas as pd
 
 from pipeline import behaviour
-from pipeline.artifacts import atomic_write_text
+from pipeline.artifacts import METRICS_FILE, TEST_PREDICTIONS_FILE, atomic_write_text
 
 from pipeline.config import Config
 from pipeline.errors import PipelineError
@@ -123,10 +123,10 @@ def run_evaluation(run_id: str) -> tuple[dict, pd.DataFrame]:
         try:
             files = {name: Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=f"evaluation/{name}",
                                                                     dst_path=folder))
-                     for name in ("metrics.json", "test_predictions.parquet")}
+                     for name in (METRICS_FILE, TEST_PREDICTIONS_FILE)}
         except (mlflow.exceptions.MlflowException, OSError):
             raise PipelineError(f"run {run_id} has no evaluation artifacts: run `make evaluate RUN={run_id}`") from None
-        return json.loads(files["metrics.json"].read_text()), pd.read_parquet(files["test_predictions.parquet"])
+        return json.loads(files[METRICS_FILE].read_text()), pd.read_parquet(files[TEST_PREDICTIONS_FILE])
 
 
 def write_model_card(config: Config, name: str, version: str, run, candidates: int, comparison_id: str) -> Path:

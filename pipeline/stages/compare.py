@@ -24,12 +24,13 @@ import numpy as np
 import pandas as pd
 
 from pipeline import behaviour
-from pipeline.artifacts import atomic_write_json, atomic_write_text, manifest_hash, read_manifest
+from pipeline.artifacts import TEST_PREDICTIONS_FILE, atomic_write_json, atomic_write_text, manifest_hash, read_manifest, split_table
 from pipeline.baseline import tfidf_baseline
 from pipeline.config import DESIGNS, Config, Design
 from pipeline.errors import InputError
 from pipeline.metrics import classification_metrics, mcnemar_exact, paired_bootstrap_difference
-from pipeline.stages import require_output
+from pipeline.predictions import prediction_frame
+from pipeline.stages import require_output, run_stage
 from pipeline.text import load_labels
 from pipeline.tracking import (
     adopt_child,
@@ -194,16 +195,14 @@ def run_baseline(config: Config, key: str, force: bool = False) -> dict:
     """Train/evaluate the baseline as a child run, or reuse a finished one with the same key."""
     existing = None if force else find_baseline_run(config, key)
     out_dir = config.reports_dir / f"baseline-{key}"
-    predictions_path = out_dir / "test_predictions.parquet"
+    predictions_path = out_dir / TEST_PREDICTIONS_FILE
     if existing is not None and predictions_path.is_file():
         return {"variant": "baseline", "seed": None, "run_id": existing.info.run_id,
                 "predictions": pd.read_parquet(predictions_path),
                 "metrics": summary_metrics(existing.data.metrics)}
-    from pipeline.evaluate import prediction_frame
-
     ingest_dir = require_output(config, "ingest")
-    train = pd.read_parquet(ingest_dir / "train.parquet")
-    test = pd.read_parquet(ingest_dir / "test.parquet")
+    train = pd.read_parquet(ingest_dir / split_table("train"))
+    test = pd.read_parquet(ingest_dir / split_table("test"))
     names = load_labels(ingest_dir)
     with mlflow.start_run(run_name="baseline-tfidf-logreg", nested=True) as child:
         started = time.perf_counter()
@@ -357,14 +356,12 @@ def comparison_key(config: Config, name: str) -> str:
 
 def train_and_evaluate(config: Config, variant: dict[str, str], seed: int, parent_id: str, factor: str,
                        force: bool) -> dict:
-    from pipeline import evaluate, train
-
     child_config = variant_config(config, variant, seed)
-    run_dir = train.run(child_config, force=force)
+    run_dir = run_stage("train", child_config, force=force)
     run_id = read_manifest(run_dir)["mlflow_run_id"]
     if adopt_child(run_id, parent_id) == parent_id:
         describe_run(run_id, child_description(variant, seed, factor, parent_id))
-    predictions_path = evaluate.run(child_config, run=run_id, force=force) / "test_predictions.parquet"
+    predictions_path = run_stage("evaluate", child_config, run=run_id, force=force) / TEST_PREDICTIONS_FILE
     client = mlflow.tracking.MlflowClient()
     metrics = summary_metrics(client.get_run(run_id).data.metrics)
     return {"variant": variant_name(variant), "seed": seed, "run_id": run_id, "metrics": metrics,
@@ -383,13 +380,9 @@ def run(config: Config, factor: str = "pooling", force: bool = False) -> Path:
     names = [variant_name(v) for v in grid]
     seeds = list(config.compare.seeds)
     if any(v.get("init", config.model.init) == "pretrained" for v in grid) and not config.model.pretrained:
-        from pipeline import pretrain
-
-        pretrain.run(config)  # the shared starting point; skipped when up to date
+        run_stage("pretrain", config)  # the shared starting point; skipped when up to date
     if config.training.pseudo_labels:
-        from pipeline import pseudo_label
-
-        pseudo_label.run(config)  # the same extra training data for every variant; skipped when up to date
+        run_stage("pseudo-label", config)  # the same extra training data for every variant; skipped when up to date
     setup_tracking(config)
     key = comparison_key(config, factor)
     parent_id = find_comparison_run_id(config, key)

@@ -1,4 +1,4 @@
-"""Ingestion stage: IMDB archive (or the user's own tables) -> versioned Parquet splits.
+"""``make ingest``: the IMDB archive (or the user's own tables) -> versioned Parquet splits.
 
 Reads:  ``data.source: imdb``: an aclImdb ``.tar.gz`` or ``aclImdb/`` folder (``data.archive``,
         ``$IMDB_ARCHIVE``, ``data/raw/aclImdb_v1.tar.gz``, or the canonical download, in that
@@ -31,18 +31,22 @@ import urllib.request
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import pandas as pd
 from sklearn.model_selection import train_test_split
 from tqdm.auto import tqdm
 
 from pipeline.artifacts import (
+    LABELS_FILE,
+    SPLITS,
+    UNLABELED_TABLE,
     build_manifest,
     file_digest,
     is_up_to_date,
     sha256_file,
     sha256_text,
+    split_table,
     staged_directory,
     write_manifest,
 )
@@ -50,13 +54,12 @@ from pipeline.config import Config
 from pipeline.errors import InputError, MissingInputError
 from pipeline.stages import stage_dir
 from pipeline.tables import find_table_files, load_table_splits
-from pipeline.text import LABELS_FILE, UNLABELED_FILE, clean_text, percentiles, save_labels
+from pipeline.text import clean_text, percentiles, save_labels
 
 STAGE = "ingest"
 ARCHIVE_ENV_VAR = "IMDB_ARCHIVE"
 UNLABELED_ENV_VAR = "IMDB_UNSUP_ARCHIVE"
 CANONICAL_ARCHIVE_NAME = "aclImdb_v1.tar.gz"
-SPLIT_FILES = ("train.parquet", "val.parquet", "test.parquet")
 COLUMNS = ("review_id", "text", "label", "label_name", "rating", "source_file")
 IMDB_LABELS = ("negative", "positive")  # label 0 = neg folder, 1 = pos folder
 CLASS_FOLDERS = ("train/pos", "train/neg", "test/pos", "test/neg")
@@ -241,16 +244,26 @@ def read_unlabeled_texts(path: Path, limit: int | None = None) -> list[str]:
     return texts
 
 
-def folder_fingerprint(root: Path) -> str:
-    """Cheap content fingerprint of a folder: relative names, sizes and modification times."""
+def folder_fingerprint(root: Path, folders: Iterable[str]) -> str:
+    """``folder:<sha256>`` of the files in ``root/<folder>`` for each of ``folders``: their relative names and bytes.
+
+    By content, not by size and modification time: an edited review changes it even when its size
+    and timestamp do not (an editor that restores them, a copy with ``cp -p``).
+    """
     digest = hashlib.sha256()
-    for folder in CLASS_FOLDERS:
+    for folder in folders:
         directory = root / folder
         if directory.is_dir():
             for entry in sorted(directory.iterdir()):
-                stat = entry.lstat()
-                digest.update(f"{folder}/{entry.name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
+                if entry.is_file():
+                    digest.update(f"{folder}/{entry.name}\0".encode())
+                    digest.update(hashlib.sha256(entry.read_bytes()).digest())
+    return f"folder:{digest.hexdigest()}"
+
+
+def source_checksum(path: Path, folders: Iterable[str]) -> str:
+    """sha256 of an archive file, or :func:`folder_fingerprint` of an extracted folder."""
+    return sha256_file(path) if path.is_file() else folder_fingerprint(dataset_root(path), folders)
 
 
 def md5_file(path: Path) -> str:
@@ -345,93 +358,104 @@ def read_unlabeled(config: Config, explicit: Path | None, labeled_source: Path) 
         return None
 
 
-def _imdb_splits(config: Config, force: bool) -> tuple[dict[str, pd.DataFrame], list[str], dict, dict, str,
-                                                        pd.DataFrame | None]:
-    """(splits, label names, inputs, manifest fields, source, unlabeled) for the aclImdb archive or folder."""
+@dataclass(frozen=True)
+class Ingested:
+    """What a source holds: the splits, the class names, manifest fields and the unlabeled reviews."""
+
+    splits: dict[str, pd.DataFrame]     # train, val, test
+    labels: list[str]                   # class names in index order
+    fields: dict                        # what the manifest records about the source
+    unlabeled: pd.DataFrame | None      # a ``text`` frame, when there are unlabeled reviews
+
+
+@dataclass(frozen=True)
+class Source:
+    """A source before it is read: what it is, the checksums that decide whether to read it, and how."""
+
+    name: str                           # the path, for people
+    inputs: dict                        # recorded in the manifest; unchanged inputs and config skip the stage
+    read: Callable[[], Ingested]
+
+
+def unlabeled_checksum(path: Path) -> str:
+    return source_checksum(path, ("train/unsup",))
+
+
+def imdb_source(config: Config) -> Source:
+    """The aclImdb archive or folder (``resolve_source``) and the unlabeled reviews."""
     source = resolve_source(config)
-    if source.is_dir():
-        root = dataset_root(source)
-        source_checksum = f"folder:{folder_fingerprint(root)}"
-    else:
-        source_checksum = sha256_file(source)
-        verify_checksums(source, config, source_checksum)
-    inputs = {"archive_sha256": source_checksum}
+    checksum = source_checksum(source, CLASS_FOLDERS)
+    if source.is_file():
+        verify_checksums(source, config, checksum)
+    inputs = {"archive_sha256": checksum}
     unlabeled_source = resolve_unlabeled_source(config)
     if unlabeled_source is not None:
-        inputs["unlabeled_sha256"] = (sha256_file(unlabeled_source) if unlabeled_source.is_file()
-                                      else f"folder:{unlabeled_source.resolve()}")
-    if not force and _skip(config, inputs, source):
-        return {}, [], inputs, {}, str(source), None
-    members = iter_folder(root) if source.is_dir() else iter_archive(source)
-    progress = tqdm(members, desc=f"reading {source.name}", unit=" files", mininterval=1.0)
-    frame, report = collect_reviews(progress, str(source))
-    if report.skipped_count:
-        print(
-            f"ingest: warning: skipped {report.skipped_count} file(s) not named <id>_<rating>.txt, "
-            f"e.g. {', '.join(report.skipped_names)}"
-        )
-    original_train = frame[frame["split"] == "train"].drop(columns="split").reset_index(drop=True)
-    test = frame[frame["split"] == "test"].drop(columns="split").reset_index(drop=True)
-    train, val = split_train_validation(original_train, config.data.validation_fraction, config.data.seed)
-    splits = {"train": train, "val": val, "test": test}
-    unlabeled = read_unlabeled(config, unlabeled_source, source)
-    fields = {
-        "archive_sha256": source_checksum,
-        "duplicates": duplicate_counts(original_train, test),
-        "decode_error_files": report.decode_error_files,
-        "skipped_files": {"count": report.skipped_count, "examples": report.skipped_names},
-        "unlabeled_source": str(unlabeled_source or (source if unlabeled is not None else "none")),
-    }
-    return splits, list(IMDB_LABELS), inputs, fields, str(source), unlabeled
+        inputs["unlabeled_sha256"] = unlabeled_checksum(unlabeled_source)
+
+    def read() -> Ingested:
+        members = iter_folder(dataset_root(source)) if source.is_dir() else iter_archive(source)
+        progress = tqdm(members, desc=f"reading {source.name}", unit=" files", mininterval=1.0)
+        frame, report = collect_reviews(progress, str(source))
+        if report.skipped_count:
+            print(f"ingest: warning: skipped {report.skipped_count} file(s) not named <id>_<rating>.txt, "
+                  f"e.g. {', '.join(report.skipped_names)}")
+        original_train = frame[frame["split"] == "train"].drop(columns="split").reset_index(drop=True)
+        test = frame[frame["split"] == "test"].drop(columns="split").reset_index(drop=True)
+        train, val = split_train_validation(original_train, config.data.validation_fraction, config.data.seed)
+        unlabeled = read_unlabeled(config, unlabeled_source, source)
+        fields = {
+            "archive_sha256": checksum,
+            "duplicates": duplicate_counts(original_train, test),
+            "decode_error_files": report.decode_error_files,
+            "skipped_files": {"count": report.skipped_count, "examples": report.skipped_names},
+            "unlabeled_source": str(unlabeled_source or (source if unlabeled is not None else "none")),
+        }
+        return Ingested({"train": train, "val": val, "test": test}, list(IMDB_LABELS), fields, unlabeled)
+
+    return Source(str(source), inputs, read)
 
 
-def _table_splits(config: Config, force: bool) -> tuple[dict[str, pd.DataFrame], list[str], dict, dict, str,
-                                                         pd.DataFrame | None]:
-    """(splits, label names, inputs, manifest fields, source, unlabeled) for the user's CSV/TSV/Parquet files."""
+def table_source(config: Config) -> Source:
+    """The user's CSV/TSV/Parquet files (``data.path``) and the unlabeled reviews."""
     files = find_table_files(config.data.path)
     inputs = {"files_sha256": {str(f): sha256_file(f) for f in files}}
     unlabeled_source = resolve_unlabeled_source(config)
     if unlabeled_source is not None:
-        inputs["unlabeled_sha256"] = sha256_file(unlabeled_source) if unlabeled_source.is_file() else "folder"
-    if not force and _skip(config, inputs, config.data.path):
-        return {}, [], inputs, {}, config.data.path, None
-    splits, labels, drops, _ = load_table_splits(config.data)
-    if drops.count:
-        print(f"ingest: warning: dropped {drops.count} row(s) with empty text or label "
-              f"({drops.reasons}), e.g. {'; '.join(drops.examples)}")
-    fields = {"dropped_rows": {"count": drops.count, "reasons": drops.reasons, "examples": drops.examples},
-              "duplicates": duplicate_counts(pd.concat([splits["train"], splits["val"]]), splits["test"]),
-              "unlabeled_source": str(unlabeled_source or "none")}
-    unlabeled = None if unlabeled_source is None else read_unlabeled(config, unlabeled_source, unlabeled_source)
-    return splits, labels, inputs, fields, config.data.path, unlabeled
+        inputs["unlabeled_sha256"] = unlabeled_checksum(unlabeled_source)
 
+    def read() -> Ingested:
+        splits, labels, drops, _ = load_table_splits(config.data)
+        if drops.count:
+            print(f"ingest: warning: dropped {drops.count} row(s) with empty text or label "
+                  f"({drops.reasons}), e.g. {'; '.join(drops.examples)}")
+        fields = {"dropped_rows": {"count": drops.count, "reasons": drops.reasons, "examples": drops.examples},
+                  "duplicates": duplicate_counts(pd.concat([splits["train"], splits["val"]]), splits["test"]),
+                  "unlabeled_source": str(unlabeled_source or "none")}
+        unlabeled = None if unlabeled_source is None else read_unlabeled(config, unlabeled_source, unlabeled_source)
+        return Ingested(splits, labels, fields, unlabeled)
 
-def _skip(config: Config, inputs: dict, source) -> bool:
-    out_dir = stage_dir(config, STAGE)
-    config_hash = config.section_hash("data")
-    if is_up_to_date(out_dir, config_hash, inputs, list(SPLIT_FILES) + [LABELS_FILE]):
-        print(f"ingest: up to date, nothing to do ({out_dir}/ built from {source} with config {config_hash})")
-        return True
-    return False
+    return Source(config.data.path, inputs, read)
 
 
 def run(config: Config, force: bool = False) -> Path:
     """Run ingestion and return ``data/ingest``; skips when inputs and config are unchanged."""
     started = time.perf_counter()
     out_dir = stage_dir(config, STAGE)
-    reader = _table_splits if config.data.source == "table" else _imdb_splits
-    splits, labels, inputs, fields, source, unlabeled = reader(config, force)
-    if not splits:  # up to date
+    source = (table_source if config.data.source == "table" else imdb_source)(config)
+    config_hash = config.section_hash("data")
+    if not force and is_up_to_date(out_dir, config_hash, source.inputs, [split_table(s) for s in SPLITS] + [LABELS_FILE]):
+        print(f"ingest: up to date, nothing to do ({out_dir}/ built from {source.name} with config {config_hash})")
         return out_dir
+    ingested = source.read()
+    splits, labels, unlabeled = ingested.splits, ingested.labels, ingested.unlabeled
     for split in splits.values():
         split["label_name"] = [labels[i] for i in split["label"]]
-    config_hash = config.section_hash("data")
     manifest = build_manifest(
         STAGE,
         config_hash,
-        inputs,
+        source.inputs,
         config.to_dict()["data"],
-        source=str(source),
+        source=source.name,
         label_names=labels,
         rows={name: len(split) for name, split in splits.items()},
         labels={name: {labels[k]: int(v) for k, v in split["label"].value_counts().sort_index().items()}
@@ -439,18 +463,18 @@ def run(config: Config, force: bool = False) -> Path:
         length_words={name: length_percentiles(split["text"]) for name, split in splits.items()},
         split_checksums={name: sha256_text("\n".join(split["source_file"])) for name, split in splits.items()},
         unlabeled_rows=0 if unlabeled is None else len(unlabeled),
-        **fields,
+        **ingested.fields,
     )
     with staged_directory(out_dir) as staging:
         for name, split in splits.items():
-            split.loc[:, list(COLUMNS)].to_parquet(staging / f"{name}.parquet", index=False)
+            split.loc[:, list(COLUMNS)].to_parquet(staging / split_table(name), index=False)
         if unlabeled is not None:
-            unlabeled.to_parquet(staging / UNLABELED_FILE, index=False)
+            unlabeled.to_parquet(staging / UNLABELED_TABLE, index=False)
         save_labels(staging, labels)
         write_manifest(staging, manifest)
     rows = manifest["rows"]
     print(
-        f"ingest: read {sum(rows.values()):,} labelled texts from {source}; wrote train {rows['train']:,} / "
+        f"ingest: read {sum(rows.values()):,} labelled texts from {source.name}; wrote train {rows['train']:,} / "
         f"val {rows['val']:,} / test {rows['test']:,} rows ({len(labels)} classes) and "
         f"{manifest['unlabeled_rows']:,} unlabeled reviews to {out_dir}/ in {time.perf_counter() - started:.1f}s"
     )
