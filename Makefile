@@ -5,7 +5,18 @@
 
 SHELL := /bin/bash
 VENV ?= .venv
-PYTHON ?= $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
+# The project's environment: created on first use by any target that runs Python (make all, make test, ...).
+# PYTHON=... on the command line or in the environment uses an interpreter you manage yourself instead.
+ifeq ($(filter command line environment,$(origin PYTHON)),)
+PYTHON := $(VENV)/bin/python
+ENV := $(VENV)/.installed
+else
+ENV :=
+endif
+# VERBOSE=1 shows TensorFlow's C++ start-up lines and known third-party warnings (hidden by default)
+ifneq ($(VERBOSE),)
+export PIPELINE_VERBOSE := 1
+endif
 CONFIG ?= configs/default.yaml
 SET ?=
 DATA ?= data
@@ -34,72 +45,75 @@ REPORTS ?= reports
 
 help: ## list every target with a one-line description
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z0-9_-]*:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "  variables: CONFIG=$(CONFIG) SET='section.key=value ...' FORCE=1 IMDB_ARCHIVE=path IMDB_UNSUP_ARCHIVE=path"
+	@echo "  variables: CONFIG=$(CONFIG) SET='section.key=value ...' FORCE=1 VERBOSE=1 IMDB_ARCHIVE=path IMDB_UNSUP_ARCHIVE=path"
 
-setup: ## create .venv/ and install the project with its Spark, browser and test extras
-	python3 -m venv $(VENV)
+setup: $(VENV)/.installed ## create .venv/ and install the project with its Spark, browser and test extras (every target does this when it is missing)
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --upgrade pip
 	$(VENV)/bin/pip install -e ".[spark,browser,test]"
+	touch $@
 
-all: ingest tokenize pretrain compare evaluate register ## ingest, tokenize, pretrain, compare, evaluate, register, then score the example CSV
+all: $(ENV) ingest tokenize compare register ## ingest, tokenize, compare (trains and evaluates every candidate), register, then score the example CSV
 	$(call STAGE,score) --input $(EXAMPLE_CSV) --output $(REPORTS)/example_scored.csv --text-column $(EXAMPLE_TEXT_COLUMN)
 
 ingest: $(DATA)/ingest/manifest.json ## IMDB archive -> data/ingest/{train,val,test}.parquet + manifest
 
-$(DATA)/ingest/manifest.json: FORCE
+$(DATA)/ingest/manifest.json: $(ENV) FORCE
 	$(call STAGE,ingest) $(FORCE_ARG)
 
 tokenize: $(DATA)/tokenize/manifest.json ## learn the WordPiece vocabulary on train, encode all splits -> data/tokenize/
 
-$(DATA)/tokenize/manifest.json: $(DATA)/ingest/manifest.json FORCE
+$(DATA)/tokenize/manifest.json: $(ENV) $(DATA)/ingest/manifest.json FORCE
 	$(call STAGE,tokenize) $(FORCE_ARG)
 
-pretrain: $(DATA)/tokenize/manifest.json ## masked-LM pretraining of the encoder on train + unlabeled reviews -> data/pretrain/
+pretrain: $(ENV) $(DATA)/tokenize/manifest.json ## masked-LM pretraining of the encoder on train + unlabeled reviews -> data/pretrain/
 	$(call STAGE,pretrain) $(FORCE_ARG)
 
-pretrain-budget: $(DATA)/tokenize/manifest.json ## test accuracy vs pretraining minutes (SET='pretrain.max_minutes=40 pretrain.snapshot_minutes=[10,20]' SEEDS=1,2) -> reports/pretraining_budget.*
+pretrain-budget: $(ENV) $(DATA)/tokenize/manifest.json ## test accuracy vs pretraining minutes (SET='pretrain.max_minutes=40 pretrain.snapshot_minutes=[10,20]' SEEDS=1,2) -> reports/pretraining_budget.*
 	$(call STAGE,pretrain-budget) $(if $(SEEDS),--seeds $(SEEDS))
 
-pseudo-label: $(DATA)/ingest/manifest.json ## label the unlabeled reviews with the TF-IDF teacher, keep the sure ones -> data/pseudo_label/
+pseudo-label: $(ENV) $(DATA)/ingest/manifest.json ## label the unlabeled reviews with the TF-IDF teacher, keep the sure ones -> data/pseudo_label/
 	$(call STAGE,pseudo-label) $(FORCE_ARG)
 
-train: $(DATA)/tokenize/manifest.json ## train one model (POOLING=first_token|mean), log it to MLflow -> data/train/
+train: $(ENV) $(DATA)/tokenize/manifest.json ## train one model (POOLING=first_token|mean), log it to MLflow -> data/train/
 	$(call STAGE,train) $(FORCE_ARG)
 
-evaluate: ## score the test split with a run (RUN=latest|RUN_ID), log test_ metrics and plots -> reports/<run_id>/
+evaluate: $(ENV) ## score the test split with a run (RUN=latest|RUN_ID), log test_ metrics and plots -> reports/<run_id>/
 	$(call STAGE,evaluate) --run $(RUN) $(FORCE_ARG)
 
-compare: $(DATA)/tokenize/manifest.json ## pooling x init (scratch, pretrained) x compare.seeds + TF-IDF baseline -> reports/comparison.{md,json,png}
+compare: $(ENV) $(DATA)/tokenize/manifest.json ## pooling x init (scratch, pretrained) x compare.seeds + TF-IDF baseline -> reports/comparison.{md,json,png}
 	$(call STAGE,compare) --factor pooling $(FORCE_ARG)
 
-ablate-position: $(DATA)/tokenize/manifest.json ## learned vs no position information, same protocol -> reports/ablation_position.*
+ablate-position: $(ENV) $(DATA)/tokenize/manifest.json ## learned vs no position information, same protocol -> reports/ablation_position.*
 	$(call STAGE,compare) --factor position $(FORCE_ARG)
 
-register: ## register the best model (by validation accuracy) of the latest comparison as @champion
+register: $(ENV) ## register the best model (by validation accuracy) of the latest comparison as @champion
 	$(call STAGE,register) $(FORCE_ARG)
 
-score: ## score a CSV: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=...] [TEXT_COLUMN=text] [ENGINE=spark OVERWRITE=1]
+score: $(ENV) ## score a CSV: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=...] [TEXT_COLUMN=text] [ENGINE=spark OVERWRITE=1]
 	@test -n "$(INPUT)" -a -n "$(OUTPUT)" || { echo "usage: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=...] [TEXT_COLUMN=text] [ENGINE=spark]"; exit 2; }
 	$(call STAGE,score) --input "$(INPUT)" --output "$(OUTPUT)" --text-column "$(TEXT_COLUMN)" $(if $(MODEL),--model "$(MODEL)") \
 	  $(if $(filter spark,$(ENGINE)),--engine spark $(if $(OVERWRITE),--overwrite))
 
-ui: ## MLflow UI on MLFLOW_TRACKING_URI (default sqlite:///mlflow.db) at 127.0.0.1:UI_PORT; prints the latest comparison's link
+ui: $(ENV) ## MLflow UI on MLFLOW_TRACKING_URI (default sqlite:///mlflow.db) at 127.0.0.1:UI_PORT; prints the latest comparison's link
 	$(call STAGE,ui) --port $(UI_PORT)
 
-ui-screenshots: ## screenshots of the MLflow UI (runs table, comparison run, two children side by side) -> reports/ui/*.png
+ui-screenshots: $(ENV) setup-browser ## screenshots of the MLflow UI (runs table, comparison run, two children side by side) -> reports/ui/*.png
 	$(call STAGE,ui-screenshots) --output $(REPORTS)/ui
 
 setup-browser: ## install Debian's chromium (apt-get) for the browser test and ui-screenshots; never `playwright install`
 	@command -v chromium >/dev/null 2>&1 && echo "chromium: $$(command -v chromium)" || \
 	{ $(if $(shell command -v sudo),sudo) apt-get update -qq && $(if $(shell command -v sudo),sudo) apt-get install -y -qq chromium; }
 
-serve: ## serve MODEL (default: the champion) over HTTP on 127.0.0.1:SERVE_PORT (mlflow models serve); prints a curl line
+serve: $(ENV) ## serve MODEL (default: the champion) over HTTP on 127.0.0.1:SERVE_PORT (mlflow models serve); prints a curl line
 	$(call STAGE,serve) --port $(SERVE_PORT) $(if $(MODEL),--model "$(MODEL)")
 
-test: ## run the test suite (tiny generated data, temporary folders and MLflow store)
+test: $(ENV) setup-browser ## run the test suite (tiny generated data, temporary folders and MLflow store); creates .venv/ and installs chromium when missing
 	$(PYTHON) -m pytest -q
 
-bench: ## training/MLM/scoring speed vs the same run's GEMM peak, padding, threads, memory -> reports/bench.{json,md}
+bench: $(ENV) ## training/MLM/scoring speed vs the same run's GEMM peak, padding, threads, memory -> reports/bench.{json,md}
 	$(call STAGE,bench) $(if $(MODEL),--model "$(MODEL)")
 
 clean: ## delete stage outputs in data/ (keeps data/raw) and reports/

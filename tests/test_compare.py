@@ -36,7 +36,6 @@ def test_report_files_and_json_fields(comparison):
     assert inter["bootstrap"]["ci_low"] <= inter["difference"] <= inter["bootstrap"]["ci_high"]
     assert payload["recommendation"]["variant"] in VARIANTS
     assert difference["bootstrap"]["ci_low"] <= difference["mean_accuracy_difference"] <= difference["bootstrap"]["ci_high"]
-    assert isinstance(difference["significant"], bool)
     text = report.read_text()
     assert "## Verdict" in text and text.rstrip().endswith(".")
     # behaviour tests: one row per capability, one column per variant and the baseline
@@ -232,3 +231,14 @@ def test_recommendation_uses_validation_never_test():
                "baseline": {"test_accuracy": {"mean": 0.85}}}
     best = compare.recommendation(summary, ["a", "b"])
     assert best == {"variant": "a", "best_val_accuracy": 0.9, "test_accuracy": 0.80, "baseline_test_accuracy": 0.85}
+
+
+def test_compare_pair_calls_a_consistent_large_difference_significant_and_equal_models_not():
+    rng = np.random.default_rng(0)
+    better = rng.random((2, 2000)) < 0.9
+    worse = better & (rng.random((2, 2000)) < 0.8)  # right on a subset of what `better` gets right
+    labels = [{"seed": 1}, {"seed": 2}]
+    assert compare.compare_pair(better, worse, labels, samples=200)["significant"] is True
+    assert compare.compare_pair(better, better.copy(), labels, samples=200)["significant"] is False
+    mixed = np.stack([better[0], worse[1]]), np.stack([worse[0], better[1]])  # the pairs disagree on the sign
+    assert compare.compare_pair(*mixed, labels, samples=200)["significant"] is False

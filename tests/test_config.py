@@ -1,15 +1,36 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
-from pipeline.config import Config, load_config, parse_override
+from pipeline.config import load_config, parse_override
+from pipeline.errors import ConfigError
 from tests.conftest import PROJECT_ROOT
 
+SHIPPED = sorted(path.name for path in (PROJECT_ROOT / "configs").glob("*.yaml"))
 
-@pytest.mark.parametrize("name", ["default.yaml", "smoke.yaml"])
-def test_shipped_configs_load(name):
-    config = load_config(PROJECT_ROOT / "configs" / name)
-    assert isinstance(config, Config)
+
+def test_every_shipped_config_is_tested():
+    assert {"default.yaml", "smoke.yaml", "gpu.yaml", "example_multiclass.yaml"} <= set(SHIPPED)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_configs_load_with_every_value_they_set(name):
+    """Each value a shipped YAML sets is the loaded config's value (none dropped, renamed or retyped away)."""
+    path = PROJECT_ROOT / "configs" / name
+    config = load_config(path).to_dict()
+    for section, values in (yaml.safe_load(path.read_text()) or {}).items():
+        for key, value in values.items():
+            loaded = config[section][key]
+            expected = list(value) if isinstance(value, (list, tuple)) else value
+            assert (list(loaded) if isinstance(loaded, (list, tuple)) else loaded) == expected, f"{name}: {section}.{key}"
+
+
+def test_a_config_with_an_unknown_key_is_refused_naming_it(tmp_path):
+    path = tmp_path / "typo.yaml"
+    path.write_text("model:\n  hidden_dimm: 64\n")
+    with pytest.raises(ConfigError, match="hidden_dimm"):
+        load_config(path)
 
 
 def test_overrides_are_typed_and_applied():

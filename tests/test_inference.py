@@ -189,7 +189,16 @@ def test_compiled_scoring_gives_the_eager_probabilities():
     assert compiled.shape == (300, 2)
 
 
-def test_one_trace_per_shape_is_not_reported_as_a_retracing_problem():
+@pytest.fixture
+def fresh_retracing_detector():
+    """TensorFlow warns about retracing at most twice per traced Python function per process (its detector is
+    keyed on the function's code, shared by every model's compiled forward pass): start each test from none."""
+    from tensorflow.python.eager.polymorphic_function import polymorphic_function
+
+    polymorphic_function._frequent_tracing_detector_manager._detectors.clear()
+
+
+def test_one_trace_per_shape_is_not_reported_as_a_retracing_problem(fresh_retracing_detector):
     """Scoring compiles once per batch width by design; TensorFlow's retracing warning must not reach the user,
     while its other warnings still do."""
     import logging
@@ -216,6 +225,34 @@ def test_one_trace_per_shape_is_not_reported_as_a_retracing_problem():
     messages = [record.getMessage() for record in records]
     assert "another tensorflow warning" in messages
     assert not [m for m in messages if "retracing" in m]
+
+
+def test_without_the_filter_the_same_calls_do_report_retracing(fresh_retracing_detector, monkeypatch):
+    """The control of the test above: the shapes it scores do make TensorFlow warn when nothing filters it."""
+    import logging
+
+    from pipeline import inference
+
+    monkeypatch.setattr(inference, "_expected_retracing", lambda record: True)  # a filter that keeps everything
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("tensorflow")
+    saved_filters = list(logger.filters)  # the real filter, added by an earlier model's compiled forward pass
+    logger.filters[:] = []
+    logger.addHandler(handler)
+    try:
+        model = inference.load_keras_model(LEGACY / "model.keras")  # a new model: its own compiled forward pass
+        ids = np.zeros((64, 32), dtype=np.int32)
+        ids[:, 0] = 2
+        for row in range(64):
+            ids[row, 1:1 + row % 32] = 7
+        for rows in (1, 2, 3, 5, 9, 17, 33):
+            inference.predict_ids(model, ids[:rows])
+    finally:
+        logger.removeHandler(handler)
+        logger.filters[:] = saved_filters
+    assert [record for record in records if "retracing" in record.getMessage()]
 
 
 def test_loading_a_logged_model_does_not_put_its_code_copy_on_sys_path(trained_run):

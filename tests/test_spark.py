@@ -120,3 +120,15 @@ def test_missing_java_is_one_line(monkeypatch):
     with pytest.raises(spark.PipelineError, match="Spark needs Java 17"):
         spark.require_java()
     assert os.environ["PATH"] == "/nonexistent"
+
+
+def test_spark_answers_like_the_code_that_logged_a_model_before_the_layout_change(spark_setup, tmp_path):
+    from tests.test_upgrade import CSV_TEXTS, LEGACY_PYFUNC, assert_rows, expected_rows
+
+    config = spark_setup[0]
+    pd.DataFrame({"id": range(len(CSV_TEXTS)), "text": CSV_TEXTS}).to_csv(tmp_path / "in.csv", index=False)
+    spark.score_table(config, str(tmp_path / "in.csv"), tmp_path / "out", model_uri=str(LEGACY_PYFUNC),
+                      output_format="csv")
+    got = read_parts(tmp_path / "out", "csv")
+    assert got["text"].tolist() == CSV_TEXTS
+    assert_rows(got.fillna("").to_dict("records"), expected_rows(CSV_TEXTS))

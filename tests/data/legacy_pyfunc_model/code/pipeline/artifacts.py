@@ -1,0 +1,149 @@
+"""File helpers shared by every stage: checksums, atomic writes and stage manifests.
+
+A stage writes its outputs into a staging folder next to ``data/<stage>/`` and swaps it
+into place only when everything is written, so a crash or a bad input never leaves a
+half-written stage folder behind. Each stage folder holds a ``manifest.json`` recording
+the format version, config hash, input checksums and code version; a stage whose
+manifest matches its current inputs and config does not run again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from pipeline import __version__
+from pipeline.errors import MissingInputError
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT_VERSION = 1
+
+
+def file_digest(path: str | Path, algorithm: str = "sha256") -> str:
+    """Hex digest of a file's bytes, read in chunks (``sha256``; ``md5`` for the canonical archive)."""
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, algorithm).hexdigest()
+
+
+def sha256_file(path: str | Path) -> str:
+    return file_digest(path, "sha256")
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def code_version() -> str:
+    """Package version plus the git commit when the code runs from a checkout."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return f"{__version__}+{commit}" if commit else __version__
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to a temporary file beside ``path`` and rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as tmp:
+            tmp.write(text)
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise
+    return path
+
+
+def atomic_write_json(path: str | Path, payload: Any) -> Path:
+    return atomic_write_text(path, json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
+
+
+@contextlib.contextmanager
+def staged_directory(final_dir: str | Path) -> Iterator[Path]:
+    """Yield an empty staging folder; on success it replaces ``final_dir``, on error it vanishes."""
+    final_dir = Path(final_dir)
+    final_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.staging-", dir=final_dir.parent))
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    backup = final_dir.with_name(f".{final_dir.name}.previous")
+    shutil.rmtree(backup, ignore_errors=True)
+    if final_dir.exists():
+        os.replace(final_dir, backup)
+    os.replace(staging, final_dir)
+    shutil.rmtree(backup, ignore_errors=True)
+
+
+def read_manifest(stage_dir: str | Path) -> dict[str, Any] | None:
+    path = Path(stage_dir) / MANIFEST_NAME
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+
+
+def write_manifest(stage_dir: str | Path, manifest: dict) -> Path:
+    return atomic_write_json(Path(stage_dir) / MANIFEST_NAME, manifest)
+
+
+def build_manifest(stage: str, config_hash: str, inputs: dict[str, str], config: dict, **fields: Any) -> dict:
+    return {
+        "format_version": MANIFEST_FORMAT_VERSION,
+        "stage": stage,
+        "config_hash": config_hash,
+        "inputs": inputs,
+        "config": config,
+        "code_version": code_version(),
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **fields,
+    }
+
+
+def is_up_to_date(stage_dir: str | Path, config_hash: str, inputs: dict[str, str], outputs: list[str]) -> bool:
+    """True when the stage's manifest matches ``config_hash`` and ``inputs`` and all outputs exist."""
+    manifest = read_manifest(stage_dir)
+    if manifest is None or manifest.get("format_version") != MANIFEST_FORMAT_VERSION:
+        return False
+    if manifest.get("config_hash") != config_hash or manifest.get("inputs") != inputs:
+        return False
+    return all((Path(stage_dir) / name).exists() for name in outputs)
+
+
+VOLATILE_MANIFEST_FIELDS = ("created_at", "code_version", "learn_seconds", "train_seconds")
+
+
+def manifest_hash(stage_dir: str | Path) -> str:
+    """Checksum of a stage's manifest content: what a downstream stage records as its input.
+
+    Timestamps, durations and the code version are left out, so re-running a stage that
+    produces the same data (``--force``, a new commit) does not make every later stage rerun.
+    """
+    manifest = read_manifest(stage_dir)
+    if manifest is None:
+        raise MissingInputError(f"no manifest at {Path(stage_dir) / MANIFEST_NAME}")
+    stable = {k: v for k, v in manifest.items() if k not in VOLATILE_MANIFEST_FIELDS}
+    return sha256_text(json.dumps(stable, sort_keys=True, default=str))

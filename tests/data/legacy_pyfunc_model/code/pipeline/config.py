@@ -1,0 +1,430 @@
+"""Typed, frozen configuration loaded from YAML and validated on load.
+
+One dataclass per concern (paths, data, tokenizer, model, training, tracking,
+compare). ``load_config(path, overrides)`` reads a YAML file, applies
+``section.key=value`` overrides and returns a frozen :class:`Config`. Unknown
+sections or keys and wrongly typed values raise ``ValueError`` naming the key
+and the file, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from pipeline.errors import ConfigError, MissingInputError
+
+CANONICAL_IMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
+CANONICAL_IMDB_MD5 = "7c2ac02c03563afcf9b574c7e56c153a"
+
+
+@dataclass(frozen=True)
+class PathsConfig:
+    """Where stage outputs and reports go (relative paths are relative to the working directory)."""
+
+    data_dir: str = "data"
+    reports_dir: str = "reports"
+
+
+DATA_SOURCES = ("imdb", "table")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the labelled texts come from and how the splits are drawn.
+
+    ``source: imdb`` reads the aclImdb archive; ``source: table`` reads the user's CSV/TSV/Parquet
+    file(s) at ``path`` with ``text_column`` and ``label_column``, split by ``split_column``
+    (values train/val/test) or, without one, by stratified seeded ``test_fraction`` and
+    ``validation_fraction``.
+    """
+
+    source: str = "imdb"
+    archive: str | None = None
+    path: str | None = None
+    text_column: str = "text"
+    label_column: str = "label"
+    split_column: str | None = None
+    test_fraction: float = 0.2
+    archive_sha256: str | None = None
+    unlabeled_archive: str | None = None  # train/unsup reviews when the archive lacks them ($IMDB_UNSUP_ARCHIVE)
+    max_unlabeled: int | None = None
+    download_url: str = CANONICAL_IMDB_URL
+    download_md5: str = CANONICAL_IMDB_MD5
+    validation_fraction: float = 0.1
+    seed: int = 1337
+
+    def __post_init__(self) -> None:
+        if self.source not in DATA_SOURCES:
+            raise ConfigError(f"data.source must be one of {DATA_SOURCES}, got {self.source!r}")
+        if self.source == "table" and not self.path:
+            raise ConfigError("data.source 'table' needs data.path (a CSV, TSV or Parquet file, a glob or a folder)")
+        for name in ("validation_fraction", "test_fraction"):
+            if not 0.0 < getattr(self, name) < 1.0:
+                raise ConfigError(f"data.{name} must be in (0, 1), got {getattr(self, name)}")
+
+
+TRUNCATION_STRATEGIES = ("head", "tail", "head_tail")
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    """WordPiece vocabulary learning and fixed-length encoding."""
+
+    vocabulary_size: int = 20000
+    lowercase: bool = True
+    min_frequency: int = 5
+    max_sequence_length: int = 256
+    truncation: str = "head_tail"
+    head_tokens: int = 64
+    include_unlabeled: bool = True  # learn the vocabulary on the unlabeled reviews too, when ingested
+
+    def __post_init__(self) -> None:
+        if self.truncation not in TRUNCATION_STRATEGIES:
+            raise ConfigError(
+                f"tokenizer.truncation must be one of {TRUNCATION_STRATEGIES}, got {self.truncation!r}"
+            )
+        if self.max_sequence_length < 2:
+            raise ConfigError("tokenizer.max_sequence_length must be at least 2 ([CLS] plus one token)")
+        if not 0 <= self.head_tokens <= self.max_sequence_length - 1:
+            raise ConfigError(
+                "tokenizer.head_tokens must be between 0 and max_sequence_length - 1, "
+                f"got {self.head_tokens}"
+            )
+        if self.vocabulary_size < 10:
+            raise ConfigError(f"tokenizer.vocabulary_size is too small: {self.vocabulary_size}")
+
+
+POOLINGS = ("first_token", "mean")
+POSITIONS = ("learned", "sinusoidal", "none")
+INITS = ("scratch", "pretrained")
+BACKBONE_KEYS = ("position", "hidden_dim", "num_layers", "num_heads", "intermediate_dim", "dropout")
+
+
+@dataclass(frozen=True)
+class Design:
+    """A comparison: the ``model`` keys it varies (two values each, the first called A), the
+    report's file name, and whether its runs are candidates for `make register` (an ablation's are not)."""
+
+    factors: tuple[tuple[str, tuple[str, str]], ...]
+    report_name: str
+    champion_pool: bool
+
+
+# `make compare`: pooling x init (2 x 2); `make ablate-position`: learned vs no positions.
+DESIGNS = {"pooling": Design((("pooling", ("first_token", "mean")), ("init", ("pretrained", "scratch"))),
+                             "comparison", champion_pool=True),
+           "position": Design((("position", ("learned", "none")),), "ablation_position", champion_pool=False)}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Transformer encoder classifier shape."""
+
+    pooling: str = "first_token"
+    position: str = "learned"
+    hidden_dim: int = 64
+    num_layers: int = 1
+    num_heads: int = 2
+    intermediate_dim: int = 128
+    dropout: float = 0.1
+    classifier_dropout: float = 0.1
+    init: str = "scratch"           # scratch | pretrained (backbone weights from `make pretrain`)
+    pretrained: str | None = None   # a pretrain output folder or runs:/<run_id>/backbone; default data/pretrain
+
+    def __post_init__(self) -> None:
+        if self.init not in INITS:
+            raise ConfigError(f"model.init must be one of {INITS}, got {self.init!r}")
+        if self.pooling not in POOLINGS:
+            raise ConfigError(f"model.pooling must be one of {POOLINGS}, got {self.pooling!r}")
+        if self.position not in POSITIONS:
+            raise ConfigError(f"model.position must be one of {POSITIONS}, got {self.position!r}")
+        if self.hidden_dim % self.num_heads:
+            raise ConfigError(
+                f"model.hidden_dim ({self.hidden_dim}) must be divisible by model.num_heads ({self.num_heads})"
+            )
+        for name in ("dropout", "classifier_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"model.{name} must be in [0, 1)")
+
+
+PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Optimiser, schedule, budget and hardware policy."""
+
+    batch_size: int = 64
+    epochs: int = 4
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_fraction: float = 0.1
+    early_stopping_patience: int = 1
+    seed: int = 42
+    precision: str = "auto"
+    max_train_samples: int | None = None
+    length_multiple: int = 16  # batches are trimmed to their longest review rounded up to this
+    class_weights: bool = False
+    fine_tune_learning_rate: float = 1e-3  # instead of learning_rate when model.init is pretrained
+    fine_tune_warmup_fraction: float = 0.1
+    pseudo_labels: bool = False  # also train on the unlabeled reviews the teacher is sure of (make pseudo-label)
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"training.precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.batch_size < 1 or self.epochs < 1 or self.length_multiple < 1:
+            raise ConfigError("training.batch_size, training.epochs and training.length_multiple must be positive")
+        if not 0.0 <= self.warmup_fraction < 1.0:
+            raise ConfigError("training.warmup_fraction must be in [0, 1)")
+        if self.pseudo_labels and self.max_train_samples:
+            # the teacher is fitted on the whole train split: its labels would carry the gold labels left out
+            raise ConfigError("training.pseudo_labels and training.max_train_samples cannot be combined: the "
+                              "pseudo-label teacher is fitted on the whole train split")
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """Masked-language-model pretraining of the ``model`` section's encoder on train + unlabeled reviews.
+
+    The budget is ``max_minutes`` of training time and/or ``max_steps``, whichever ends first;
+    metrics are logged and a checkpoint is written every ``log_every_steps`` steps.
+    """
+
+    max_minutes: float | None = 20.0
+    max_steps: int | None = None
+    batch_size: int = 64
+    learning_rate: float = 5e-4
+    warmup_steps: int = 300
+    weight_decay: float = 0.01
+    mask_rate: float = 0.15
+    log_every_steps: int = 100
+    max_texts: int | None = None
+    seed: int = 0
+    precision: str = "auto"
+    snapshot_minutes: tuple[float, ...] | None = None  # also keep the backbone as it was after these minutes
+
+    def __post_init__(self) -> None:
+        if self.max_minutes is None and self.max_steps is None:
+            raise ConfigError("pretrain needs a budget: pretrain.max_minutes and/or pretrain.max_steps")
+        if (self.max_minutes is not None and self.max_minutes <= 0) or (self.max_steps is not None and self.max_steps < 1):
+            raise ConfigError("pretrain.max_minutes and pretrain.max_steps must be positive")
+        if not 0.0 < self.mask_rate < 1.0:
+            raise ConfigError(f"pretrain.mask_rate must be in (0, 1), got {self.mask_rate}")
+        if self.batch_size < 1 or self.log_every_steps < 1:
+            raise ConfigError("pretrain.batch_size and pretrain.log_every_steps must be positive")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"pretrain.precision must be one of {PRECISIONS}, got {self.precision!r}")
+
+
+PSEUDO_LABEL_TEACHERS = ("tfidf",)
+
+
+@dataclass(frozen=True)
+class PseudoLabelConfig:
+    """``make pseudo-label``: self-training data from the unlabeled reviews.
+
+    The teacher (``tfidf``: the comparison's TF-IDF + logistic regression baseline, fitted on the
+    train split only) labels every unlabeled review; those whose top-class probability is at least
+    ``min_confidence`` join the training set when ``training.pseudo_labels`` is on.
+    """
+
+    teacher: str = "tfidf"
+    min_confidence: float = 0.5  # with two classes 0.5 keeps every review; measured 0.5 and 0.8 (README)
+    seed: int = 1337
+
+    def __post_init__(self) -> None:
+        if self.teacher not in PSEUDO_LABEL_TEACHERS:
+            raise ConfigError(f"pseudo_label.teacher must be one of {PSEUDO_LABEL_TEACHERS}, got {self.teacher!r}")
+        if not 0.0 <= self.min_confidence <= 1.0:
+            raise ConfigError(f"pseudo_label.min_confidence must be in [0, 1], got {self.min_confidence}")
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    """MLflow settings. ``tracking_uri`` empty means $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db."""
+
+    tracking_uri: str | None = None
+    experiment_name: str = "imdb-sentiment"
+    registered_model_name: str = "imdb-sentiment"
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """The pooling comparison: which seeds every variant is trained with."""
+
+    seeds: tuple[int, ...] = (1, 2, 3)
+    bootstrap_samples: int = 2000
+
+
+SPARK_OUTPUT_FORMATS = ("parquet", "csv")
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    """``make score ENGINE=spark``: where Spark runs and what it writes.
+
+    ``master`` is any Spark master URL (``local[*]``, ``spark://host:7077``, ``yarn``,
+    ``k8s://...``); ``conf`` holds extra Spark settings as ``key=value`` strings
+    (e.g. ``spark.executor.memory=4g``); ``batch_rows`` is how many rows Spark hands the model
+    at a time (``spark.sql.execution.arrow.maxRecordsPerBatch``).
+    """
+
+    master: str = "local[*]"
+    conf: tuple[str, ...] | None = None
+    output_format: str = "parquet"
+    batch_rows: int = 2048
+
+    def __post_init__(self) -> None:
+        if self.output_format not in SPARK_OUTPUT_FORMATS:
+            raise ConfigError(f"spark.output_format must be one of {SPARK_OUTPUT_FORMATS}, got {self.output_format!r}")
+        if self.batch_rows < 1:
+            raise ConfigError("spark.batch_rows must be positive")
+        for item in self.conf or ():
+            if "=" not in item or not item.split("=", 1)[0].strip():
+                raise ConfigError(f"spark.conf entries are 'key=value' strings, got {item!r}")
+
+    def settings(self) -> dict[str, str]:
+        return dict(item.split("=", 1) for item in self.conf or ())
+
+
+@dataclass(frozen=True)
+class Config:
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    pseudo_label: PseudoLabelConfig = field(default_factory=PseudoLabelConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    compare: CompareConfig = field(default_factory=CompareConfig)
+    spark: SparkConfig = field(default_factory=SparkConfig)
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.paths.data_dir)
+
+    @property
+    def reports_dir(self) -> Path:
+        return Path(self.paths.reports_dir)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return dataclasses.asdict(self)
+
+    def backbone(self) -> dict:
+        """The ``model`` keys that shape the encoder backbone (what pretraining depends on)."""
+        return {key: getattr(self.model, key) for key in BACKBONE_KEYS}
+
+    def section_hash(self, *sections: str) -> str:
+        """Stable hash of the named sections: a stage reruns only when what it reads changed."""
+        payload = {name: dataclasses.asdict(getattr(self, name)) for name in sections}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
+
+    def replace(self, **section_changes: Mapping[str, Any]) -> "Config":
+        """A copy with some keys of some sections changed, e.g. ``replace(model={"pooling": "mean"})``."""
+        raw = self.to_dict()
+        for section, changes in section_changes.items():
+            raw[section].update(changes)
+        return _build(raw, source="<replace>")
+
+
+def _check_type(value: Any, annotation: Any, where: str) -> Any:
+    """Return ``value`` coerced to ``annotation`` or raise ValueError naming ``where``."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _check_type(value, option, where)
+            except ValueError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0])
+    if origin is tuple:
+        (item_type, _ellipsis) = typing.get_args(annotation)
+        if not isinstance(value, (list, tuple)) or not value:
+            raise ConfigError(f"{where} must be a non-empty list, got {value!r}")
+        return tuple(_check_type(item, item_type, where) for item in value)
+    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if annotation is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)  # YAML reads an all-digit checksum or name as a number
+    if annotation is bool and not isinstance(value, bool):
+        raise ConfigError(f"{where} must be true or false, got {value!r}")
+    if annotation is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"{where} must be an integer, got {value!r}")
+    if not isinstance(value, annotation):
+        raise ConfigError(f"{where} must be of type {annotation.__name__}, got {value!r}")
+    return value
+
+
+def _build(raw: Mapping[str, Any], source: str) -> Config:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{source}: the top level must be a mapping of sections")
+    sections = {f.name: f for f in dataclasses.fields(Config)}
+    built: dict[str, Any] = {}
+    for name, values in raw.items():
+        if name not in sections:
+            raise ConfigError(f"{source}: unknown section {name!r} (known: {', '.join(sections)})")
+        section_type = sections[name].default_factory  # type: ignore[misc]
+        values = values or {}
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"{source}: section {name!r} must be a mapping")
+        hints = typing.get_type_hints(section_type)
+        kwargs = {}
+        for key, value in values.items():
+            if key not in hints:
+                raise ConfigError(
+                    f"{source}: unknown key {name}.{key} (known: {', '.join(sorted(hints))})"
+                )
+            kwargs[key] = _check_type(value, hints[key], f"{source}: {name}.{key}")
+        try:
+            built[name] = section_type(**kwargs)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+    return Config(**built)
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """Parse ``section.key=value``; the value is read as YAML (``3``, ``0.1``, ``null``, ``[1, 2]``)."""
+    if "=" not in text or "." not in text.split("=", 1)[0]:
+        raise ConfigError(f"--set expects section.key=value, got {text!r}")
+    dotted, value_text = text.split("=", 1)
+    section, key = dotted.strip().split(".", 1)
+    return section, key, yaml.safe_load(value_text) if value_text.strip() else None
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> Config:
+    """Load ``path`` (or the defaults when None), apply ``overrides`` and validate everything."""
+    raw: dict[str, Any] = {}
+    source = "<defaults>"
+    if path is not None:
+        path = Path(path)
+        source = str(path)
+        if not path.is_file():
+            raise MissingInputError(f"config file not found: {path}")
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    for text in overrides:
+        section, key, value = parse_override(text)
+        section_values = raw.setdefault(section, {}) or {}
+        raw[section] = {**section_values, key: value}
+        source = f"{source} (with --set overrides)" if "--set" not in source else source
+    return _build(raw, source)

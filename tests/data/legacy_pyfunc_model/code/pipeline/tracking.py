@@ -1,0 +1,221 @@
+"""MLflow conventions: where runs go, what every run logs, the tags that tie runs together and the queries.
+
+The tracking URI is ``tracking.tracking_uri`` if set, else ``$MLFLOW_TRACKING_URI``, else the
+embedded SQLite store ``sqlite:///mlflow.db`` in the working directory (the project root
+when run from ``make``).
+
+Tag names and values are defined here and nowhere else, and this is the only module that
+writes an MLflow filter string; stages call the named queries below.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import keras
+import mlflow
+
+from pipeline.artifacts import code_version
+from pipeline.config import DESIGNS, Config
+from pipeline.errors import PipelineError
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+CHAMPION_ALIAS = "champion"
+
+
+def champion_uri(config: Config) -> str:
+    """``models:/<registered name>@champion``: what `make register` sets and `make score` uses by default."""
+    return f"models:/{config.tracking.registered_model_name}@{CHAMPION_ALIAS}"
+
+
+def tracking_uri(config: Config) -> str:
+    return config.tracking.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def absolute_tracking_uri(uri: str) -> str:
+    """``uri`` with a relative SQLite path made absolute, for a process started in another folder."""
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
+        return prefix + str(Path(uri[len(prefix):]).resolve())
+    return uri
+
+
+# Warnings MLflow prints on every run that do not apply here: the logged datasets are local
+# Parquet files (their source is unambiguous) and their integer columns never hold missing values.
+_IGNORED_MLFLOW_WARNINGS = (
+    r"The specified dataset source can be interpreted in multiple ways",
+    r"Hint: Inferred schema contains integer column",
+)
+
+
+# MLflow's experiment kind: a model-training experiment, not a GenAI one (traces, judges, prompts).
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+DESCRIPTION_TAG = "mlflow.note.content"  # MLflow's own: the run's description (Markdown) in the UI
+
+
+def setup_tracking(config: Config) -> str:
+    """Point MLflow at the configured store and experiment; returns the experiment id.
+
+    The experiment is tagged as a model-training experiment. MLflow 3.17's UI decides what an
+    experiment page shows from its GenAI / model-training switch (the ``workflowType`` URL
+    parameter, else the browser's last choice) and reads the tag only where that switch is off;
+    ``pipeline.ui`` therefore also prints links that carry the parameter.
+    """
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    for message in _IGNORED_MLFLOW_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
+    mlflow.set_tracking_uri(tracking_uri(config))
+    experiment = mlflow.set_experiment(config.tracking.experiment_name)
+    if experiment.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+        mlflow.tracking.MlflowClient().set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG,
+                                                          EXPERIMENT_KIND)
+    return experiment.experiment_id
+
+
+def describe_run(run_id: str, text: str) -> None:
+    """Set the run's description, shown on its page in the MLflow UI."""
+    mlflow.tracking.MlflowClient().set_tag(run_id, DESCRIPTION_TAG, text)
+
+
+def flat_params(config: Config) -> dict[str, Any]:
+    """Every resolved config value as ``section.key`` -> value (lists as comma-joined text)."""
+    params = {}
+    for section, values in config.to_dict().items():
+        for key, value in values.items():
+            params[f"{section}.{key}"] = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+    return params
+
+
+# --------------------------------------------------------------------------- tags
+
+STAGE_TAG = "pipeline_stage"             # which stage made a run: one of the values below
+TRAIN_STAGE, COMPARE_STAGE, BASELINE_STAGE, PRETRAIN_STAGE = "train", "compare", "baseline", "pretrain"
+PSEUDO_LABEL_STAGE = "pseudo_label"
+PSEUDO_LABELS_FROM_TAG = "pseudo_labels_from"  # on a classifier run: the pseudo-label run its extra data came from
+PRETRAINED_FROM_TAG = "pretrained_from"  # on a classifier run: the pretraining run its backbone came from
+COMPARE_KEY_TAG = "compare_key"          # a comparison's identity: factor, config hash, tokenizer hash
+FACTOR_TAG = "factor"                    # on a comparison: the config key it varies
+VARIANT_TAG = "variant"                  # on a baseline child: "baseline"
+MEMBERS_TAG = "model_run_ids"            # on a comparison: its model runs, comma-separated
+PARENT_RUN_TAG = "mlflow.parentRunId"    # MLflow's own: shows a run under its parent in the UI
+VERSION_POOLING_TAG = "pooling"          # on a registered model version: the champion's pooling
+VERSION_COMPARISON_TAG = "comparison_run_id"  # on a registered model version: where it was chosen
+
+
+def standard_tags(config: Config, config_hash: str, stage: str, **extra: str) -> dict[str, str]:
+    return {STAGE_TAG: stage, "pooling": config.model.pooling, "position": config.model.position,
+            "init": config.model.init, "config_hash": config_hash, "code_version": code_version(), **extra}
+
+
+def comparison_tags(key: str, factor: str, variants, seeds) -> dict[str, str]:
+    return {STAGE_TAG: COMPARE_STAGE, COMPARE_KEY_TAG: key, FACTOR_TAG: factor, "variants": ",".join(variants),
+            "seeds": ",".join(map(str, seeds))}
+
+
+def tag_champion_version(name: str, version: str, run, comparison_id: str) -> None:
+    client = mlflow.tracking.MlflowClient()
+    client.set_model_version_tag(name, version, VERSION_POOLING_TAG, run.data.params.get("model.pooling", ""))
+    client.set_model_version_tag(name, version, VERSION_COMPARISON_TAG, comparison_id)
+
+
+def baseline_tags(key: str) -> dict[str, str]:
+    return {STAGE_TAG: BASELINE_STAGE, VARIANT_TAG: BASELINE_STAGE, COMPARE_KEY_TAG: key}
+
+
+def set_members(run_ids: list[str]) -> None:
+    """Record on the active comparison run which model runs belong to it."""
+    mlflow.set_tag(MEMBERS_TAG, ",".join(run_ids))
+
+
+def adopt_child(run_id: str, parent_id: str) -> str:
+    """Show ``run_id`` under ``parent_id`` unless it already has a parent; returns the parent it shows under.
+
+    A run trained on its own (`make train`) joins the comparison. A run already under another
+    comparison (runs shared by the pooling comparison and the position ablation) keeps its
+    parent; the ``MEMBERS_TAG`` of each comparison lists all of its runs.
+    """
+    client = mlflow.tracking.MlflowClient()
+    current = client.get_run(run_id).data.tags.get(PARENT_RUN_TAG)
+    if current is None:
+        client.set_tag(run_id, PARENT_RUN_TAG, parent_id)
+    return current or parent_id
+
+
+# --------------------------------------------------------------------------- queries
+
+
+def _find_runs(config: Config, tags: dict[str, str], finished: bool = False) -> list:
+    """The newest run of the experiment carrying every tag in ``tags`` (a list of one, or empty)."""
+    clauses = [f"tags.`{name}` = '{value}'" for name, value in tags.items()]
+    if finished:
+        clauses.append("attributes.status = 'FINISHED'")
+    return mlflow.search_runs(experiment_names=[config.tracking.experiment_name], output_format="list",
+                              filter_string=" and ".join(clauses), order_by=["attributes.start_time DESC"],
+                              max_results=1)
+
+
+def latest_training_run_id(config: Config) -> str:
+    """The newest finished training run of the experiment."""
+    runs = _find_runs(config, {STAGE_TAG: TRAIN_STAGE}, finished=True)
+    if not runs:
+        raise PipelineError(f"no finished training run in MLflow experiment {config.tracking.experiment_name!r}: "
+                            "run `make train` first (or pass --run RUN_ID)")
+    return runs[0].info.run_id
+
+
+def find_comparison_run_id(config: Config, key: str) -> str | None:
+    """The comparison run with this key, to resume or extend; None when there is none yet."""
+    runs = _find_runs(config, {STAGE_TAG: COMPARE_STAGE, COMPARE_KEY_TAG: key})
+    return runs[0].info.run_id if runs else None
+
+
+def find_baseline_run(config: Config, key: str):
+    """The finished baseline child of the comparison with this key, or None."""
+    runs = _find_runs(config, {STAGE_TAG: BASELINE_STAGE, COMPARE_KEY_TAG: key}, finished=True)
+    return runs[0] if runs else None
+
+
+def latest_champion_comparison(config: Config):
+    """The newest comparison whose model runs are candidates for `make register` (see ``config.DESIGNS``)."""
+    runs = [run for name, design in DESIGNS.items() if design.champion_pool
+            for run in _find_runs(config, {STAGE_TAG: COMPARE_STAGE, FACTOR_TAG: name})]
+    runs.sort(key=lambda run: run.info.start_time, reverse=True)
+    if not runs:
+        raise PipelineError(f"no pooling comparison in MLflow experiment {config.tracking.experiment_name!r}: "
+                            "run `make compare` first (finished runs are reused)")
+    return runs[0]
+
+
+def comparison_members(comparison) -> list:
+    """The model runs a comparison lists in ``MEMBERS_TAG``."""
+    member_ids = [i for i in comparison.data.tags.get(MEMBERS_TAG, "").split(",") if i]
+    if not member_ids:
+        raise PipelineError(f"comparison run {comparison.info.run_id} lists no model runs: it did not finish; "
+                            "rerun `make compare`")
+    client = mlflow.tracking.MlflowClient()
+    return [client.get_run(run_id) for run_id in member_ids]
+
+
+class MLflowEpochLogger(keras.callbacks.Callback):
+    """Logs Keras epoch metrics plus learning rate, epoch seconds and tokens per second."""
+
+    def __init__(self, tokens_per_epoch: int):
+        super().__init__()
+        self.tokens_per_epoch = tokens_per_epoch
+        self._started = 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._started = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        seconds = time.perf_counter() - self._started
+        metrics = {name: float(value) for name, value in (logs or {}).items()}
+        # With a schedule, Keras evaluates it at the optimizer's current step.
+        metrics["learning_rate"] = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+        metrics["epoch_seconds"] = seconds
+        metrics["tokens_per_second"] = self.tokens_per_epoch / max(seconds, 1e-9)
+        mlflow.log_metrics(metrics, step=epoch)
