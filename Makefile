@@ -74,7 +74,7 @@ pretrain: $(ENV) $(DATA)/tokenize/manifest.json ## masked-LM pretraining of the 
 pretrain-budget: $(ENV) $(DATA)/tokenize/manifest.json ## test accuracy vs pretraining minutes (SET='pretrain.max_minutes=40 pretrain.snapshot_minutes=[10,20]' SEEDS=1,2) -> reports/pretraining_budget.*
 	$(call STAGE,pretrain-budget) $(if $(SEEDS),--seeds $(SEEDS))
 
-pseudo-label: $(ENV) $(DATA)/ingest/manifest.json ## label the unlabeled reviews with the TF-IDF teacher, keep the sure ones -> data/pseudo_label/
+pseudo-label: $(ENV) $(DATA)/ingest/manifest.json ## label the unlabeled reviews with the NBSVM teacher (soft targets), keep the sure ones -> data/pseudo_label/
 	$(call STAGE,pseudo-label) $(FORCE_ARG)
 
 train: $(ENV) $(DATA)/tokenize/manifest.json ## train one model (POOLING=first_token|mean), log it to MLflow -> data/train/
@@ -83,13 +83,13 @@ train: $(ENV) $(DATA)/tokenize/manifest.json ## train one model (POOLING=first_t
 evaluate: $(ENV) ## score the test split with a run (RUN=latest|RUN_ID), log test_ metrics and plots -> reports/<run_id>/
 	$(call STAGE,evaluate) --run $(RUN) $(FORCE_ARG)
 
-compare: $(ENV) $(DATA)/tokenize/manifest.json ## pooling x init (scratch, pretrained) x compare.seeds + TF-IDF baseline -> reports/comparison.{md,json,png}
-	$(call STAGE,compare) --factor pooling $(FORCE_ARG)
+compare: $(ENV) $(DATA)/tokenize/manifest.json ## Transformer variants (compare.poolings x compare.inits ...) x compare.seeds, NBSVM, their fusion, TF-IDF -> reports/comparison.{md,json,png}
+	$(call STAGE,compare) --design main $(FORCE_ARG)
 
 ablate-position: $(ENV) $(DATA)/tokenize/manifest.json ## learned vs no position information, same protocol -> reports/ablation_position.*
-	$(call STAGE,compare) --factor position $(FORCE_ARG)
+	$(call STAGE,compare) --design position $(FORCE_ARG)
 
-register: $(ENV) ## register the best model (by validation accuracy) of the latest comparison as @champion
+register: $(ENV) ## register the candidate with the best validation accuracy (Transformer, NBSVM or fused) as @champion
 	$(call STAGE,register) $(FORCE_ARG)
 
 score: $(ENV) ## score a CSV: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=...] [TEXT_COLUMN=text] [ENGINE=spark OVERWRITE=1]

@@ -45,6 +45,9 @@ TOKENIZER_DIR = "tokenizer"                    # train: the tokenizer files carr
 HISTORY_FILE = "history.json"                  # train, pretrain: per-epoch (per-period) curves
 METRICS_FILE = "metrics.json"                  # evaluate -> compare, register, pretrain-budget
 TEST_PREDICTIONS_FILE = "test_predictions.parquet"  # evaluate, compare's baselines -> compare, register
+VAL_PREDICTIONS_FILE = "val_predictions.parquet"    # evaluate -> compare (fusion weights, the champion)
+LEXICAL_MODEL_FILE = "nbsvm.joblib"            # compare's NBSVM baseline -> its fused models
+FUSION_FILE = "fusion.json"                    # a fused model's weight
 COMPARISON_REPORT = "comparison"               # compare -> register, pretrain-budget: reports/comparison.*
 
 
@@ -65,6 +68,11 @@ UNLABELED_IDS_FILE = ids_file(UNLABELED)       # tokenize -> pretrain, train (ps
 def labels_file(split: str) -> str:
     """``train_labels.npy``: tokenize's class indices of a split."""
     return f"{split}_labels.npy"
+
+
+def teacher_probability_column(index: int) -> str:
+    """The column of ``pseudo_labels.parquet`` holding the teacher's probability of class ``index`` (soft targets)."""
+    return f"probability_{index}"
 
 
 def token_counts_file(split: str) -> str:

@@ -1,7 +1,7 @@
 """Typed, frozen configuration loaded from YAML and validated on load.
 
-One dataclass per concern (paths, data, tokenizer, model, training, tracking,
-compare). ``load_config(path, overrides)`` reads a YAML file, applies
+One dataclass per concern (paths, data, tokenizer, model, training, pretrain,
+pseudo_label, baseline, tracking, compare, spark). ``load_config(path, overrides)`` reads a YAML file, applies
 ``section.key=value`` overrides and returns a frozen :class:`Config`. Unknown
 sections or keys and wrongly typed values raise ``ValueError`` naming the key
 and the file, so a typo never silently falls back to a default.
@@ -44,7 +44,9 @@ class DataConfig:
     ``source: imdb`` reads the aclImdb archive; ``source: table`` reads the user's CSV/TSV/Parquet
     file(s) at ``path`` with ``text_column`` and ``label_column``, split by ``split_column``
     (values train/val/test) or, without one, by stratified seeded ``test_fraction`` and
-    ``validation_fraction``.
+    ``validation_fraction``. With ``group_column`` (tables) or the archive's ``train/urls_*.txt`` (IMDB:
+    the movie each review is about) the validation split holds whole groups, so validation does not
+    see the movies training saw; ``group_validation: false`` turns that off.
     """
 
     source: str = "imdb"
@@ -53,6 +55,8 @@ class DataConfig:
     text_column: str = "text"
     label_column: str = "label"
     split_column: str | None = None
+    group_column: str | None = None  # tables: reviews of one group (e.g. one movie) stay on one side of train/val
+    group_validation: bool = True    # IMDB: hold whole movies out for validation when the archive names them
     test_fraction: float = 0.2
     archive_sha256: str | None = None
     unlabeled_archive: str | None = None  # train/unsup reviews when the archive lacks them ($IMDB_UNSUP_ARCHIVE)
@@ -106,23 +110,28 @@ class TokenizerConfig:
 POOLINGS = ("first_token", "mean")
 POSITIONS = ("learned", "sinusoidal", "none")
 INITS = ("scratch", "pretrained")
+TOKEN_EMBEDDINGS = ("random", "word2vec")
 BACKBONE_KEYS = ("position", "hidden_dim", "num_layers", "num_heads", "intermediate_dim", "dropout")
 
 
 @dataclass(frozen=True)
 class Design:
-    """A comparison: the ``model`` keys it varies (two values each, the first called A), the
-    report's file name, and whether its runs are candidates for `make register` (an ablation's are not)."""
+    """A comparison: the keys it varies (one or two factors, two levels each, the first called A), the
+    settings it holds fixed for every variant, the report's file name, and whether its runs are
+    candidates for `make register` (an ablation's are not). Keys are ``section.key``."""
 
-    factors: tuple[tuple[str, tuple[str, str]], ...]
+    factors: tuple[tuple[str, tuple[Any, Any]], ...]
     report_name: str
     champion_pool: bool
+    fixed: tuple[tuple[str, Any], ...] = ()
 
 
-# `make compare`: pooling x init (2 x 2); `make ablate-position`: learned vs no positions.
-DESIGNS = {"pooling": Design((("pooling", ("first_token", "mean")), ("init", ("pretrained", "scratch"))),
-                             "comparison", champion_pool=True),
-           "position": Design((("position", ("learned", "none")),), "ablation_position", champion_pool=False)}
+# What `make compare` can vary: the compare key holding its levels -> the setting it sets.
+COMPARE_FACTORS = {"poolings": "model.pooling", "inits": "model.init", "token_embeddings": "model.token_embedding",
+                   "pseudo_labels": "training.pseudo_labels"}
+# `make ablate-position`: learned vs no positions, everything else as configured.
+POSITION_ABLATION = Design((("model.position", ("learned", "none")),), "ablation_position", champion_pool=False)
+DESIGN_NAMES = ("main", "position")
 
 
 @dataclass(frozen=True)
@@ -139,12 +148,15 @@ class ModelConfig:
     classifier_dropout: float = 0.1
     init: str = "scratch"           # scratch | pretrained (backbone weights from `make pretrain`)
     pretrained: str | None = None   # a pretrain output folder or runs:/<run_id>/backbone; default data/pretrain
+    token_embedding: str = "random"  # random | word2vec (vectors learned on train + unlabeled, pipeline.word_vectors)
 
     def __post_init__(self) -> None:
         if self.init not in INITS:
             raise ConfigError(f"model.init must be one of {INITS}, got {self.init!r}")
         if self.pooling not in POOLINGS:
             raise ConfigError(f"model.pooling must be one of {POOLINGS}, got {self.pooling!r}")
+        if self.token_embedding not in TOKEN_EMBEDDINGS:
+            raise ConfigError(f"model.token_embedding must be one of {TOKEN_EMBEDDINGS}, got {self.token_embedding!r}")
         if self.position not in POSITIONS:
             raise ConfigError(f"model.position must be one of {POSITIONS}, got {self.position!r}")
         if self.hidden_dim % self.num_heads:
@@ -199,8 +211,8 @@ class PretrainConfig:
     metrics are logged and a checkpoint is written every ``log_every_steps`` steps.
     """
 
-    max_minutes: float | None = 20.0
-    max_steps: int | None = None
+    max_minutes: float | None = None
+    max_steps: int | None = 1500
     batch_size: int = 64
     learning_rate: float = 5e-4
     warmup_steps: int = 300
@@ -225,20 +237,22 @@ class PretrainConfig:
             raise ConfigError(f"pretrain.precision must be one of {PRECISIONS}, got {self.precision!r}")
 
 
-PSEUDO_LABEL_TEACHERS = ("tfidf",)
+PSEUDO_LABEL_TEACHERS = ("nbsvm", "tfidf")
 
 
 @dataclass(frozen=True)
 class PseudoLabelConfig:
     """``make pseudo-label``: self-training data from the unlabeled reviews.
 
-    The teacher (``tfidf``: the comparison's TF-IDF + logistic regression baseline, fitted on the
-    train split only) labels every unlabeled review; those whose top-class probability is at least
-    ``min_confidence`` join the training set when ``training.pseudo_labels`` is on.
+    The teacher (``nbsvm``: the comparison's NBSVM baseline; ``tfidf``: TF-IDF + logistic regression;
+    both fitted on the train split only) labels every unlabeled review; those whose top-class
+    probability is at least ``min_confidence`` join the training set when ``training.pseudo_labels``
+    is on: as their most likely class, or with ``soft`` as the teacher's probabilities (distillation).
     """
 
-    teacher: str = "tfidf"
-    min_confidence: float = 0.5  # with two classes 0.5 keeps every review; measured 0.5 and 0.8 (README)
+    teacher: str = "nbsvm"
+    min_confidence: float = 0.5  # with two classes 0.5 keeps every review (docs/results.md)
+    soft: bool = True            # train on the teacher's probabilities, not its hard labels
     seed: int = 1337
 
     def __post_init__(self) -> None:
@@ -246,6 +260,22 @@ class PseudoLabelConfig:
             raise ConfigError(f"pseudo_label.teacher must be one of {PSEUDO_LABEL_TEACHERS}, got {self.teacher!r}")
         if not 0.0 <= self.min_confidence <= 1.0:
             raise ConfigError(f"pseudo_label.min_confidence must be in [0, 1], got {self.min_confidence}")
+
+
+@dataclass(frozen=True)
+class BaselineConfig:
+    """The NBSVM baseline (``pipeline.baseline``): its n-grams and the ``C`` values validation chooses from."""
+
+    nbsvm_c: tuple[float, ...] = (0.03, 0.1, 0.3, 1.0)
+    ngram_max: int = 3
+    max_features: int = 800_000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if any(c <= 0 for c in self.nbsvm_c):
+            raise ConfigError(f"baseline.nbsvm_c values must be positive, got {list(self.nbsvm_c)}")
+        if self.ngram_max < 1 or self.max_features < 1:
+            raise ConfigError("baseline.ngram_max and baseline.max_features must be positive")
 
 
 @dataclass(frozen=True)
@@ -259,10 +289,48 @@ class TrackingConfig:
 
 @dataclass(frozen=True)
 class CompareConfig:
-    """The pooling comparison: which seeds every variant is trained with."""
+    """``make compare``: the Transformer variants it trains (every combination of the levels below, each
+    with every seed), the baselines and the fused candidates.
+
+    A key with two levels is a factor of the design (at most two factors); a key with one level is a
+    setting every variant shares. The pooling question needs ``poolings`` with both levels.
+    """
 
     seeds: tuple[int, ...] = (1, 2, 3)
     bootstrap_samples: int = 2000
+    poolings: tuple[str, ...] = POOLINGS
+    inits: tuple[str, ...] = ("scratch",)        # configs/gpu.yaml adds pretrained (measured worse on 2 CPU cores)
+    token_embeddings: tuple[str, ...] = ("random",)
+    pseudo_labels: tuple[bool, ...] = (False,)
+    fusion: bool = True            # also fuse every Transformer run with the NBSVM baseline (a candidate each)
+    fusion_weights: int = 21       # weights 0, 0.05, ..., 1 on the Transformer, chosen on validation
+    tfidf_baseline: bool = True    # the earlier TF-IDF + logistic regression baseline, a reference row
+
+    def __post_init__(self) -> None:
+        allowed = {"poolings": POOLINGS, "inits": INITS, "token_embeddings": TOKEN_EMBEDDINGS,
+                   "pseudo_labels": (False, True)}
+        varied = []
+        for key, options in allowed.items():
+            levels = getattr(self, key)
+            unknown = [level for level in levels if level not in options]
+            if unknown:
+                raise ConfigError(f"compare.{key}: {unknown} not among {list(options)}")
+            if len(set(levels)) != len(levels) or len(levels) > 2:
+                raise ConfigError(f"compare.{key} takes one or two different levels, got {list(levels)}")
+            if len(levels) == 2:
+                varied.append(key)
+        if len(varied) > 2:
+            raise ConfigError(f"compare varies at most two factors at a time, got {varied}")
+        if self.fusion_weights < 2:
+            raise ConfigError("compare.fusion_weights must be at least 2 (the weights 0 and 1)")
+
+    def design(self) -> Design:
+        """The main comparison's design: the keys with two levels vary, the others are fixed."""
+        factors = tuple((COMPARE_FACTORS[key], tuple(getattr(self, key))) for key in COMPARE_FACTORS
+                        if len(getattr(self, key)) == 2)
+        fixed = tuple((COMPARE_FACTORS[key], getattr(self, key)[0]) for key in COMPARE_FACTORS
+                      if len(getattr(self, key)) == 1)
+        return Design(factors, "comparison", champion_pool=True, fixed=fixed)
 
 
 SPARK_OUTPUT_FORMATS = ("parquet", "csv")
@@ -305,6 +373,7 @@ class Config:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     pseudo_label: PseudoLabelConfig = field(default_factory=PseudoLabelConfig)
+    baseline: BaselineConfig = field(default_factory=BaselineConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
@@ -319,6 +388,12 @@ class Config:
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return dataclasses.asdict(self)
+
+    def design(self, name: str = "main") -> Design:
+        """``main``: the comparison ``compare`` configures; ``position``: the position ablation."""
+        if name not in DESIGN_NAMES:
+            raise ConfigError(f"unknown design {name!r} (known: {', '.join(DESIGN_NAMES)})")
+        return self.compare.design() if name == "main" else POSITION_ABLATION
 
     def backbone(self) -> dict:
         """The ``model`` keys that shape the encoder backbone (what pretraining depends on)."""

@@ -1,18 +1,19 @@
-"""Turning raw texts into class probabilities with a trained model and its saved tokenizer.
+"""Turning raw texts into class probabilities: the pyfunc models this pipeline logs, and their scoring path.
 
 ``TextEncoder.encode`` then ``predict_ids`` is the single scoring path used by evaluation, batch
 scoring and the MLflow pyfunc model (``predict_probabilities`` chains the two), so the same review
 gets the same probability from all three. It returns ``[N, k]`` class probabilities
-(``pipeline.predictions``). ``SentimentClassifier`` is
-the pyfunc model: it takes a DataFrame with a ``text`` column of raw strings and returns, for
+(``pipeline.predictions``). Every pyfunc model the pipeline logs (:class:`PipelineModel`: the
+Transformer :class:`SentimentClassifier`, the lexical :class:`LexicalClassifier`, the
+:class:`FusedClassifier` of both) takes a DataFrame with a ``text`` column of raw strings and returns, for
 two classes, ``positive_probability`` (the probability of the second label), ``predicted_label``
 and ``score_error``; for more classes one ``probability_<label>`` column per class instead of
 ``positive_probability``. A row that cannot be scored (``pipeline.text.text_problem``: missing,
 empty, whitespace-only or not text) gets an empty probability and label and the reason in
 ``score_error``, the same answer ``make score``, ``mlflow models predict/serve`` and Spark give.
 
-This module and what it imports stay free of the ingestion, download and scikit-learn code,
-so a logged model loads wherever Keras, KerasHub and MLflow are installed.
+This module and what it imports at load time stay free of the ingestion and download code; scikit-learn
+is imported only when a lexical or fused model is loaded.
 """
 
 from __future__ import annotations
@@ -38,8 +39,11 @@ from pipeline.text import PAD_ID, load_labels, text_problem
 
 _COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 ERROR_COLUMN = "score_error"  # why a row got no score ("" when it was scored)
-ARTIFACT_KERAS_MODEL = "keras_model"  # names of the pyfunc model's artifacts (models logged so far use them)
-ARTIFACT_TOKENIZER = "tokenizer"
+ARTIFACT_KERAS_MODEL = "keras_model"  # names of the pyfunc models' artifacts (Transformers logged so far use the
+ARTIFACT_TOKENIZER = "tokenizer"      # first two)
+ARTIFACT_LEXICAL_MODEL = "lexical_model"
+ARTIFACT_LABELS = "labels"            # a folder holding labels.json
+ARTIFACT_FUSION = "fusion"            # fusion.json: the Transformer's weight
 
 
 def _expected_retracing(record: logging.LogRecord) -> bool:
@@ -172,29 +176,50 @@ def _load_parts(keras_model: Path, tokenizer: Path):
         return parts
 
 
-class SentimentClassifier(mlflow.pyfunc.PythonModel):
-    """MLflow pyfunc: DataFrame ``text`` column of raw strings -> probabilities and label.
+def fuse_probabilities(transformer: np.ndarray, lexical: np.ndarray, weight: float) -> np.ndarray:
+    """The weighted average of two models' log-probabilities, renormalised: ``weight`` on the Transformer.
 
-    MLflow builds it empty and calls ``load_context`` with the logged artifacts; in the
-    package, :meth:`from_paths` builds a loaded one from a ``.keras`` file and a tokenizer folder.
+    For two classes this is the weighted average of the two logits, ``sigmoid(w * logit(p_t) + (1 - w) *
+    logit(p_l))``; probabilities are clipped away from 0 and 1 so a sure model cannot veto the other.
+    """
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"fusion weight must be in [0, 1], got {weight}")
+    transformer, lexical = np.asarray(transformer, dtype=np.float64), np.asarray(lexical, dtype=np.float64)
+    if transformer.shape != lexical.shape:
+        raise ValueError(f"cannot fuse probabilities of shapes {transformer.shape} and {lexical.shape}")
+    eps = 1e-7
+    logits = weight * np.log(np.clip(transformer, eps, 1.0)) + (1.0 - weight) * np.log(np.clip(lexical, eps, 1.0))
+    logits -= logits.max(axis=1, keepdims=True)
+    fused = np.exp(logits)
+    return (fused / fused.sum(axis=1, keepdims=True)).astype(np.float32)
+
+
+class PipelineModel(mlflow.pyfunc.PythonModel):
+    """What every model this pipeline logs answers: a DataFrame ``text`` column of raw strings -> the
+    probability columns, ``predicted_label`` and ``score_error``, one row per input row in order.
+
+    A subclass loads its parts (``_load``) and turns texts into ``[N, k]`` probabilities in two steps:
+    ``prepare`` (tokenizing, counting n-grams: what batch scoring runs ahead in a reader thread) and
+    ``score`` (the model). Unscorable rows never reach either (``pipeline.text.text_problem``).
     """
 
-    @classmethod
-    def from_paths(cls, keras_model: str | Path, tokenizer: str | Path) -> "SentimentClassifier":
-        classifier = cls()
-        classifier._load(Path(keras_model), Path(tokenizer))
-        return classifier
-
-    @staticmethod
-    def artifacts(keras_model: str | Path, tokenizer: str | Path) -> dict[str, str]:
-        """The ``artifacts=`` mapping to log with the model (read back by ``load_context``)."""
-        return {ARTIFACT_KERAS_MODEL: str(keras_model), ARTIFACT_TOKENIZER: str(tokenizer)}
+    kind = "model"
+    labels: list[str]
 
     def load_context(self, context):
-        self._load(Path(context.artifacts[ARTIFACT_KERAS_MODEL]), Path(context.artifacts[ARTIFACT_TOKENIZER]))
+        self._load({name: Path(path) for name, path in context.artifacts.items()})
 
-    def _load(self, keras_model: Path, tokenizer: Path) -> None:
-        self.encoder, self.labels, self.model = _load_parts(Path(keras_model), Path(tokenizer))
+    def _load(self, artifacts: dict[str, Path]) -> None:
+        raise NotImplementedError
+
+    def prepare(self, texts: Sequence[str]):
+        raise NotImplementedError
+
+    def score(self, prepared) -> np.ndarray:
+        raise NotImplementedError
+
+    def probabilities(self, texts: Sequence[str]) -> np.ndarray:
+        return self.score(self.prepare(list(texts)))
 
     def predict(self, context, model_input, params=None):
         if isinstance(model_input, pd.DataFrame):
@@ -205,11 +230,125 @@ class SentimentClassifier(mlflow.pyfunc.PythonModel):
             texts = list(model_input)
         errors = [text_problem(text) for text in texts]
         scorable = [text for text, error in zip(texts, errors) if not error]
-        return output_frame(predict_probabilities(self.model, self.encoder, scorable), self.labels, errors)
+        return output_frame(self.probabilities(scorable), self.labels, errors)
 
 
-def load_classifier(model_uri: str) -> "SentimentClassifier":
-    """The pipeline's pyfunc model behind ``model_uri`` (models:/, runs:/ or a folder), unwrapped."""
+class SentimentClassifier(PipelineModel):
+    """The Transformer: a ``.keras`` file and its tokenizer folder (the class name and artifact names are
+    those of every Transformer logged so far: their pickles name this class).
+
+    MLflow builds it empty and calls ``load_context`` with the logged artifacts; in the package,
+    :meth:`from_paths` builds a loaded one.
+    """
+
+    kind = "transformer"
+
+    @classmethod
+    def from_paths(cls, keras_model: str | Path, tokenizer: str | Path) -> "SentimentClassifier":
+        classifier = cls()
+        classifier._load(cls.artifacts(keras_model, tokenizer))
+        return classifier
+
+    @staticmethod
+    def artifacts(keras_model: str | Path, tokenizer: str | Path) -> dict[str, str]:
+        """The ``artifacts=`` mapping to log with the model (read back by ``load_context``)."""
+        return {ARTIFACT_KERAS_MODEL: str(keras_model), ARTIFACT_TOKENIZER: str(tokenizer)}
+
+    def _load(self, artifacts) -> None:
+        self.encoder, self.labels, self.model = _load_parts(Path(artifacts[ARTIFACT_KERAS_MODEL]),
+                                                            Path(artifacts[ARTIFACT_TOKENIZER]))
+
+    def prepare(self, texts: Sequence[str]) -> np.ndarray:
+        return self.encoder.encode(list(texts))
+
+    def score(self, prepared: np.ndarray) -> np.ndarray:
+        return predict_ids(self.model, prepared)
+
+
+def _load_lexical(path: Path):
+    import joblib
+
+    return joblib.load(path)
+
+
+class LexicalClassifier(PipelineModel):
+    """A scikit-learn text model (NBSVM): its ``joblib`` file and the class names.
+
+    Texts get the same cleaning as at ingestion (``clean_text``) before the n-gram counts.
+    """
+
+    kind = "lexical"
+
+    @classmethod
+    def from_paths(cls, lexical_model: str | Path, labels_dir: str | Path) -> "LexicalClassifier":
+        classifier = cls()
+        classifier._load(cls.artifacts(lexical_model, labels_dir))
+        return classifier
+
+    @staticmethod
+    def artifacts(lexical_model: str | Path, labels_dir: str | Path) -> dict[str, str]:
+        return {ARTIFACT_LEXICAL_MODEL: str(lexical_model), ARTIFACT_LABELS: str(labels_dir)}
+
+    def _load(self, artifacts) -> None:
+        self.lexical = _load_lexical(Path(artifacts[ARTIFACT_LEXICAL_MODEL]))
+        self.labels = load_labels(Path(artifacts[ARTIFACT_LABELS]))
+
+    def prepare(self, texts: Sequence[str]):
+        from pipeline.text import clean_text
+
+        counts = self.lexical.steps[0][1]  # the fitted vectorizer: the costly part, run ahead
+        return counts.transform([clean_text(text) for text in texts])
+
+    def score(self, prepared) -> np.ndarray:
+        classifier = self.lexical.steps[-1][1]
+        probabilities = np.zeros((prepared.shape[0], len(self.labels)), dtype=np.float32)
+        if prepared.shape[0]:
+            probabilities[:, np.asarray(classifier.classes_, dtype=int)] = classifier.predict_proba(prepared)
+        return probabilities
+
+
+class FusedClassifier(PipelineModel):
+    """A Transformer and a lexical model in one artifact: their log-probabilities averaged with the weight
+    chosen on validation (:func:`fuse_probabilities`; ``fusion.json`` holds it)."""
+
+    kind = "fusion"
+
+    @classmethod
+    def from_paths(cls, keras_model, tokenizer, lexical_model, fusion_file) -> "FusedClassifier":
+        classifier = cls()
+        classifier._load(cls.artifacts(keras_model, tokenizer, lexical_model, fusion_file))
+        return classifier
+
+    @staticmethod
+    def artifacts(keras_model, tokenizer, lexical_model, fusion_file) -> dict[str, str]:
+        return {**SentimentClassifier.artifacts(keras_model, tokenizer),
+                **LexicalClassifier.artifacts(lexical_model, tokenizer), ARTIFACT_FUSION: str(fusion_file)}
+
+    def _load(self, artifacts) -> None:
+        import json
+
+        self.transformer = SentimentClassifier()
+        self.transformer._load(artifacts)
+        self.lexical = LexicalClassifier()
+        self.lexical._load(artifacts)
+        settings = json.loads(Path(artifacts[ARTIFACT_FUSION]).read_text())
+        self.weight = float(settings["transformer_weight"])
+        self.labels = self.transformer.labels
+        if self.lexical.labels != self.labels or settings.get("labels", self.labels) != self.labels:
+            raise InputError(f"fused model: the Transformer's labels {self.labels} differ from the lexical model's "
+                             f"{self.lexical.labels}")
+
+    def prepare(self, texts: Sequence[str]):
+        return self.transformer.prepare(texts), self.lexical.prepare(texts)
+
+    def score(self, prepared) -> np.ndarray:
+        ids, counts = prepared
+        return fuse_probabilities(self.transformer.score(ids), self.lexical.score(counts), self.weight)
+
+
+def load_classifier(model_uri: str) -> PipelineModel:
+    """The pipeline's pyfunc model behind ``model_uri`` (models:/, runs:/ or a folder), unwrapped: a
+    Transformer, a lexical model or a fused one."""
     saved_path = list(sys.path)
     try:
         model = mlflow.pyfunc.load_model(model_uri)
@@ -224,6 +363,6 @@ def load_classifier(model_uri: str) -> "SentimentClassifier":
         classifier = model.unwrap_python_model()
     except mlflow.exceptions.MlflowException:  # a model of another flavor
         classifier = None
-    if not isinstance(classifier, SentimentClassifier):
+    if not isinstance(classifier, PipelineModel):
         raise InputError(f"model {model_uri!r} is not a sentiment model logged by this pipeline")
     return classifier

@@ -65,5 +65,4 @@ def quiet_third_party(environ=os.environ) -> None:
     with captured_stderr():
         import tensorflow as tf
 
-        tf.get_logger().setLevel("ERROR")
         tf.config.list_physical_devices()

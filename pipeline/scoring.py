@@ -28,14 +28,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import psutil
 from tqdm.auto import tqdm
 
 from pipeline.config import Config
 from pipeline.errors import InputError, MissingInputError
-from pipeline.inference import ERROR_COLUMN, SentimentClassifier, load_classifier, output_columns, output_frame, predict_ids
+from pipeline.inference import ERROR_COLUMN, PipelineModel, load_classifier, output_columns, output_frame
 from pipeline.text import NOT_UNICODE, text_problem
 
 _UNDECODABLE_RE = re.compile("[\udc80-\udcff]")
@@ -46,16 +45,17 @@ _UNDECODABLE_RE = re.compile("[\udc80-\udcff]")
 
 @dataclass
 class PreparedChunk:
-    """A chunk checked and tokenized, ready for the model."""
+    """A chunk checked and prepared (tokenized, n-grams counted), ready for the model."""
 
     chunk: pd.DataFrame       # the input rows, undecodable bytes shown as U+FFFD
     errors: list[str]         # per row: why it cannot be scored, or ""
     scorable: list[int]       # positions of the rows to score
-    ids: np.ndarray           # their token ids
+    features: object          # what the model's ``prepare`` made of them (token ids, n-gram counts, both)
 
 
-def prepare_chunk(chunk: pd.DataFrame, text_column: str, encoder, first_row: int, encoding: str) -> PreparedChunk:
-    """Check every row's text and tokenize the scorable ones (the part that can run ahead of the model).
+def prepare_chunk(chunk: pd.DataFrame, text_column: str, classifier: PipelineModel, first_row: int,
+                  encoding: str) -> PreparedChunk:
+    """Check every row's text and prepare the scorable ones (the part that can run ahead of the model).
 
     Values are Python strings (object dtype): Arrow-backed strings cannot hold the surrogate
     escapes that mark undecodable bytes. ``first_row`` is the 1-based data-row number of the
@@ -71,7 +71,7 @@ def prepare_chunk(chunk: pd.DataFrame, text_column: str, encoder, first_row: int
     for column in chunk.columns:  # surrogate-escaped bytes cannot be written as UTF-8
         if has_undecodable(clean[column]):
             clean[column] = clean[column].map(lambda v: _UNDECODABLE_RE.sub("\ufffd", v) if isinstance(v, str) else v)
-    return PreparedChunk(clean, errors, scorable, encoder.encode([texts[i] for i in scorable]))
+    return PreparedChunk(clean, errors, scorable, classifier.prepare([texts[i] for i in scorable]))
 
 
 def has_undecodable(values) -> bool:
@@ -84,10 +84,10 @@ def has_undecodable(values) -> bool:
     return False
 
 
-def finish_chunk(prepared: PreparedChunk, classifier: SentimentClassifier) -> pd.DataFrame:
+def finish_chunk(prepared: PreparedChunk, classifier: PipelineModel) -> pd.DataFrame:
     """The chunk with the probability, label and error columns added; rows keep their order."""
     chunk = prepared.chunk
-    scored = output_frame(predict_ids(classifier.model, prepared.ids), classifier.labels, prepared.errors)
+    scored = output_frame(classifier.score(prepared.features), classifier.labels, prepared.errors)
     scored.index = chunk.index
     out = chunk.copy()
     for column in scored.columns:  # rows with an error: empty probability and label cells
@@ -150,7 +150,7 @@ def score_csv(config: Config, input_path: str | Path, output_path: str | Path, m
             def prepared_chunks():  # runs in the read-ahead thread: parse, check, tokenize
                 first_row = 1
                 for chunk in reader:
-                    yield prepare_chunk(chunk, text_column, classifier.encoder, first_row, encoding)
+                    yield prepare_chunk(chunk, text_column, classifier, first_row, encoding)
                     first_row += len(chunk)
 
             try:

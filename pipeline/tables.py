@@ -13,6 +13,7 @@ import glob
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from sklearn.model_selection import train_test_split
 
@@ -84,16 +85,17 @@ def combine_tables(tables: list[tuple[str, pd.DataFrame]], config: DataConfig) -
         if list(frame.columns) != list(reference.columns):
             raise InputError(f"{name} has columns {list(frame.columns)} but {reference_name} has "
                              f"{list(reference.columns)}: all files must have the same columns")
-    needed = [config.text_column, config.label_column] + ([config.split_column] if config.split_column else [])
+    needed = [config.text_column, config.label_column] + [c for c in (config.split_column, config.group_column) if c]
     for column in needed:
         if column not in reference.columns:
             raise InputError(f"{reference_name}: no column {column!r}; columns are {list(reference.columns)}")
     drops = DropReport()
     rows = []
     for name, frame in tables:
-        for number, (text, label, split) in enumerate(zip(
+        for number, (text, label, split, group) in enumerate(zip(
                 frame[config.text_column], frame[config.label_column],
-                frame[config.split_column] if config.split_column else [None] * len(frame)), start=1):
+                frame[config.split_column] if config.split_column else [None] * len(frame),
+                frame[config.group_column] if config.group_column else [None] * len(frame)), start=1):
             where = f"{name} row {number}"
             if _blank(text):
                 drops.add(where, f"empty {config.text_column}")
@@ -106,15 +108,48 @@ def combine_tables(tables: list[tuple[str, pd.DataFrame]], config: DataConfig) -
                 if split not in SPLIT_VALUES:
                     raise InputError(f"{where}: column {config.split_column!r} has {split!r}; "
                                      f"allowed values are {list(SPLIT_VALUES)}")
-            rows.append((str(text).strip(), str(label).strip(), split, f"{name}:{number}"))
-    return pd.DataFrame(rows, columns=["text", "label_name", "split", "source_file"]), drops
+            if config.group_column and _blank(group):
+                raise InputError(f"{where}: empty {config.group_column!r} (data.group_column): every row needs a group")
+            rows.append((str(text).strip(), str(label).strip(), split, None if group is None else str(group).strip(),
+                         f"{name}:{number}"))
+    return pd.DataFrame(rows, columns=["text", "label_name", "split", "group", "source_file"]), drops
 
 
-def _split(frame: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    counts = frame["label_name"].value_counts()
-    stratify = frame["label_name"] if counts.min() >= 2 and len(frame) * fraction >= len(counts) else None
+def held_out_split(frame: pd.DataFrame, fraction: float, seed: int, label_column: str = "label_name",
+                   groups: pd.Series | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(kept, held out): about ``fraction`` of the rows held out, seeded, stratified by label where it can be.
+
+    With ``groups`` every group lands on one side (scikit-learn's ``StratifiedGroupKFold``, one fold held
+    out), so a held-out review never shares its group (its movie) with a kept one.
+    """
+    if groups is not None:
+        from sklearn.model_selection import StratifiedGroupKFold
+
+        folds = max(2, round(1 / fraction))
+        if groups.nunique() < folds:
+            raise InputError(f"{groups.nunique()} groups cannot be split {folds} ways for a held-out fraction of "
+                             f"{fraction}: use more groups or a larger fraction")
+        splitter = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=seed)
+        kept, held_out = next(splitter.split(frame, frame[label_column], groups))
+        return frame.iloc[np.sort(kept)], frame.iloc[np.sort(held_out)]
+    counts = frame[label_column].value_counts()
+    stratify = frame[label_column] if counts.min() >= 2 and len(frame) * fraction >= len(counts) else None
     kept, held_out = train_test_split(frame, test_size=fraction, random_state=seed, stratify=stratify)
     return kept.sort_index(), held_out.sort_index()
+
+
+def _split(frame: pd.DataFrame, fraction: float, seed: int, by_group: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    return held_out_split(frame, fraction, seed, groups=frame["group"] if by_group else None)
+
+
+def split_rule(config: DataConfig) -> str:
+    """How ``split_table`` draws the splits, for the manifest and the reports."""
+    if config.split_column:
+        return f"split column {config.split_column!r}" + (
+            f"; validation from train by whole {config.group_column!r} groups" if config.group_column else "")
+    if config.group_column:
+        return f"whole {config.group_column!r} groups, stratified by label, seeded"
+    return "stratified by label, seeded"
 
 
 def split_table(frame: pd.DataFrame, config: DataConfig) -> dict[str, pd.DataFrame]:
@@ -122,15 +157,16 @@ def split_table(frame: pd.DataFrame, config: DataConfig) -> dict[str, pd.DataFra
     if config.split_column:
         splits = {name: frame[frame["split"] == name] for name in SPLIT_VALUES}
         if splits["val"].empty and not splits["train"].empty:
-            splits["train"], splits["val"] = _split(splits["train"], config.validation_fraction, config.seed)
+            splits["train"], splits["val"] = _split(splits["train"], config.validation_fraction, config.seed,
+                                                    bool(config.group_column))
     else:
-        rest, test = _split(frame, config.test_fraction, config.seed)
-        train, val = _split(rest, config.validation_fraction, config.seed)
+        rest, test = _split(frame, config.test_fraction, config.seed, bool(config.group_column))
+        train, val = _split(rest, config.validation_fraction, config.seed, bool(config.group_column))
         splits = {"train": train, "val": val, "test": test}
     for name, split in splits.items():
         if split.empty:
             raise InputError(f"the {name} split is empty (check data.{config.split_column or 'test_fraction'})")
-    return {name: split.drop(columns="split").reset_index(drop=True) for name, split in splits.items()}
+    return {name: split.drop(columns=["split", "group"]).reset_index(drop=True) for name, split in splits.items()}
 
 
 def label_set(splits: dict[str, pd.DataFrame], label_column: str) -> list[str]:

@@ -20,7 +20,7 @@ import keras
 import mlflow
 
 from pipeline.artifacts import code_version
-from pipeline.config import DESIGNS, Config
+from pipeline.config import Config
 from pipeline.errors import PipelineError
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -94,15 +94,23 @@ def flat_params(config: Config) -> dict[str, Any]:
 
 STAGE_TAG = "pipeline_stage"             # which stage made a run: one of the values below
 TRAIN_STAGE, COMPARE_STAGE, BASELINE_STAGE, PRETRAIN_STAGE = "train", "compare", "baseline", "pretrain"
+FUSION_STAGE = "fusion"                  # a fused model: a Transformer run and the NBSVM run, one pyfunc
 PSEUDO_LABEL_STAGE = "pseudo_label"
 PSEUDO_LABELS_FROM_TAG = "pseudo_labels_from"  # on a classifier run: the pseudo-label run its extra data came from
 PRETRAINED_FROM_TAG = "pretrained_from"  # on a classifier run: the pretraining run its backbone came from
 COMPARE_KEY_TAG = "compare_key"          # a comparison's identity: factor, config hash, tokenizer hash
-FACTOR_TAG = "factor"                    # on a comparison: the config key it varies
-VARIANT_TAG = "variant"                  # on a baseline child: "baseline"
+FACTOR_TAG = "factor"                    # on a comparison: its design (main, position; "pooling" before)
+VARIANT_TAG = "variant"                  # on a comparison's child: the candidate it is a run of
+MODEL_KIND_TAG = "model_kind"            # on a run with a pipeline model: transformer, lexical or fusion
+FUSED_FROM_TAGS = ("fused_transformer_run", "fused_lexical_run")  # on a fused run: the runs it combines
+CHAMPION_DESIGNS = ("main", "pooling")   # designs whose runs `make register` chooses from ("pooling": stores
+                                         # written before the comparison's factors came from the config)
+PIPELINE_REQUIREMENTS = ["tensorflow", "tensorflow-text", "keras>=3", "keras-hub", "mlflow", "pandas", "numpy",
+                         "scikit-learn", "scipy", "joblib"]
 MEMBERS_TAG = "model_run_ids"            # on a comparison: its model runs, comma-separated
 PARENT_RUN_TAG = "mlflow.parentRunId"    # MLflow's own: shows a run under its parent in the UI
 VERSION_POOLING_TAG = "pooling"          # on a registered model version: the champion's pooling
+VERSION_KIND_TAG = "model_kind"          # on a registered model version: transformer, lexical or fusion
 VERSION_COMPARISON_TAG = "comparison_run_id"  # on a registered model version: where it was chosen
 
 
@@ -118,12 +126,38 @@ def comparison_tags(key: str, factor: str, variants, seeds) -> dict[str, str]:
 
 def tag_champion_version(name: str, version: str, run, comparison_id: str) -> None:
     client = mlflow.tracking.MlflowClient()
-    client.set_model_version_tag(name, version, VERSION_POOLING_TAG, run.data.params.get("model.pooling", ""))
+    client.set_model_version_tag(name, version, VERSION_POOLING_TAG, run.data.params.get("model.pooling")
+                                 or run.data.params.get("fused.model.pooling", ""))
+    client.set_model_version_tag(name, version, VERSION_KIND_TAG, run.data.tags.get(MODEL_KIND_TAG, "transformer"))
     client.set_model_version_tag(name, version, VERSION_COMPARISON_TAG, comparison_id)
 
 
-def baseline_tags(key: str) -> dict[str, str]:
-    return {STAGE_TAG: BASELINE_STAGE, VARIANT_TAG: BASELINE_STAGE, COMPARE_KEY_TAG: key}
+def baseline_tags(key: str, variant: str) -> dict[str, str]:
+    return {STAGE_TAG: BASELINE_STAGE, VARIANT_TAG: variant, COMPARE_KEY_TAG: key}
+
+
+def fusion_tags(key: str, variant: str, transformer_run_id: str, lexical_run_id: str) -> dict[str, str]:
+    return {STAGE_TAG: FUSION_STAGE, VARIANT_TAG: variant, COMPARE_KEY_TAG: key, MODEL_KIND_TAG: "fusion",
+            FUSED_FROM_TAGS[0]: transformer_run_id, FUSED_FROM_TAGS[1]: lexical_run_id}
+
+
+def log_pipeline_model(python_model, artifacts: dict[str, str], example_texts) -> str:
+    """Log one of the pipeline's pyfunc models (``pipeline.inference``) on the active run; returns its URI.
+
+    The logged instance is empty: MLflow pickles it, and its parts are loaded from ``artifacts`` by
+    ``load_context``. The package travels with it (``code_paths``), so the model loads without an install.
+    """
+    import pandas as pd
+
+    example = pd.DataFrame({"text": list(example_texts)})
+    loaded = type(python_model)()
+    loaded._load({name: Path(path) for name, path in artifacts.items()})
+    info = mlflow.pyfunc.log_model(
+        name="model", python_model=python_model, artifacts=artifacts,
+        code_paths=[str(Path(__file__).resolve().parent)],
+        signature=mlflow.models.infer_signature(example, loaded.predict(None, example)),
+        input_example=example, pip_requirements=PIPELINE_REQUIREMENTS)
+    return info.model_uri
 
 
 def set_members(run_ids: list[str]) -> None:
@@ -173,19 +207,25 @@ def find_comparison_run_id(config: Config, key: str) -> str | None:
     return runs[0].info.run_id if runs else None
 
 
-def find_baseline_run(config: Config, key: str):
-    """The finished baseline child of the comparison with this key, or None."""
-    runs = _find_runs(config, {STAGE_TAG: BASELINE_STAGE, COMPARE_KEY_TAG: key}, finished=True)
+def find_baseline_run(config: Config, key: str, variant: str):
+    """The finished baseline child (``variant``: nbsvm, tfidf) of the comparison with this key, or None."""
+    runs = _find_runs(config, {STAGE_TAG: BASELINE_STAGE, COMPARE_KEY_TAG: key, VARIANT_TAG: variant}, finished=True)
+    return runs[0] if runs else None
+
+
+def find_fusion_run(config: Config, key: str, transformer_run_id: str, lexical_run_id: str):
+    """The finished fused run of these two runs in the comparison with this key, or None."""
+    runs = _find_runs(config, {STAGE_TAG: FUSION_STAGE, COMPARE_KEY_TAG: key, FUSED_FROM_TAGS[0]: transformer_run_id,
+                               FUSED_FROM_TAGS[1]: lexical_run_id}, finished=True)
     return runs[0] if runs else None
 
 
 def latest_champion_comparison(config: Config):
-    """The newest comparison whose model runs are candidates for `make register` (see ``config.DESIGNS``)."""
-    runs = [run for name, design in DESIGNS.items() if design.champion_pool
-            for run in _find_runs(config, {STAGE_TAG: COMPARE_STAGE, FACTOR_TAG: name})]
+    """The newest comparison whose model runs are candidates for `make register` (``CHAMPION_DESIGNS``)."""
+    runs = [run for name in CHAMPION_DESIGNS for run in _find_runs(config, {STAGE_TAG: COMPARE_STAGE, FACTOR_TAG: name})]
     runs.sort(key=lambda run: run.info.start_time, reverse=True)
     if not runs:
-        raise PipelineError(f"no pooling comparison in MLflow experiment {config.tracking.experiment_name!r}: "
+        raise PipelineError(f"no comparison in MLflow experiment {config.tracking.experiment_name!r}: "
                             "run `make compare` first (finished runs are reused)")
     return runs[0]
 

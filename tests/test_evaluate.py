@@ -6,13 +6,14 @@ import pandas as pd
 import pytest
 
 from pipeline import behaviour
+from pipeline import evaluation
 from pipeline.stages import evaluate
 
 
 def test_length_bucket_accuracy_marks_truncated_buckets():
     correct = np.array([True, False, True, True])
     counts = np.array([10, 50, 300, 600])  # cut-off 255: buckets 63, 127, 255, 510
-    buckets = evaluate.length_bucket_accuracy(correct, counts, max_tokens=255)
+    buckets = evaluation.length_bucket_accuracy(correct, counts, max_tokens=255)
     assert buckets["reviews"].sum() == 4
     assert buckets.set_index("bucket")["accuracy"].to_dict() == {"1-63": 0.5, "256-510": 1.0, ">510": 1.0}
     assert buckets.set_index("bucket")["truncated"].to_dict() == {"1-63": False, "256-510": True, ">510": True}
@@ -23,15 +24,15 @@ def test_most_confident_errors_are_wrong_and_sorted():
     probabilities = np.column_stack([1 - positive, positive])
     frame = pd.DataFrame({"review_id": range(4), "source_file": list("abcd"), "label": [1, 0, 1, 0],
                           "text": ["x", "y", "z", "w"]})
-    predictions = evaluate.prediction_frame(frame["source_file"], frame["label"].to_numpy(), probabilities, names)
-    errors = evaluate.most_confident_errors(frame, predictions, names)
+    predictions = evaluation.prediction_frame(frame["source_file"], frame["label"].to_numpy(), probabilities, names)
+    errors = evaluation.most_confident_errors(frame, predictions, names)
     assert errors["source_file"].tolist() == ["b", "a", "d"]
     assert errors["predicted_label"].tolist() == [names[1], names[0], names[1]]
 
 
 def test_prediction_frame_for_three_classes():
     probabilities = np.array([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]])
-    frame = evaluate.prediction_frame(["x", "y"], np.array([0, 1]), probabilities, ["bad", "meh", "good"])
+    frame = evaluation.prediction_frame(["x", "y"], np.array([0, 1]), probabilities, ["bad", "meh", "good"])
     assert frame["predicted"].tolist() == [0, 2] and frame["correct"].tolist() == [True, False]
     assert frame["confidence"].tolist() == pytest.approx([0.7, 0.8])
     assert {"probability_bad", "probability_meh", "probability_good"} <= set(frame.columns)

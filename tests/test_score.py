@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipeline import scoring
 from pipeline.stages import score
 from pipeline.__main__ import main as cli_main
 from pipeline.text import text_problem
@@ -18,7 +19,7 @@ def model(trained_run):
     run_id = json.loads((run_dir / "manifest.json").read_text())["mlflow_run_id"]
     mlflow.set_tracking_uri(config.tracking.tracking_uri)
     uri = f"runs:/{run_id}/model"
-    return config, uri, score.load_classifier(uri)
+    return config, uri, scoring.load_classifier(uri)
 
 
 @pytest.fixture
@@ -98,7 +99,7 @@ def test_interrupted_write_leaves_no_output(fast_model, tmp_path, monkeypatch):
     pd.DataFrame({"text": ["good film"] * 10}).to_csv(tmp_path / "in.csv", index=False)
     output = tmp_path / "out.csv"
     output.write_text("previous results\n")
-    real_finish_chunk = score.finish_chunk
+    real_finish_chunk = scoring.finish_chunk
     calls = []
 
     def interrupt_on_second_chunk(*args, **kwargs):
@@ -107,7 +108,7 @@ def test_interrupted_write_leaves_no_output(fast_model, tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real_finish_chunk(*args, **kwargs)
 
-    monkeypatch.setattr(score, "finish_chunk", interrupt_on_second_chunk)
+    monkeypatch.setattr(scoring, "finish_chunk", interrupt_on_second_chunk)
     with pytest.raises(KeyboardInterrupt):
         score.run(config, tmp_path / "in.csv", output, model_uri=uri, chunk_size=3)
     assert output.read_text() == "previous results\n"
@@ -115,9 +116,9 @@ def test_interrupted_write_leaves_no_output(fast_model, tmp_path, monkeypatch):
 
 
 def test_undecodable_check_finds_escaped_bytes_in_any_cell():
-    assert score.has_undecodable(["fine", "caf\udce9", "also fine"])
-    assert not score.has_undecodable(["fine", "café", "😀", None, 3.5])
-    assert not score.has_undecodable([])
+    assert scoring.has_undecodable(["fine", "caf\udce9", "also fine"])
+    assert not scoring.has_undecodable(["fine", "café", "😀", None, 3.5])
+    assert not scoring.has_undecodable([])
 
 
 def test_bom_quotes_and_other_encodings(fast_model, tmp_path):

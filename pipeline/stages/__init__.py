@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pipeline.artifacts import MANIFEST_NAME
-from pipeline.config import DESIGNS, Config
+from pipeline.config import DESIGN_NAMES, Config
 from pipeline.errors import MissingInputError
 
 
@@ -48,8 +48,9 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _compare_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--factor", choices=tuple(DESIGNS), default="pooling",
-                        help="what the comparison varies: model.pooling (default) or model.position")
+    parser.add_argument("--design", choices=DESIGN_NAMES, default="main",
+                        help="main (default): the factors and levels of the config's compare section, the NBSVM "
+                             "baseline and the fused candidates; position: learned vs no positions (an ablation)")
 
 
 def _model_argument(parser: argparse.ArgumentParser) -> None:
@@ -114,7 +115,8 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("pretrain", "pipeline.stages.pretrain", "masked-LM pretraining of the encoder on train + unlabeled reviews",
           reads=("tokenize",), writes="backbone weights, spec, loss curve, manifest; one MLflow run",
           folder="pretrain", force=True),
-    Stage("pseudo-label", "pipeline.stages.pseudo_label", "label the unlabeled reviews with the TF-IDF teacher, keep the sure ones",
+    Stage("pseudo-label", "pipeline.stages.pseudo_label", "label the unlabeled reviews with the NBSVM (or TF-IDF) "
+          "teacher, keep the sure ones",
           reads=("ingest",), writes="pseudo_labels.parquet, a confidence histogram, manifest; one MLflow run",
           folder="pseudo_label", force=True),
     Stage("train", "pipeline.stages.train", "train the Transformer classifier, log the run and its model to MLflow",
@@ -124,10 +126,12 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("evaluate", "pipeline.stages.evaluate", "score the test split with a trained run, log test_ metrics and plots",
           reads=("ingest", "train"), writes="test_ metrics and plots on the run; reports/<run_id>/",
           force=True, arguments=_evaluate_arguments),
-    Stage("compare", "pipeline.stages.compare", "first_token vs mean pooling over several seeds, plus a TF-IDF baseline",
-          reads=("tokenize", "ingest"), writes="an MLflow parent run with its children; reports/comparison.*",
+    Stage("compare", "pipeline.stages.compare", "every candidate (Transformer variants x seeds, NBSVM, their fusion) "
+          "trained, evaluated and compared on one protocol", reads=("tokenize", "ingest", "pretrain", "pseudo-label",
+                                                                   "train", "evaluate"), writes="an MLflow parent run with its children; reports/comparison.*",
           force=True, arguments=_compare_arguments),
-    Stage("register", "pipeline.stages.register", "register the best model of the latest comparison as @champion",
+    Stage("register", "pipeline.stages.register", "register the candidate with the best validation accuracy of the "
+          "latest comparison as @champion",
           reads=("compare",), writes="a registered model version with the alias champion", force=True),
     Stage("score", "pipeline.stages.score", "add probabilities and labels to every row of a CSV of reviews",
           reads=("register",), writes="the CSV with probability, label and score_error columns",

@@ -34,7 +34,6 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable, Iterator
 
 import pandas as pd
-from sklearn.model_selection import train_test_split
 from tqdm.auto import tqdm
 
 from pipeline.artifacts import (
@@ -53,7 +52,7 @@ from pipeline.artifacts import (
 from pipeline.config import Config
 from pipeline.errors import InputError, MissingInputError
 from pipeline.stages import stage_dir
-from pipeline.tables import find_table_files, load_table_splits
+from pipeline.tables import find_table_files, held_out_split, load_table_splits, split_rule
 from pipeline.text import clean_text, percentiles, save_labels
 
 STAGE = "ingest"
@@ -66,6 +65,9 @@ CLASS_FOLDERS = ("train/pos", "train/neg", "test/pos", "test/neg")
 LABELS = {"pos": 1, "neg": 0}
 
 _MEMBER_RE = re.compile(r"^(?:aclImdb/)?(train|test)/(pos|neg)/([^/]+)$")
+_URLS_RE = re.compile(r"^(?:aclImdb/)?(train|test)/urls_(pos|neg)\.txt$")  # line i: the movie of review i
+_LABELED_RE = re.compile(f"{_MEMBER_RE.pattern}|{_URLS_RE.pattern}")
+_MOVIE_RE = re.compile(r"/title/(tt\d+)")
 _FILE_NAME_RE = re.compile(r"^(\d+)_(\d+)\.txt$")
 _MAX_REPORTED_NAMES = 10
 
@@ -102,6 +104,7 @@ class CollectReport:
 
     skipped_names: list[str] = field(default_factory=list)
     skipped_count: int = 0
+    movies: dict[str, list[str]] = field(default_factory=dict)  # "train/pos" -> movie of review id i, from urls_*.txt
     decode_error_files: int = 0
     seen_folders: set[str] = field(default_factory=set)
 
@@ -120,6 +123,10 @@ def collect_reviews(members: Iterable[tuple[str, bytes | None]], source: str) ->
         if data is None:
             if folder in CLASS_FOLDERS:
                 report.seen_folders.add(folder)
+            continue
+        urls = _URLS_RE.match(name)
+        if urls:
+            report.movies[f"{urls.group(1)}/{urls.group(2)}"] = [movie_of(line) for line in decode_review(data)[0].splitlines()]
             continue
         match = _MEMBER_RE.match(name)
         if not match:
@@ -153,10 +160,30 @@ def collect_reviews(members: Iterable[tuple[str, bytes | None]], source: str) ->
     return frame.reset_index(drop=True), report
 
 
-def split_train_validation(train: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Stratified, seeded split of ``train`` into (train, validation)."""
-    fit, val = train_test_split(train, test_size=fraction, random_state=seed, stratify=train["label"])
-    return fit.sort_index().reset_index(drop=True), val.sort_index().reset_index(drop=True)
+def movie_of(url: str) -> str:
+    """``http://www.imdb.com/title/tt0453418/usercomments`` -> ``tt0453418`` (the URL itself when it has no id)."""
+    match = _MOVIE_RE.search(url)
+    return match.group(1) if match else url.strip()
+
+
+def review_movies(frame: pd.DataFrame, movies: dict[str, list[str]]) -> pd.Series | None:
+    """The movie of every row of ``frame`` (``train/pos/<id>_<rating>.txt`` is line ``id`` of ``train/urls_pos.txt``),
+    or None when the archive has no urls file for one of its folders or a line is missing."""
+    groups = []
+    for source, review_id in zip(frame["source_file"], frame["review_id"]):
+        folder = source.rsplit("/", 1)[0]
+        lines = movies.get(folder)
+        if lines is None or review_id >= len(lines):
+            return None
+        groups.append(lines[review_id])
+    return pd.Series(groups, index=frame.index)
+
+
+def split_train_validation(train: pd.DataFrame, fraction: float, seed: int, groups: pd.Series | None = None
+                           ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Stratified, seeded split of ``train`` into (train, validation); with ``groups``, whole groups (movies)."""
+    fit, val = held_out_split(train, fraction, seed, label_column="label", groups=groups)
+    return fit.reset_index(drop=True), val.reset_index(drop=True)
 
 
 def length_percentiles(texts: pd.Series) -> dict[str, float]:
@@ -217,6 +244,11 @@ def iter_folder(root: Path) -> Iterator[tuple[str, bytes | None]]:
                 raise InputError(f"{entry}: refusing a symbolic link inside the dataset folder")
             if entry.is_file():
                 yield f"{folder}/{entry.name}", entry.read_bytes()
+    for split in ("train", "test"):  # which movie each review is about, when the folder says
+        for polarity in ("pos", "neg"):
+            urls = root / split / f"urls_{polarity}.txt"
+            if urls.is_file() and not urls.is_symlink():
+                yield f"{split}/urls_{polarity}.txt", urls.read_bytes()
 
 
 _UNLABELED_RE = re.compile(r"^(?:aclImdb/)?train/unsup/[^/]+\.txt$")
@@ -393,7 +425,7 @@ def imdb_source(config: Config) -> Source:
         inputs["unlabeled_sha256"] = unlabeled_checksum(unlabeled_source)
 
     def read() -> Ingested:
-        members = iter_folder(dataset_root(source)) if source.is_dir() else iter_archive(source)
+        members = iter_folder(dataset_root(source)) if source.is_dir() else iter_archive(source, wanted=_LABELED_RE)
         progress = tqdm(members, desc=f"reading {source.name}", unit=" files", mininterval=1.0)
         frame, report = collect_reviews(progress, str(source))
         if report.skipped_count:
@@ -401,7 +433,12 @@ def imdb_source(config: Config) -> Source:
                   f"e.g. {', '.join(report.skipped_names)}")
         original_train = frame[frame["split"] == "train"].drop(columns="split").reset_index(drop=True)
         test = frame[frame["split"] == "test"].drop(columns="split").reset_index(drop=True)
-        train, val = split_train_validation(original_train, config.data.validation_fraction, config.data.seed)
+        movies = review_movies(original_train, report.movies) if config.data.group_validation else None
+        train, val = split_train_validation(original_train, config.data.validation_fraction, config.data.seed, movies)
+        rule = ("whole movies (train/urls_*.txt), stratified by label, seeded" if movies is not None
+                else "stratified by label, seeded" + ("" if config.data.group_validation else
+                                                       " (data.group_validation is off)")
+                + ("" if report.movies or not config.data.group_validation else "; the archive names no movies"))
         unlabeled = read_unlabeled(config, unlabeled_source, source)
         fields = {
             "archive_sha256": checksum,
@@ -409,6 +446,7 @@ def imdb_source(config: Config) -> Source:
             "decode_error_files": report.decode_error_files,
             "skipped_files": {"count": report.skipped_count, "examples": report.skipped_names},
             "unlabeled_source": str(unlabeled_source or (source if unlabeled is not None else "none")),
+            "split_rule": rule,
         }
         return Ingested({"train": train, "val": val, "test": test}, list(IMDB_LABELS), fields, unlabeled)
 
@@ -430,7 +468,7 @@ def table_source(config: Config) -> Source:
                   f"({drops.reasons}), e.g. {'; '.join(drops.examples)}")
         fields = {"dropped_rows": {"count": drops.count, "reasons": drops.reasons, "examples": drops.examples},
                   "duplicates": duplicate_counts(pd.concat([splits["train"], splits["val"]]), splits["test"]),
-                  "unlabeled_source": str(unlabeled_source or "none")}
+                  "unlabeled_source": str(unlabeled_source or "none"), "split_rule": split_rule(config.data)}
         unlabeled = None if unlabeled_source is None else read_unlabeled(config, unlabeled_source, unlabeled_source)
         return Ingested(splits, labels, fields, unlabeled)
 

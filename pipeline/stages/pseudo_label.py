@@ -4,15 +4,17 @@ Reads:  ``data/ingest/`` (``train.parquet``, ``val.parquet``, ``unlabeled.parque
         Test texts are never read.
 Writes: ``data/pseudo_label/`` holding ``pseudo_labels.parquet`` (``row``: the review's row in
         ``unlabeled.parquet`` and so in ``data/tokenize/unlabeled_ids.npy``;
-        ``label``: the class index; ``confidence``: the teacher's probability of it) for the
+        ``label``: the class index; ``confidence``: the teacher's probability of it;
+        ``probability_<index>``: its probability of every class, the soft targets) for the
         reviews the teacher is at least ``pseudo_label.min_confidence`` sure of,
         ``teacher_confidence.png`` and ``manifest.json``; one MLflow run with the teacher's
         validation accuracy, how many reviews were kept and the plot.
 
-The teacher is the best model this machine has (``pseudo_label.teacher: tfidf``, the comparison's
-TF-IDF + logistic regression baseline), fitted on the train split only. With
-``training.pseudo_labels: true`` the classifier trains on the train split plus these reviews
-and is still chosen on the untouched validation split.
+The teacher is the comparison's NBSVM baseline (``pseudo_label.teacher: nbsvm``; ``tfidf`` for the
+TF-IDF + logistic regression one), fitted on the train split only. With ``training.pseudo_labels: true``
+the classifier trains on the train split plus these reviews, on the teacher's probabilities with
+``pseudo_label.soft`` (distillation) or its labels without, and is still chosen on the untouched
+validation split.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.artifacts import (
+    teacher_probability_column,
     PSEUDO_LABELS_FILE,
     UNLABELED_TABLE,
     build_manifest,
@@ -34,6 +37,7 @@ from pipeline.artifacts import (
     staged_directory,
     write_manifest,
 )
+from pipeline.baseline import class_probabilities, nbsvm_baseline, tfidf_baseline
 from pipeline.config import Config
 from pipeline.errors import MissingInputError
 from pipeline.stages import require_output, stage_dir
@@ -45,6 +49,16 @@ PLOT_FILE = "teacher_confidence.png"
 
 
 # --------------------------------------------------------------------------- pure helpers
+
+
+def fit_teacher(config: Config, train: pd.DataFrame, val: pd.DataFrame):
+    """The teacher, fitted on the train split only: NBSVM (its C chosen on validation) or TF-IDF."""
+    if config.pseudo_label.teacher == "nbsvm":
+        settings = config.baseline
+        return nbsvm_baseline(train, val, settings.nbsvm_c, settings.ngram_max, settings.max_features,
+                              settings.seed).model
+    return tfidf_baseline(train, seed=config.pseudo_label.seed)
+
 
 
 def select_confident(probabilities: np.ndarray, min_confidence: float) -> pd.DataFrame:
@@ -80,7 +94,7 @@ def run(config: Config, force: bool = False) -> Path:
         raise MissingInputError(f"no unlabeled reviews in {ingest_dir}/ (set IMDB_UNSUP_ARCHIVE or "
                                 "data.unlabeled_archive and rerun `make ingest tokenize`)")
     inputs = {"ingest_manifest_sha256": manifest_hash(ingest_dir)}
-    config_hash = config.section_hash("pseudo_label")
+    config_hash = config.section_hash("pseudo_label", *(("baseline",) if config.pseudo_label.teacher == "nbsvm" else ()))
     if not force and is_up_to_date(out_dir, config_hash, inputs, [PSEUDO_LABELS_FILE]):
         print(f"pseudo-label: up to date, nothing to do ({out_dir}/ with config {config_hash})")
         return out_dir
@@ -91,13 +105,13 @@ def run(config: Config, force: bool = False) -> Path:
     unlabeled = pd.read_parquet(unlabeled_path, columns=["text"])
     names = load_labels(ingest_dir)
     print(f"pseudo-label: fitting the {settings.teacher} teacher on {len(train):,} train reviews")
-    from pipeline.baseline import tfidf_baseline
-
-    teacher = tfidf_baseline(train, seed=settings.seed)
-    val_accuracy = float((teacher.predict(val["text"]) == val["label"].to_numpy()).mean())
-    probabilities = teacher.predict_proba(unlabeled["text"])
+    teacher = fit_teacher(config, train, val)
+    val_accuracy = float((class_probabilities(teacher, val["text"].tolist(), len(names)).argmax(axis=1)
+                          == val["label"].to_numpy()).mean())
+    probabilities = class_probabilities(teacher, unlabeled["text"].tolist(), len(names))
     kept = select_confident(probabilities, settings.min_confidence)
-    kept["label"] = teacher.classes_[kept["label"].to_numpy()].astype(np.int32)  # column -> class index
+    for index in range(len(names)):  # the teacher's probabilities: soft targets for distillation
+        kept[teacher_probability_column(index)] = probabilities[kept["row"].to_numpy(), index].astype(np.float32)
     if kept.empty:
         print(f"pseudo-label: warning: no unlabeled review reached pseudo_label.min_confidence "
               f"{settings.min_confidence:g}; training with pseudo labels will refuse this empty set")

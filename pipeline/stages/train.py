@@ -32,6 +32,7 @@ import pandas as pd
 import tensorflow as tf
 
 from pipeline.artifacts import (
+    teacher_probability_column,
     BACKBONE_WEIGHTS_FILE,
     HISTORY_FILE,
     KERAS_MODEL_FILE,
@@ -67,13 +68,14 @@ from pipeline.tracking import (
     TRAIN_STAGE,
     MLflowEpochLogger,
     flat_params,
+    log_pipeline_model,
     setup_tracking,
     standard_tags,
 )
 
 STAGE = TRAIN_STAGE
 RUN_ID_FILE = "mlflow_run_id.txt"
-PYFUNC_REQUIREMENTS = ["tensorflow", "tensorflow-text", "keras>=3", "keras-hub", "mlflow", "pandas", "numpy"]
+EXAMPLE_TEXTS = ["A wonderful, moving film.", "Dull and far too long."]  # the logged model's input example
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -125,7 +127,8 @@ def make_dataset(ids: np.ndarray, labels: np.ndarray, batch_size: int, shuffle_s
     run the same number of steps and together see each example once per epoch.
     """
     index, count = shard
-    ids, labels = np.asarray(ids), np.asarray(labels, dtype=np.int32)
+    ids, labels = np.asarray(ids), np.asarray(labels)
+    labels = labels.astype(np.float32 if labels.ndim == 2 else np.int32)  # soft targets, or class indices
     lengths = (ids != PAD_ID).sum(axis=1)
     epochs = itertools.count()
 
@@ -137,7 +140,8 @@ def make_dataset(ids: np.ndarray, labels: np.ndarray, batch_size: int, shuffle_s
             yield ids[rows, :width], labels[rows]
 
     dataset = tf.data.Dataset.from_generator(batches, output_signature=(
-        tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None,), tf.int32)))
+        tf.TensorSpec((None, None), tf.int32),
+        tf.TensorSpec((None, labels.shape[1]), tf.float32) if labels.ndim == 2 else tf.TensorSpec((None,), tf.int32)))
     if count > 1:
         dataset = already_sharded(dataset)
     return dataset.apply(tf.data.experimental.assert_cardinality(-(-len(ids) // batch_size))).prefetch(2)
@@ -152,15 +156,19 @@ def padding_fractions(ids: np.ndarray, batch_size: int, seed: int, length_multip
                                                  length_multiple, width)}
 
 
-def compile_model(model: keras.Model, config: Config, steps_per_epoch: int) -> keras.Model:
-    """AdamW + schedule; sparse categorical cross-entropy on the softmax, for any number of classes.
+def compile_model(model: keras.Model, config: Config, steps_per_epoch: int, soft_targets: bool = False) -> keras.Model:
+    """AdamW + schedule; cross-entropy on the softmax, for any number of classes: sparse on class indices,
+    categorical on soft targets (a teacher's probabilities; gold labels then one-hot).
 
     ``jit_compile`` stays off: `make bench` measured XLA training steps about 10x slower on this CPU.
     """
     optimizer = keras.optimizers.AdamW(learning_rate=learning_rate_schedule(config, steps_per_epoch),
                                        weight_decay=config.training.weight_decay, clipnorm=1.0)
-    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy",
-                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")], jit_compile=False)
+    if soft_targets:
+        loss, accuracy = "categorical_crossentropy", keras.metrics.CategoricalAccuracy(name="accuracy")
+    else:
+        loss, accuracy = "sparse_categorical_crossentropy", keras.metrics.SparseCategoricalAccuracy(name="accuracy")
+    model.compile(optimizer=optimizer, loss=loss, metrics=[accuracy], jit_compile=False)
     return model
 
 
@@ -205,6 +213,7 @@ def history_from_mlflow(run_id: str) -> dict[str, list[float]]:
 def load_pseudo_labels(config: Config, tokenize_dir: Path, num_classes: int) -> tuple[np.ndarray, np.ndarray, dict]:
     """``(token ids, labels, manifest)`` of the pseudo-labelled reviews, for the training stage.
 
+    Labels are class indices, or with ``pseudo_label.soft`` the teacher's ``[N, k]`` probabilities.
     Refuses labels made from another ingestion than the tokenized one, or for other classes.
     """
     directory = require_output(config, "pseudo-label")
@@ -226,7 +235,19 @@ def load_pseudo_labels(config: Config, tokenize_dir: Path, num_classes: int) -> 
     if frame["row"].max() >= len(ids) or labels.max() >= num_classes:
         raise InputError(f"{directory / PSEUDO_LABELS_FILE}: rows or labels out of range for {unlabeled_path} "
                          f"({len(ids)} reviews, {num_classes} classes); rerun `make pseudo-label`")
+    if config.pseudo_label.soft:
+        columns = [teacher_probability_column(c) for c in range(num_classes)]
+        missing = [c for c in columns if c not in frame.columns]
+        if missing:
+            raise InputError(f"{directory / PSEUDO_LABELS_FILE}: no teacher probabilities {missing} for "
+                             "pseudo_label.soft; rerun `make pseudo-label FORCE=1`")
+        labels = frame[columns].to_numpy(np.float32)
     return np.asarray(ids[frame["row"].to_numpy()]), labels, manifest
+
+
+
+def one_hot(labels: np.ndarray, num_classes: int) -> np.ndarray:
+    return np.eye(num_classes, dtype=np.float32)[np.asarray(labels, dtype=np.int64)]
 
 
 # --------------------------------------------------------------------------- stage steps
@@ -253,6 +274,7 @@ class TrainingData:
     steps_per_epoch: int
     class_weight: dict[int, float] | None
     tokens_per_epoch: int       # non-padding tokens in one pass over train
+    soft_targets: bool          # labels are [N, k] probabilities (distillation), not class indices
     padding: dict[str, float]   # padded share of computed positions, full width vs bucketed
 
 
@@ -308,8 +330,10 @@ def load_training_data(config: Config, tokenize_dir: Path, replicas: int, shard:
     pseudo_rows, pseudo_run_id = 0, None
     if config.training.pseudo_labels:
         pseudo_ids, pseudo_labels, pseudo_manifest = load_pseudo_labels(config, tokenize_dir, len(labels))
+        if pseudo_labels.ndim == 2:  # soft targets: every row a probability vector, gold rows one-hot
+            train_labels, val_labels = one_hot(train_labels, len(labels)), one_hot(val_labels, len(labels))
         train_ids = np.concatenate([np.asarray(train_ids), pseudo_ids])
-        train_labels = np.concatenate([np.asarray(train_labels, dtype=np.int32), pseudo_labels])
+        train_labels = np.concatenate([np.asarray(train_labels, dtype=pseudo_labels.dtype), pseudo_labels])
         pseudo_rows, pseudo_run_id = len(pseudo_labels), pseudo_manifest.get("mlflow_run_id")
     batch_size = config.training.batch_size * replicas
     return TrainingData(
@@ -320,7 +344,9 @@ def load_training_data(config: Config, tokenize_dir: Path, replicas: int, shard:
         val=make_dataset(val_ids, val_labels, batch_size * 4, length_multiple=config.training.length_multiple,
                          shard=shard),
         steps_per_epoch=-(-len(train_ids) // batch_size),
-        class_weight=balanced_class_weights(train_labels, len(labels)) if config.training.class_weights else None,
+        class_weight=(balanced_class_weights(train_labels if train_labels.ndim == 1 else train_labels.argmax(axis=1),
+                                             len(labels)) if config.training.class_weights else None),
+        soft_targets=train_labels.ndim == 2,
         tokens_per_epoch=int((np.asarray(train_ids) != PAD_ID).sum()),
         padding=padding_fractions(train_ids, batch_size, config.training.seed, config.training.length_multiple),
     )
@@ -333,13 +359,19 @@ def build_and_compile(config: Config, data: TrainingData, hardware: Hardware, to
         model = build_model(config.model, data.encoder.vocabulary_size, data.encoder.settings.max_sequence_length,
                             len(data.labels))
         spec = None
+        if config.model.token_embedding == "word2vec":
+            from pipeline.word_vectors import cached_embedding
+
+            matrix = np.load(cached_embedding(tokenize_dir, stage_dir(config, STAGE), data.encoder.vocabulary_size,
+                                              config.model.hidden_dim, seed=0))
+            model.get_layer("token_embedding").embeddings.assign(matrix)
         if pretrained_dir is not None:
             weights, spec = load_backbone(pretrained_dir)
             check_vocabulary(spec, read_manifest(tokenize_dir)["vocabulary_sha256"], str(pretrained_dir))
             loaded = load_backbone_weights(model, weights, str(pretrained_dir))
             print(f"train: started from the pretrained backbone in {pretrained_dir}/ ({len(loaded)} layers, "
                   f"MLflow run {spec.get('mlflow_run_id')})")
-        return compile_model(model, config, data.steps_per_epoch), spec
+        return compile_model(model, config, data.steps_per_epoch, data.soft_targets), spec
 
 
 @contextlib.contextmanager
@@ -373,7 +405,8 @@ def log_run_inputs(config: Config, data: TrainingData, hardware: Hardware, model
                        "num_classes": len(data.labels), "class_weight": str(data.class_weight),
                        "parameters": model.count_params()})
     mlflow.log_metrics(data.padding)
-    mlflow.set_tags(standard_tags(config, config_hash, STAGE, device=hardware.device, precision=hardware.policy,
+    mlflow.set_tags(standard_tags(config, config_hash, STAGE, model_kind="transformer", device=hardware.device,
+                                  precision=hardware.policy,
                                   devices=",".join(hardware.devices),
                                   tokenize_manifest=inputs["tokenize_manifest_sha256"][:16],
                                   ingest_manifest=read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"][:16]))
@@ -415,27 +448,6 @@ def fit(model: keras.Model, data: TrainingData, config: Config, run_dir: Path, r
     return FitResult(history, float(val_loss), float(val_accuracy), train_seconds)
 
 
-def log_pyfunc_model(run_dir: Path, example_texts: Sequence[str]) -> str:
-    """Log the pyfunc model (Keras file + tokenizer as its artifacts); returns its model URI.
-
-    The logged instance is empty: MLflow pickles it, and the Keras model is loaded from the
-    artifacts by ``load_context``, not pickled into it.
-    """
-    artifacts = SentimentClassifier.artifacts(run_dir / KERAS_MODEL_FILE, run_dir / TOKENIZER_DIR)
-    example = pd.DataFrame({"text": list(example_texts)})
-    loaded = SentimentClassifier.from_paths(run_dir / KERAS_MODEL_FILE, run_dir / TOKENIZER_DIR)
-    info = mlflow.pyfunc.log_model(
-        name="model",
-        python_model=SentimentClassifier(),
-        artifacts=artifacts,
-        code_paths=[str(Path(__file__).resolve().parent)],
-        signature=mlflow.models.infer_signature(example, loaded.predict(None, example)),
-        input_example=example,
-        pip_requirements=PYFUNC_REQUIREMENTS,
-    )
-    return info.model_uri
-
-
 def save_outputs(config: Config, run_dir: Path, model: keras.Model, tokenize_dir: Path, run_id: str,
                  result: FitResult, hardware: Hardware, config_hash: str, inputs: dict[str, str]) -> dict:
     """``model.keras``, the tokenizer copy, history and curves, the pyfunc model, then the manifest last."""
@@ -450,7 +462,8 @@ def save_outputs(config: Config, run_dir: Path, model: keras.Model, tokenize_dir
     curves = plot_training_curves(result.history, run_dir / "training_curves.png", run_name(config))
     mlflow.log_artifact(str(curves), "plots")
     atomic_write_json(run_dir / HISTORY_FILE, result.history)
-    model_uri = log_pyfunc_model(run_dir, ["A wonderful, moving film.", "Dull and far too long."])
+    model_uri = log_pipeline_model(SentimentClassifier(), SentimentClassifier.artifacts(run_dir / KERAS_MODEL_FILE,
+                                                                                        tokenizer_dir), EXAMPLE_TEXTS)
     manifest = build_manifest(
         STAGE, config_hash, inputs, {k: v for k, v in config.to_dict().items() if k in ("model", "training")},
         mlflow_run_id=run_id, model_uri=model_uri, tracking_uri=mlflow.get_tracking_uri(),
