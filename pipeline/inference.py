@@ -290,14 +290,16 @@ class LexicalClassifier(PipelineModel):
         return {ARTIFACT_LEXICAL_MODEL: str(lexical_model), ARTIFACT_LABELS: str(labels_dir)}
 
     def _load(self, artifacts) -> None:
+        from pipeline.baseline import NgramCounts
+
         self.lexical = _load_lexical(Path(artifacts[ARTIFACT_LEXICAL_MODEL]))
         self.labels = load_labels(Path(artifacts[ARTIFACT_LABELS]))
+        self.counts = NgramCounts(self.lexical.steps[0][1])  # the fitted vectorizer's counts, computed faster
 
     def prepare(self, texts: Sequence[str]):
         from pipeline.text import clean_text
 
-        counts = self.lexical.steps[0][1]  # the fitted vectorizer: the costly part, run ahead
-        return counts.transform([clean_text(text) for text in texts])
+        return self.counts.transform([clean_text(text) for text in texts])  # the costly part, run ahead
 
     def score(self, prepared) -> np.ndarray:
         classifier = self.lexical.steps[-1][1]
@@ -333,6 +335,7 @@ class FusedClassifier(PipelineModel):
         self.lexical._load(artifacts)
         settings = json.loads(Path(artifacts[ARTIFACT_FUSION]).read_text())
         self.weight = float(settings["transformer_weight"])
+        self.transformer_run_id = settings.get("transformer_run_id")  # where its Transformer was trained
         self.labels = self.transformer.labels
         if self.lexical.labels != self.labels or settings.get("labels", self.labels) != self.labels:
             raise InputError(f"fused model: the Transformer's labels {self.labels} differ from the lexical model's "

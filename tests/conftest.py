@@ -166,7 +166,8 @@ def trained_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def comparison(tmp_path_factory):
-    """A tiny 2 x 2 pooling comparison (pretrain, 8 model runs, baseline) in its own MLflow store.
+    """A tiny 2 x 2 comparison (pooling x init: pretrain, 8 Transformer runs, NBSVM, 8 fused runs, TF-IDF) in its own
+    MLflow store.
 
     Session-scoped: the comparison, UI and registry tests read it. The last test of
     tests/test_compare.py retrains its children with --force (the parent stays the same).
@@ -179,7 +180,7 @@ def comparison(tmp_path_factory):
     tracking_uri = f"sqlite:///{root / 'mlflow.db'}"
     config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
         f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}",
-        f"tracking.tracking_uri={tracking_uri}", "training.epochs=2",
+        f"tracking.tracking_uri={tracking_uri}", "training.epochs=2", "compare.inits=[pretrained, scratch]",
     ])
     with inside(root):
         ingest.run(config)

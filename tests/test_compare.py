@@ -10,6 +10,8 @@ from pipeline.stages import compare
 from pipeline.metrics import mcnemar_exact
 
 VARIANTS = ["first_token/pretrained", "first_token/scratch", "mean/pretrained", "mean/scratch"]
+FUSED = [f"nbsvm+{name}" for name in VARIANTS]
+CANDIDATES = VARIANTS + ["nbsvm"] + FUSED  # what `make register` chooses from; tfidf is a reference row
 
 
 def model_run_ids(payload: dict) -> list[str]:
@@ -21,8 +23,12 @@ def test_report_files_and_json_fields(comparison):
     payload = json.loads((config.reports_dir / "comparison.json").read_text())
     assert report == config.reports_dir / "comparison.md"
     assert (config.reports_dir / "comparison.png").stat().st_size > 1000
-    assert set(payload["summary"]) == set(VARIANTS) | {"baseline"}
-    assert payload["variants"] == VARIANTS
+    assert set(payload["summary"]) == set(CANDIDATES) | {"tfidf"}
+    assert payload["variants"] == VARIANTS and payload["candidates"] == CANDIDATES + ["tfidf"]
+    assert {payload["summary"][name]["kind"] for name in FUSED} == {"fusion"}
+    assert payload["summary"]["nbsvm"]["kind"] == "lexical" and payload["summary"]["tfidf"]["kind"] == "reference"
+    assert set(payload["fusion_effects"]) == {"pooling (fused)", "init (fused)"}
+    assert {(e["a"], e["b"]) for e in payload["versus"]} >= {(payload["recommendation"]["best_transformer"], "nbsvm")}
     for variant in VARIANTS:
         entry = payload["summary"][variant]
         assert entry["seeds"] == [1, 2]
@@ -34,15 +40,18 @@ def test_report_files_and_json_fields(comparison):
     assert set(payload["effects"]) == {"pooling", "init"}
     inter = payload["interaction"]
     assert inter["bootstrap"]["ci_low"] <= inter["difference"] <= inter["bootstrap"]["ci_high"]
-    assert payload["recommendation"]["variant"] in VARIANTS
+    assert payload["recommendation"]["variant"] in CANDIDATES
+    val = {name: payload["summary"][name]["best_val_accuracy"]["mean"] for name in CANDIDATES}
+    assert val[payload["recommendation"]["variant"]] == max(val.values())
     assert difference["bootstrap"]["ci_low"] <= difference["mean_accuracy_difference"] <= difference["bootstrap"]["ci_high"]
     text = report.read_text()
     assert "## Verdict" in text and text.rstrip().endswith(".")
     # behaviour tests: one row per capability, one column per variant and the baseline
     behaviour_rows = [line for line in text.splitlines() if line.startswith("| negation |")]
-    assert len(behaviour_rows) == 1 and behaviour_rows[0].count("%") == len(VARIANTS) + 1
-    pooling_verdict = text.split("## Verdict", 1)[1].split("init: pretrained minus", 1)[0]
-    assert ("not statistically significant" in pooling_verdict) != difference["significant"]
+    assert len(behaviour_rows) == 1 and behaviour_rows[0].count("%") == len(CANDIDATES) + 1
+    pooling_verdict = text.split("## Verdict", 1)[1].split("init (Transformer alone): pretrained minus", 1)[0]
+    assert ("Not significant" in pooling_verdict) != difference["significant"]
+    assert "## Fusion weights (chosen on validation)" in text
     assert "Deploy `" in text
 
 
@@ -52,7 +61,7 @@ def test_json_matches_children_in_mlflow(comparison):
     mlflow.set_tracking_uri(config.tracking.tracking_uri)
     children = mlflow.search_runs(experiment_names=[config.tracking.experiment_name], output_format="list",
                                   filter_string=f"tags.mlflow.parentRunId = '{payload['parent_run_id']}'")
-    assert len(children) == 9
+    assert len(children) == 8 + 1 + 8 + 1  # Transformers, NBSVM, one fused model per Transformer run, TF-IDF
     by_id = {run.info.run_id: run for run in children}
     for variant in VARIANTS:
         pooling, init = variant.split("/")
@@ -63,8 +72,17 @@ def test_json_matches_children_in_mlflow(comparison):
             assert ("pretrained_from" in run.data.tags) == (init == "pretrained")
             assert run.data.metrics["test_accuracy"] == pytest.approx(value)
         assert entry["test_accuracy"]["mean"] == pytest.approx(np.mean(entry["test_accuracy"]["values"]))
-    baseline = by_id[payload["summary"]["baseline"]["run_ids"][0]]
-    assert baseline.data.tags["variant"] == "baseline" and "test_accuracy" in baseline.data.metrics
+    nbsvm = by_id[payload["summary"]["nbsvm"]["run_ids"][0]]
+    assert nbsvm.data.tags["variant"] == "nbsvm" and nbsvm.data.tags["model_kind"] == "lexical"
+    assert float(nbsvm.data.params["nbsvm.C"]) in config.baseline.nbsvm_c
+    for name in FUSED:
+        for run_id, seed in zip(payload["summary"][name]["run_ids"], payload["summary"][name]["seeds"]):
+            run = by_id[run_id]
+            transformer = payload["summary"][name.split("+", 1)[1]]
+            assert run.data.params["fusion.transformer_run"] == transformer["run_ids"][transformer["seeds"].index(seed)]
+            assert run.data.params["fusion.lexical_run"] == nbsvm.info.run_id
+            assert 0.0 <= float(run.data.params["fusion.transformer_weight"]) <= 1.0
+    assert "test_accuracy" in by_id[payload["summary"]["tfidf"]["run_ids"][0]].data.metrics
 
 
 def test_mcnemar_uses_seed_matched_predictions(comparison):
@@ -89,6 +107,7 @@ def test_rerun_reuses_finished_children(comparison, capsys):
     compare.run(config)
     output = capsys.readouterr().out
     assert output.count("\ntrain: up to date") == 8 and output.startswith("pretrain: up to date")
+    assert "fitting NBSVM" not in output  # the baseline and the fused runs are reused too
     after = json.loads((config.reports_dir / "comparison.json").read_text())
     assert after["parent_run_id"] == before["parent_run_id"]
     assert model_run_ids(after) == model_run_ids(before)
@@ -114,7 +133,7 @@ def test_mlflow_server_shows_children_with_pooling_and_test_accuracy(comparison)
         assert tags["pooling"] == "mean" and "mlflow.parentRunId" in tags
 
 
-def test_register_picks_best_validation_run_and_score_uses_champion(comparison, tmp_path, capsys):
+def test_register_picks_the_best_validation_candidate_of_any_kind_and_score_uses_it(comparison, tmp_path, capsys):
     from pipeline.stages import register, score
 
     config, _ = comparison
@@ -123,9 +142,10 @@ def test_register_picks_best_validation_run_and_score_uses_champion(comparison, 
     assert uri == "models:/smoke-sentiment@champion"
     client = mlflow.tracking.MlflowClient()
     champion = client.get_model_version_by_alias("smoke-sentiment", "champion")
-    model_runs = model_run_ids(payload)
-    val_accuracy = {run_id: client.get_run(run_id).data.metrics["best_val_accuracy"] for run_id in model_runs}
-    assert champion.run_id in model_runs
+    group = payload["recommendation"]["variant"]  # the candidate with the best mean validation accuracy
+    members = payload["summary"][group]["run_ids"]
+    val_accuracy = {run_id: client.get_run(run_id).data.metrics["best_val_accuracy"] for run_id in members}
+    assert champion.run_id in members
     assert val_accuracy[champion.run_id] == max(val_accuracy.values())
     capsys.readouterr()
     register.run(config)
@@ -141,8 +161,13 @@ def test_register_picks_best_validation_run_and_score_uses_champion(comparison, 
     low, high = (float(x) for x in line.split("95% CI ")[1].rstrip(")").split(" to "))
     assert line.startswith(f"- accuracy {accuracy:.4f}") and low <= accuracy <= high
     assert f"{evaluation['test_rows']:,} test reviews" in card
-    assert f"cut to **{run.data.params['tokenizer.max_sequence_length']} tokens**" in card
-    assert f"**{run.data.params['model.pooling']} pooling**" in card
+    kind = run.data.tags["model_kind"]
+    if kind == "lexical":
+        assert "NBSVM" in card and "cut to" not in card
+    else:
+        params = run.data.params if kind == "transformer" else client.get_run(run.data.params["fusion.transformer_run"]).data.params
+        assert f"cut to **{params['tokenizer.max_sequence_length']} tokens**" in card
+        assert f"**{params['model.pooling']} pooling**" in card
     assert f"expected calibration error {run.data.metrics['test_ece']:.4f}" in card
     for capability, rate in evaluation["behaviour"].items():
         assert f"| {capability} | {rate:.0%} |" in card
@@ -158,10 +183,10 @@ def test_position_ablation_shares_runs_without_stealing_them(comparison, capsys)
 
     config, _ = comparison
     pooling = json.loads((config.reports_dir / "comparison.json").read_text())
-    report = compare.run(config, factor="position")
+    report = compare.run(config, design="position")
     assert report == config.reports_dir / "ablation_position.md"
     ablation = json.loads((config.reports_dir / "ablation_position.json").read_text())
-    assert set(ablation["summary"]) == {"learned", "none", "baseline"}
+    assert set(ablation["summary"]) == {"learned", "none"}  # an ablation: no baselines or fused candidates
     # learned + first_token + scratch (the smoke default) are exactly those runs of the pooling comparison
     assert ablation["summary"]["learned"]["run_ids"] == pooling["summary"]["first_token/scratch"]["run_ids"]
     assert "train: up to date" in capsys.readouterr().out
@@ -172,9 +197,9 @@ def test_position_ablation_shares_runs_without_stealing_them(comparison, capsys)
         run = client.get_run(run_id)
         assert run.data.tags["mlflow.parentRunId"] == ablation["parent_run_id"]
         assert run.data.params["model.position"] == "none"
-    register.run(config)  # still registers from the pooling comparison's runs
+    register.run(config)  # still registers from the main comparison's runs
     champion = client.get_model_version_by_alias("smoke-sentiment", "champion")
-    assert champion.run_id in model_run_ids(pooling)
+    assert champion.run_id in [run_id for name in CANDIDATES for run_id in pooling["summary"][name]["run_ids"]]
 
 
 def test_force_retrains_every_child_and_registers_a_new_version(comparison, capsys):
@@ -185,28 +210,31 @@ def test_force_retrains_every_child_and_registers_a_new_version(comparison, caps
 
     config, _ = comparison
     before = json.loads((config.reports_dir / "comparison.json").read_text())
-    compare.main(config, argparse.Namespace(factor="pooling", force=True))
+    compare.main(config, argparse.Namespace(design="main", force=True))
     output = capsys.readouterr().out
     assert "\ntrain: up to date" not in output and output.count("\ntrain: read") == 8
     after = json.loads((config.reports_dir / "comparison.json").read_text())
     assert after["parent_run_id"] == before["parent_run_id"]
     runs_before, runs_after = set(model_run_ids(before)), set(model_run_ids(after))
     assert len(runs_after) == 8 and runs_before.isdisjoint(runs_after)
-    assert after["summary"]["baseline"]["run_ids"] != before["summary"]["baseline"]["run_ids"]
+    assert after["summary"]["nbsvm"]["run_ids"] != before["summary"]["nbsvm"]["run_ids"]
+    assert after["summary"][FUSED[0]]["run_ids"] != before["summary"][FUSED[0]]["run_ids"]
 
     client = mlflow.tracking.MlflowClient()
     register.run(config)
     version = int(client.get_model_version_by_alias("smoke-sentiment", "champion").version)
     register.main(config, argparse.Namespace(force=True))
     champion = client.get_model_version_by_alias("smoke-sentiment", "champion")
-    assert int(champion.version) == version + 1 and champion.run_id in runs_after
+    candidates_after = {run_id for name in CANDIDATES for run_id in after["summary"][name]["run_ids"]}
+    assert int(champion.version) == version + 1 and champion.run_id in candidates_after
 
 
 def test_main_effects_and_interaction_on_a_known_2x2():
     """Pooling helps by 10 points with pretraining and by 0 from scratch: main effect +5, interaction +10."""
-    from pipeline.config import DESIGNS
+    from pipeline.config import Design
 
-    design = DESIGNS["pooling"]
+    design = Design((("model.pooling", ("first_token", "mean")), ("model.init", ("pretrained", "scratch"))),
+                    "comparison", champion_pool=True)
     n = 1000
     rng = np.random.default_rng(0)
     base = rng.random(n) < 0.8
@@ -226,11 +254,14 @@ def test_main_effects_and_interaction_on_a_known_2x2():
 
 
 def test_recommendation_uses_validation_never_test():
-    summary = {"a": {"best_val_accuracy": {"mean": 0.9}, "test_accuracy": {"mean": 0.80}},
-               "b": {"best_val_accuracy": {"mean": 0.8}, "test_accuracy": {"mean": 0.95}},
-               "baseline": {"test_accuracy": {"mean": 0.85}}}
-    best = compare.recommendation(summary, ["a", "b"])
-    assert best == {"variant": "a", "best_val_accuracy": 0.9, "test_accuracy": 0.80, "baseline_test_accuracy": 0.85}
+    summary = {"a": {"kind": "transformer", "best_val_accuracy": {"mean": 0.9}, "test_accuracy": {"mean": 0.80}},
+               "b": {"kind": "transformer", "best_val_accuracy": {"mean": 0.8}, "test_accuracy": {"mean": 0.95}},
+               "nbsvm+a": {"kind": "fusion", "best_val_accuracy": {"mean": 0.91}, "test_accuracy": {"mean": 0.85}},
+               "nbsvm": {"kind": "lexical", "best_val_accuracy": {"mean": 0.88}, "test_accuracy": {"mean": 0.99}}}
+    best = compare.recommendation(summary, ["a", "b", "nbsvm", "nbsvm+a"])
+    assert best == {"variant": "nbsvm+a", "kind": "fusion", "best_val_accuracy": 0.91, "test_accuracy": 0.85,
+                    "best_transformer": "a", "best_transformer_test_accuracy": 0.80, "baseline_test_accuracy": 0.99}
+    assert "Deploy `nbsvm+a`, NBSVM fused with a Transformer" in compare.deploy_sentence(best)
 
 
 def test_compare_pair_calls_a_consistent_large_difference_significant_and_equal_models_not():
@@ -242,3 +273,93 @@ def test_compare_pair_calls_a_consistent_large_difference_significant_and_equal_
     assert compare.compare_pair(better, better.copy(), labels, samples=200)["significant"] is False
     mixed = np.stack([better[0], worse[1]]), np.stack([worse[0], better[1]])  # the pairs disagree on the sign
     assert compare.compare_pair(*mixed, labels, samples=200)["significant"] is False
+
+
+def test_fused_probabilities_are_a_weighted_logit_average():
+    from pipeline.inference import fuse_probabilities
+
+    transformer = np.array([[0.2, 0.8], [0.9, 0.1]])
+    lexical = np.array([[0.6, 0.4], [0.3, 0.7]])
+    np.testing.assert_allclose(fuse_probabilities(transformer, lexical, 1.0), transformer, atol=1e-6)
+    np.testing.assert_allclose(fuse_probabilities(transformer, lexical, 0.0), lexical, atol=1e-6)
+    logit = lambda p: np.log(p / (1 - p))  # noqa: E731
+    fused = fuse_probabilities(transformer, lexical, 0.3)[:, 1]
+    expected = 1 / (1 + np.exp(-(0.3 * logit(transformer[:, 1]) + 0.7 * logit(lexical[:, 1]))))
+    np.testing.assert_allclose(fused, expected, atol=1e-6)
+    with pytest.raises(ValueError, match="shapes"):
+        fuse_probabilities(transformer, lexical[:1], 0.5)
+    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+        fuse_probabilities(transformer, lexical, 1.5)
+
+
+def test_the_fusion_weight_is_the_best_on_validation_of_the_grid():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 400)
+    noisy = lambda flip: np.where(rng.random(400) < flip, 1 - labels, labels)  # noqa: E731
+    as_probabilities = lambda guess, sure: np.stack([np.where(guess == 0, sure, 1 - sure),  # noqa: E731
+                                                     np.where(guess == 1, sure, 1 - sure)], axis=1)
+    transformer = as_probabilities(noisy(0.3), 0.7)
+    lexical = as_probabilities(noisy(0.1), 0.9)
+    weight, by_weight = compare.best_fusion_weight(transformer, lexical, labels, steps=11)
+    assert len(by_weight) == 11 and by_weight[weight] == max(by_weight.values())
+    assert by_weight[weight] >= max(by_weight[0.0], by_weight[1.0])
+
+
+def test_fusing_models_of_other_label_sets_is_refused_naming_both(tmp_path, smoke_config):
+    from pipeline.artifacts import atomic_write_json
+    from pipeline.errors import InputError
+
+    (tmp_path / "run" / "tokenizer").mkdir(parents=True)
+    atomic_write_json(tmp_path / "run" / "tokenizer" / "labels.json", {"labels": ["negative", "positive"]})
+    atomic_write_json(tmp_path / "lexical" / "labels.json", {"labels": ["bad", "good"]})
+    frame = pd.DataFrame({"source_file": ["a", "b"], "correct": [True, False]})
+    child = {"variant": "mean", "seed": 1, "run_id": "transformer-run", "run_dir": tmp_path / "run",
+             "predictions": frame, "val_predictions": frame, "settings": {}}
+    lexical = {"run_id": "lexical-run", "out_dir": tmp_path / "lexical", "predictions": frame, "val_predictions": frame}
+    with pytest.raises(InputError, match="cannot fuse run transformer-run .* with run lexical-run .*other label sets"):
+        compare.run_fusion(smoke_config, "key", child, lexical, {}, ["negative", "positive"], force=True)
+    atomic_write_json(tmp_path / "lexical" / "labels.json", {"labels": ["negative", "positive"]})
+    other_rows = {**lexical, "val_predictions": frame.assign(source_file=["c", "d"])}
+    with pytest.raises(InputError, match="different validation rows"):
+        compare.run_fusion(smoke_config, "key", child, other_rows, {}, ["negative", "positive"], force=True)
+
+
+def test_model_cards_describe_each_kind_of_candidate(comparison):
+    from pipeline.stages import register
+
+    config, _ = comparison
+    payload = json.loads((config.reports_dir / "comparison.json").read_text())
+    mlflow.set_tracking_uri(config.tracking.tracking_uri)
+    client = mlflow.tracking.MlflowClient()
+    expected = {"first_token/scratch": "**first_token pooling**", "nbsvm": "naive-Bayes log-count ratio",
+                FUSED[0]: "on the Transformer**"}
+    for name, phrase in expected.items():
+        run = client.get_run(payload["summary"][name]["run_ids"][0])
+        evaluation, _ = register.run_evaluation(run.info.run_id)
+        card = register.model_card("m", "1", run, evaluation, {}, 17, payload["parent_run_id"])
+        assert phrase in card and f"{evaluation['test_rows']:,} test reviews" in card
+        assert ("cut to" in card) == (name != "nbsvm")
+
+
+def test_every_kind_of_candidate_gives_the_same_row_errors_through_make_score_and_serve(comparison, tmp_path):
+    from pipeline.stages import score, serve
+    from pipeline.text import text_problem
+
+    config, _ = comparison
+    payload = json.loads((config.reports_dir / "comparison.json").read_text())
+    rows = ["A superb, wonderful film.", "", "   ", "42", "Awful and dull from start to end."]
+    pd.DataFrame({"text": rows}).to_csv(tmp_path / "in.csv", index=False)
+    answers = {}
+    for name in ("first_token/scratch", "nbsvm", FUSED[0]):
+        uri = f"runs:/{payload['summary'][name]['run_ids'][0]}/model"
+        score.run(config, tmp_path / "in.csv", tmp_path / "out.csv", model_uri=uri)
+        answers[name] = pd.read_csv(tmp_path / "out.csv", keep_default_na=False, dtype=str)
+        assert answers[name]["score_error"].tolist() == [text_problem(text) for text in rows], name
+        assert list(answers[name].columns) == ["text", "positive_probability", "predicted_label", "score_error"]
+    fused_uri = f"runs:/{payload['summary'][FUSED[0]]['run_ids'][0]}/model"
+    with serve.model_server(fused_uri, config.tracking.tracking_uri) as base:
+        served = serve.invoke(base, [{"text": text} for text in rows])
+    for got, want in zip(served, answers[FUSED[0]].to_dict("records")):
+        assert got["score_error"] == want["score_error"] and got["predicted_label"] == want["predicted_label"]
+        if want["positive_probability"]:
+            assert got["positive_probability"] == pytest.approx(float(want["positive_probability"]), abs=1e-6)

@@ -104,3 +104,29 @@ def test_gpu_config_loads_and_each_model_takes_a_step_on_cpu():
     masked_lm.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     positions = np.array([[1, 2, 3], [4, 5, 6]], dtype="int32")
     assert np.isfinite(masked_lm.train_on_batch({"token_ids": ids, "mask_positions": positions}, ids[:, 1:4]))
+
+
+def test_the_comparison_design_comes_from_the_compare_section():
+    design = load_config(None, ["compare.inits=[pretrained, scratch]"]).design()
+    assert [key for key, _ in design.factors] == ["model.pooling", "model.init"]
+    assert ("model.token_embedding", "random") in design.fixed and design.champion_pool
+    lever = load_config(None, ["compare.poolings=[first_token]", "compare.token_embeddings=[random, word2vec]"]).design()
+    assert lever.factors == (("model.token_embedding", ("random", "word2vec")),)
+    assert ("model.pooling", "first_token") in lever.fixed
+    assert load_config().design("position").report_name == "ablation_position"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("compare.poolings=[first_token, mean, max]", "max"),
+    ("compare.inits=[scratch, scratch]", "one or two different levels"),
+    ("compare.token_embeddings=[glove]", "glove"),
+    ("compare.fusion_weights=1", "fusion_weights"),
+])
+def test_a_bad_comparison_is_refused_naming_the_key(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [override])
+
+
+def test_at_most_two_factors_vary_at_once():
+    with pytest.raises(ConfigError, match="at most two factors"):
+        load_config(None, ["compare.inits=[pretrained, scratch]", "compare.token_embeddings=[random, word2vec]"])

@@ -15,7 +15,7 @@ from pipeline.config import load_config
 from pipeline.errors import PipelineError
 from pipeline.text import clean_text
 from tests.conftest import (
-    PROJECT_ROOT, REAL_ARCHIVE, add_member, make_archive, requires_real_archive,
+    PROJECT_ROOT, REAL_ARCHIVE, add_member, make_archive, requires_real_archive, write_imdb_tree,
 )
 
 
@@ -253,3 +253,63 @@ def test_real_archive_counts(tmp_path):
     assert manifest["rows"] == {"train": 22500, "val": 2500, "test": 25000}
     assert manifest["labels"]["val"] == {"negative": 1250, "positive": 1250}
     assert manifest["duplicates"]["within_train"] > 0
+
+
+def write_movie_urls(base: Path, per_class: int, reviews_per_movie: int = 4) -> None:
+    """``train/urls_{pos,neg}.txt`` as the canonical archive has them: line i names the movie of review i."""
+    for polarity in ("pos", "neg"):
+        lines = [f"http://www.imdb.com/title/tt{1000 + i // reviews_per_movie:07d}/usercomments" for i in range(per_class)]
+        (base / "train" / f"urls_{polarity}.txt").write_text("\n".join(lines) + "\n")
+
+
+def movies_of(out_dir: Path, split: str) -> set:
+    frame = pd.read_parquet(out_dir / f"{split}.parquet")
+    return {(source.split("/")[1], review_id // 4) for source, review_id in zip(frame["source_file"], frame["review_id"])}
+
+
+def test_validation_holds_whole_movies_when_the_archive_names_them(tmp_path):
+    base = write_imdb_tree(tmp_path / "source", per_class={"train": 80, "test": 20}, seed=5)
+    write_movie_urls(base, 80)
+    archive = make_archive(tmp_path / "source", tmp_path / "with_urls.tar.gz")
+    settings = [f"data.archive={archive}", "data.validation_fraction=0.2"]
+    grouped = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", settings + [f"paths.data_dir={tmp_path / 'a'}"])
+    out_dir = ingest.run(grouped)
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert manifest["split_rule"].startswith("whole movies")
+    assert manifest["rows"]["train"] + manifest["rows"]["val"] == 160
+    assert not movies_of(out_dir, "train") & movies_of(out_dir, "val")
+    # the control: the same archive split by review puts movies on both sides
+    plain = load_config(PROJECT_ROOT / "configs" / "smoke.yaml",
+                        settings + ["data.group_validation=false", f"paths.data_dir={tmp_path / 'b'}"])
+    out_dir = ingest.run(plain)
+    assert "group_validation is off" in json.loads((out_dir / "manifest.json").read_text())["split_rule"]
+    assert movies_of(out_dir, "train") & movies_of(out_dir, "val")
+    # from an extracted folder too
+    folder = load_config(PROJECT_ROOT / "configs" / "smoke.yaml",
+                         [f"data.archive={base}", "data.validation_fraction=0.2", f"paths.data_dir={tmp_path / 'c'}"])
+    out_dir = ingest.run(folder)
+    assert not movies_of(out_dir, "train") & movies_of(out_dir, "val")
+
+
+def test_an_archive_without_urls_says_its_split_is_by_review(smoke_config):
+    manifest = json.loads((ingest.run(smoke_config) / "manifest.json").read_text())
+    assert manifest["split_rule"] == "stratified by label, seeded; the archive names no movies"
+
+
+def test_editing_an_unlabeled_folder_reingests_it(tmp_path, capsys):
+    base = write_imdb_tree(tmp_path / "source", per_class={"train": 20, "test": 10}, seed=2, unlabeled=12)
+    config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
+        f"data.archive={base}", f"data.unlabeled_archive={base}", f"paths.data_dir={tmp_path / 'data'}"])
+    ingest.run(config)
+    ingest.run(config)
+    assert "up to date" in capsys.readouterr().out
+    review = base / "train" / "unsup" / "3_0.txt"
+    stat = review.stat()
+    review.write_text(review.read_text().upper())  # same size, and the timestamp put back
+    import os
+
+    os.utime(review, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    ingest.run(config)
+    assert "up to date" not in capsys.readouterr().out
+    unlabeled = pd.read_parquet(tmp_path / "data" / "ingest" / "unlabeled.parquet")["text"]
+    assert unlabeled.str.isupper().sum() == 1

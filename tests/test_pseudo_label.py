@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pipeline.artifacts import PSEUDO_LABELS_FILE
 from pipeline.encoder import load_split
 from pipeline.stages import ingest, pseudo_label, tokenize, train
 from pipeline.__main__ import main as cli_main
@@ -48,7 +49,7 @@ def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(unsup_
     out_dir = pseudo_label.run(config)
     summary = capsys.readouterr().out.strip().splitlines()[-1]
     assert summary.startswith("pseudo-label: read 64 train / 16 val / 150 unlabeled reviews")
-    kept = pd.read_parquet(out_dir / pseudo_label.LABELS_FILE)
+    kept = pd.read_parquet(out_dir / PSEUDO_LABELS_FILE)
     manifest = json.loads((out_dir / "manifest.json").read_text())
     assert manifest["pseudo_label_rows"] == len(kept) > 0
     assert kept["confidence"].min() >= 0.6
@@ -65,10 +66,10 @@ def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(unsup_
     assert pseudo_label.run(config) == out_dir
     assert "pseudo-label: up to date" in capsys.readouterr().out
     stricter = pseudo_label.run(config.replace(pseudo_label={"min_confidence": 0.9}))
-    assert len(pd.read_parquet(stricter / pseudo_label.LABELS_FILE)) < len(kept)
+    assert len(pd.read_parquet(stricter / PSEUDO_LABELS_FILE)) < len(kept)
     pseudo_label.run(config)  # back to 0.6 for training: a new teacher run with the same labels
     manifest = json.loads((out_dir / "manifest.json").read_text())
-    pd.testing.assert_frame_equal(pd.read_parquet(out_dir / pseudo_label.LABELS_FILE), kept)
+    pd.testing.assert_frame_equal(pd.read_parquet(out_dir / PSEUDO_LABELS_FILE), kept)
 
     run_dir = train.run(config.replace(training={"pseudo_labels": True, "epochs": 1}))
     assert "(of which" in capsys.readouterr().out
@@ -141,3 +142,28 @@ def test_the_comparison_key_follows_the_teacher_settings_only_when_training_uses
     on = unsup_config.replace(training={"pseudo_labels": True})
     assert comparison_key(on, "pooling") != comparison_key(off, "pooling")
     assert comparison_key(on, "pooling") != comparison_key(on.replace(pseudo_label={"min_confidence": 0.9}), "pooling")
+
+
+def test_soft_targets_carry_the_nbsvm_teacher_probabilities_into_training(unsup_config):
+    """Distillation: pseudo_label.soft trains on the teacher's probabilities (gold rows one-hot), and the
+    default teacher is NBSVM."""
+    from pipeline.artifacts import teacher_probability_column
+
+    assert unsup_config.pseudo_label.teacher == "nbsvm" and unsup_config.pseudo_label.soft
+    out_dir = pseudo_label.run(unsup_config)
+    kept = pd.read_parquet(out_dir / PSEUDO_LABELS_FILE)
+    columns = [teacher_probability_column(i) for i in range(2)]
+    np.testing.assert_allclose(kept[columns].sum(axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(kept[columns].max(axis=1), kept["confidence"], rtol=1e-6)
+    config = unsup_config.replace(training={"pseudo_labels": True, "epochs": 1})
+    data = train.load_training_data(config, config.data_dir / "tokenize", 1)
+    assert data.soft_targets and data.pseudo_label_rows == len(kept)
+    targets = np.concatenate([labels.numpy() for _, labels in data.train])
+    assert targets.shape[1] == 2 and np.allclose(targets.sum(axis=1), 1.0, atol=1e-5)
+    soft_rows = ~np.isclose(targets.max(axis=1), 1.0)
+    assert soft_rows.sum() > 0  # the teacher's probabilities, not hard labels
+    run_dir = train.run(config)
+    assert json.loads((run_dir / "manifest.json").read_text())["best_val_accuracy"] > 0.5
+    hard = unsup_config.replace(pseudo_label={"soft": False}, training={"pseudo_labels": True})
+    pseudo_label.run(hard)
+    assert not train.load_training_data(hard, hard.data_dir / "tokenize", 1).soft_targets

@@ -175,3 +175,27 @@ def test_shipped_multiclass_example_ingests(tmp_path):
     manifest = json.loads((ingest.run(config) / "manifest.json").read_text())
     assert manifest["label_names"] == ["negative", "neutral", "positive"]
     assert sum(manifest["rows"].values()) == 180
+
+
+def groups_of(out_dir, frame, split) -> set:
+    rows = pd.read_parquet(out_dir / f"{split}.parquet")["source_file"].str.rsplit(":", n=1).str[1].astype(int)
+    return set(frame["movie"].iloc[rows.to_numpy() - 1])
+
+
+def test_a_group_column_keeps_each_group_on_one_side_of_every_split(tmp_path):
+    frame = make_rows(240)
+    frame["movie"] = [f"m{i // 4}" for i in range(len(frame))]  # 60 groups of 4 reviews
+    frame.to_csv(tmp_path / "reviews.csv", index=False)
+    grouped = ingest.run(table_config(tmp_path / "grouped", tmp_path / "reviews.csv", "data.group_column=movie",
+                                      "data.validation_fraction=0.25"))
+    manifest = json.loads((grouped / "manifest.json").read_text())
+    assert manifest["split_rule"] == "whole 'movie' groups, stratified by label, seeded"
+    train, val, test = (groups_of(grouped, frame, split) for split in ("train", "val", "test"))
+    assert train and val and test and not (train & val) and not (train & test) and not (val & test)
+    # the control: without the column, the same data puts reviews of one movie on both sides
+    plain = ingest.run(table_config(tmp_path / "plain", tmp_path / "reviews.csv", "data.validation_fraction=0.25"))
+    assert groups_of(plain, frame, "train") & groups_of(plain, frame, "val")
+    frame.loc[5, "movie"] = ""
+    frame.to_csv(tmp_path / "blank.csv", index=False)
+    assert_ingest_fails(table_config(tmp_path / "blank", tmp_path / "blank.csv", "data.group_column=movie"),
+                        r"blank.csv row 6: empty 'movie'")

@@ -202,10 +202,15 @@ def score_peak_memory(config: Config, input_path: Path, output_path: Path, model
 
 
 def measure_scoring(config: Config, model_uri: str, texts: pd.Series, repeat: int) -> dict:
+    from pipeline.evaluation import transformer_of
     from pipeline.inference import load_classifier, predict_ids
 
-    classifier = load_classifier(model_uri)
-    results: dict = {}
+    champion = load_classifier(model_uri)
+    classifier = transformer_of(champion)
+    if classifier is None:
+        raise InputError(f"{model_uri} is an NBSVM model without a Transformer: pass a Transformer or fused model "
+                         "with --model (MODEL=) to measure the Transformer's scoring path")
+    results: dict = {"model_kind": champion.kind}
     encoder = classifier.encoder
     for encode in (encoder.encode, encoder.encode_reference):  # warm-up
         encode(texts[:64].tolist())
@@ -236,6 +241,15 @@ def measure_scoring(config: Config, model_uri: str, texts: pd.Series, repeat: in
         results["score_csv_streaming_rows_per_second"] = summary["rows"] / (elapsed - summary["load_seconds"])
         results["score_csv_streaming_fraction_of_model_only"] = (results["score_csv_streaming_rows_per_second"]
                                                                  / results["model_only_rows_per_second"])
+        transformer_run = getattr(champion, "transformer_run_id", None)
+        if transformer_run:  # a fused model: its CSV rate against its own Transformer's, side by side
+            alone = score_csv(config, small, tmp / "scored_transformer.csv", model_uri=f"runs:/{transformer_run}/model")
+            fused = score_csv(config, small, tmp / "scored_fused.csv", model_uri=model_uri)
+            results["fusion"] = {
+                "transformer_csv_rows_per_second": alone["rows"] / (alone["seconds"] - alone["load_seconds"]),
+                "fused_csv_rows_per_second": fused["rows"] / (fused["seconds"] - fused["load_seconds"])}
+            results["fusion"]["fused_fraction_of_transformer_csv"] = (
+                results["fusion"]["fused_csv_rows_per_second"] / results["fusion"]["transformer_csv_rows_per_second"])
         results["fresh_process"] = []  # what `make score` costs a user: a new process, model load and compiling included
         for path in (small, big):
             measured = score_peak_memory(config, path, tmp / f"scored_{path.stem}.csv", model_uri)
@@ -305,6 +319,11 @@ def markdown_report(results: dict) -> str:
                   "path. Peak memory of `score`: " + ", ".join(f"{m['peak_rss_mb']:,.0f} MiB for {m['rows']:,} rows"
                                                                 for m in scoring.get("fresh_process", [])),
                   ""]
+        fusion = scoring.get("fusion")
+        if fusion:
+            lines += [f"The fused model scores a CSV at {fusion['fused_csv_rows_per_second']:,.0f} rows/s after its load, "
+                      f"{fusion['fused_fraction_of_transformer_csv']:.0%} of its Transformer alone "
+                      f"({fusion['transformer_csv_rows_per_second']:,.0f} rows/s), measured side by side.", ""]
         fresh = scoring.get("fresh_process", [])
         if fresh:
             lines += ["`score` in a new process, as `make score` runs it (rows/s over the whole call: model load, "

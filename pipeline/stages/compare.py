@@ -100,6 +100,11 @@ def level_name(key: str, value: Any) -> str:
     return str(value)
 
 
+def setting_text(key: str, value: Any) -> str:
+    """``init=scratch``; ``pseudo_labels=on``."""
+    return level_name(key, value) if isinstance(value, bool) else f"{key.rsplit('.', 1)[-1]}={value}"
+
+
 def variant_name(variant: dict[str, Any]) -> str:
     """``first_token/scratch`` for two factors; the bare level (``mean``) for one; ``transformer`` for none."""
     return "/".join(level_name(key, value) for key, value in variant.items()) or "transformer"
@@ -171,7 +176,7 @@ def main_effect(design: Design, index: int, correct: dict[str, np.ndarray], seed
         for row, seed in enumerate(seeds):
             rows_a.append(correct[name_of(variant)][row])
             rows_b.append(correct[partner][row])
-            labels.append({"seed": seed, **({"at": ", ".join(f"{level_name(k, v)}" for k, v in other.items())}
+            labels.append({"seed": seed, **({"at": ", ".join(setting_text(k, v) for k, v in other.items())}
                                             if other else {})})
     return {"factor": key.rsplit(".", 1)[-1], "a": level_name(key, a), "b": level_name(key, b), "scope": scope,
             **compare_pair(np.stack(rows_a), np.stack(rows_b), labels, samples)}
@@ -592,8 +597,12 @@ def markdown_report(payload: dict) -> str:
 
 
 def comparison_key(config: Config, design_name: str) -> str:
+    """The comparison's identity: its design, the settings its candidates depend on, the tokenization.
+
+    The pseudo-label settings count only when a variant trains on pseudo labels."""
     tokenize_hash = manifest_hash(require_output(config, "tokenize"))[:8]
-    sections = ("model", "training", "compare", "pretrain", "baseline", "pseudo_label")
+    pseudo = config.training.pseudo_labels or True in config.compare.pseudo_labels
+    sections = ("model", "training", "compare", "pretrain", "baseline") + (("pseudo_label",) if pseudo else ())
     return f"{design_name}-{config.section_hash(*sections)[:8]}-{tokenize_hash}"
 
 

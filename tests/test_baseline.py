@@ -1,0 +1,121 @@
+"""The lexical models: NBSVM's arithmetic, its choice of C on validation, and its pyfunc model's answers."""
+
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import sparse
+
+from pipeline.baseline import NaiveBayesLogisticRegression, class_probabilities, nbsvm_baseline, tfidf_baseline
+from pipeline.inference import LexicalClassifier, SentimentClassifier
+from pipeline.text import text_problem
+from tests.conftest import make_review
+
+ROWS = ["A superb, wonderful film.", "", "   ", "42", None, "Awful and dull.", "caf\udce9 broken bytes"]
+
+
+def reviews(count: int, seed: int, classes: int = 2) -> pd.DataFrame:
+    rng = random.Random(seed)
+    labels = [i % classes for i in range(count)]
+    texts = [make_review(rng, label % 2) + (" third" * 3 if label == 2 else "") for label in labels]
+    return pd.DataFrame({"text": texts, "label": labels})
+
+
+def test_the_log_count_ratio_is_naive_bayes_on_binary_counts():
+    X = sparse.csr_matrix(np.array([[1, 0, 1], [1, 0, 0], [0, 1, 1], [0, 1, 0]], dtype=np.float32))
+    y = np.array([1, 1, 0, 0])
+    model = NaiveBayesLogisticRegression(C=1.0).fit(X, y)
+    p, q = 1 + np.array([2, 0, 1]), 1 + np.array([0, 2, 1])  # add-one counts in class 1 and class 0
+    np.testing.assert_allclose(model.ratios_[0], np.log((p / p.sum()) / (q / q.sum())), rtol=1e-6)
+    probabilities = model.predict_proba(X)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-6)
+    assert (probabilities.argmax(axis=1) == y).all()
+
+
+def test_three_classes_get_one_ratio_each_and_probabilities_that_sum_to_one():
+    train, val = reviews(300, 0, classes=3), reviews(90, 1, classes=3)
+    fitted = nbsvm_baseline(train, val, c_values=(0.1, 1.0), max_features=2000)
+    probabilities = class_probabilities(fitted.model, val["text"].tolist(), 3)
+    assert probabilities.shape == (90, 3) and len(fitted.model.steps[-1][1].ratios_) == 3
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+    assert (probabilities.argmax(axis=1) == val["label"].to_numpy()).mean() > 0.9
+
+
+def test_c_is_chosen_on_validation_with_ties_going_to_the_stronger_regularisation():
+    train, val = reviews(200, 2), reviews(60, 3)
+    fitted = nbsvm_baseline(train, val, c_values=(1.0, 0.3, 0.03))
+    assert set(fitted.val_accuracy_by_c) == {0.03, 0.3, 1.0}
+    best = max(fitted.val_accuracy_by_c.values())
+    assert fitted.params["nbsvm.C"] == min(c for c, a in fitted.val_accuracy_by_c.items() if a == best)
+    assert fitted.val_accuracy == best and fitted.model.steps[-1][1].C == fitted.params["nbsvm.C"]
+    with pytest.raises(ValueError, match="at least one value"):
+        nbsvm_baseline(train, val, c_values=())
+
+
+def test_nbsvm_beats_chance_where_tfidf_does_too_and_needs_two_classes():
+    train, test = reviews(200, 4), reviews(80, 5)
+    nbsvm = nbsvm_baseline(train, test, c_values=(0.1,)).model
+    tfidf = tfidf_baseline(train, seed=0)
+    for model in (nbsvm, tfidf):
+        assert (class_probabilities(model, test["text"].tolist(), 2).argmax(axis=1) == test["label"]).mean() > 0.9
+    with pytest.raises(ValueError, match="two or more classes"):
+        NaiveBayesLogisticRegression().fit(sparse.csr_matrix(np.ones((3, 2))), np.array([1, 1, 1]))
+
+
+@pytest.fixture(scope="module")
+def lexical_model(tmp_path_factory):
+    import joblib
+
+    from pipeline.artifacts import atomic_write_json
+
+    folder = tmp_path_factory.mktemp("lexical")
+    fitted = nbsvm_baseline(reviews(200, 6), reviews(60, 7), c_values=(0.1,))
+    joblib.dump(fitted.model, folder / "nbsvm.joblib")
+    atomic_write_json(folder / "labels.json", {"labels": ["negative", "positive"]})
+    return folder, fitted
+
+
+def test_the_lexical_pyfunc_answers_like_the_transformer_does_row_for_row(lexical_model):
+    folder, fitted = lexical_model
+    classifier = LexicalClassifier.from_paths(folder / "nbsvm.joblib", folder)
+    scored = classifier.predict(None, pd.DataFrame({"text": pd.Series(ROWS, dtype=object)}))
+    assert list(scored.columns) == ["positive_probability", "predicted_label", "score_error"]
+    assert scored["score_error"].tolist() == [text_problem(text) for text in ROWS]
+    kept = [i for i, text in enumerate(ROWS) if not text_problem(text)]
+    expected = class_probabilities(fitted.model, [ROWS[i] for i in kept], 2)[:, 1]
+    np.testing.assert_allclose(scored["positive_probability"].iloc[kept].astype(float), expected, rtol=1e-5)
+    assert scored["predicted_label"].iloc[kept].tolist() == ["positive", "negative"]
+    assert all(scored["positive_probability"].iloc[i] is None for i in range(len(ROWS)) if i not in kept)
+    assert not isinstance(classifier, SentimentClassifier) and classifier.kind == "lexical"
+
+
+def test_the_lexical_pyfunc_cleans_texts_as_ingestion_does(lexical_model):
+    folder, _ = lexical_model
+    classifier = LexicalClassifier.from_paths(folder / "nbsvm.joblib", folder)
+    raw = "Wonderful<br /><br />superb film"
+    np.testing.assert_allclose(classifier.probabilities([raw]), classifier.probabilities(["Wonderful superb film"]))
+
+
+@pytest.mark.parametrize("ngram_max", [1, 3])
+def test_fast_ngram_counts_are_the_vectorizers_matrix_exactly(ngram_max):
+    from pipeline.baseline import NgramCounts, nbsvm_vectorizer
+
+    train = reviews(120, 8)["text"].tolist() + ["Straße café naïve! Really?! ok", "x_y 3rd 42 films!!"]
+    vectorizer = nbsvm_vectorizer(ngram_max=ngram_max, max_features=3000).fit(train)
+    texts = (reviews(40, 9)["text"].tolist()
+             + ["", "!!!", "unknownword superb film", "STRASSE Straße café! naïve?", "superb", "a\nfilm\tsuperb",
+                "the film the film the film", "é", "ΔΔ Ωmega superb"])
+    expected, got = vectorizer.transform(texts), NgramCounts(vectorizer).transform(texts)
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    assert (got != expected).nnz == 0
+    assert got.nnz > 0
+
+
+def test_fast_ngram_counts_refuse_a_vectorizer_they_do_not_mirror():
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    from pipeline.baseline import NgramCounts
+
+    with pytest.raises(ValueError, match="word-analyzer"):
+        NgramCounts(CountVectorizer(analyzer="char").fit(["abc"]))
