@@ -29,7 +29,7 @@ FORCE_ARG = $(if $(FORCE),--force)
 .DEFAULT_GOAL := help
 POOLING ?=
 SET_ARGS += $(if $(POOLING),--set model.pooling=$(POOLING))
-.PHONY: help setup setup-browser all ingest tokenize pretrain pretrain-budget pseudo-label train evaluate compare ablate-position register score ui ui-screenshots serve test bench clean FORCE
+.PHONY: help setup setup-browser all ingest tokenize pretrain pretrain-budget pseudo-label train evaluate compare ablate-position register score ui ui-screenshots serve test tune bench clean FORCE
 RUN ?= latest
 UI_PORT ?= 5000
 SERVE_PORT ?= 5001
@@ -112,6 +112,9 @@ serve: $(ENV) ## serve MODEL (default: the champion) over HTTP on 127.0.0.1:SERV
 
 test: $(ENV) setup-browser ## run the test suite (tiny generated data, temporary folders and MLflow store); creates .venv/ and installs chromium when missing
 	$(PYTHON) -m pytest -q
+
+tune: $(ENV) $(DATA)/tokenize/manifest.json ## Optuna study over configs/tune.yaml (TRIALS=N; SET='tune.storage=postgresql://...' to share it) -> reports/tune/best.yaml
+	$(call STAGE,tune) $(if $(TRIALS),--trials $(TRIALS))
 
 bench: $(ENV) ## training/MLM/scoring speed vs the same run's GEMM peak, padding, threads, memory -> reports/bench.{json,md}
 	$(call STAGE,bench) $(if $(MODEL),--model "$(MODEL)")

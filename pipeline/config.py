@@ -333,6 +333,36 @@ class CompareConfig:
         return Design(factors, "comparison", champion_pool=True, fixed=fixed)
 
 
+@dataclass(frozen=True)
+class TuneConfig:
+    """``make tune``: the Optuna study over ``space`` (a YAML search space), its budget and its storage.
+
+    ``trials`` counts every finished trial of the study (complete, pruned or failed) across all processes
+    sharing it; ``max_minutes`` bounds one ``make tune`` run. ``storage``: any database URL Optuna accepts
+    (``postgresql://...`` for a team); empty means ``optuna.db`` beside a SQLite tracking store.
+    ``max_train_samples`` caps each trial's training rows (quick studies; the comparison uses them all).
+    """
+
+    space: str = "configs/tune.yaml"
+    trials: int | None = 40
+    max_minutes: float | None = 90.0
+    storage: str | None = None
+    study_name: str = "imdb-sentiment"
+    seed: int = 0
+    pruner_startup_trials: int = 5
+    pruner_warmup_epochs: int = 0
+    max_train_samples: int | None = None
+    heartbeat_seconds: int = 30    # a trial silent for twice this is failed (a killed process's trial)
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_seconds < 1:
+            raise ConfigError("tune.heartbeat_seconds must be positive")
+        if self.trials is not None and self.trials < 1:
+            raise ConfigError(f"tune.trials must be positive, got {self.trials}")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise ConfigError(f"tune.max_minutes must be positive, got {self.max_minutes}")
+
+
 SPARK_OUTPUT_FORMATS = ("parquet", "csv")
 
 
@@ -376,6 +406,7 @@ class Config:
     baseline: BaselineConfig = field(default_factory=BaselineConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
+    tune: TuneConfig = field(default_factory=TuneConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
 
     @property

@@ -132,3 +132,19 @@ def test_spark_answers_like_the_code_that_logged_a_model_before_the_layout_chang
     got = read_parts(tmp_path / "out", "csv")
     assert got["text"].tolist() == CSV_TEXTS
     assert_rows(got.fillna("").to_dict("records"), expected_rows(CSV_TEXTS))
+
+
+def test_spark_scores_with_a_fused_model_like_make_score(spark_setup, comparison, tmp_path):
+    """A fused champion candidate (Transformer + NBSVM in one pyfunc) answers on Spark as `make score` does."""
+    config = spark_setup[0]
+    compare_config, _ = comparison
+    payload = json.loads((compare_config.reports_dir / "comparison.json").read_text())
+    run_id = payload["summary"]["nbsvm+first_token/scratch"]["run_ids"][0]
+    model_uri = f"runs:/{run_id}/model"
+    config = config.replace(tracking={"tracking_uri": compare_config.tracking.tracking_uri})
+    frame = pd.DataFrame({"id": [f"r{i}" for i in range(len(REVIEWS))], "text": REVIEWS})
+    frame.to_csv(tmp_path / "in.csv", index=False)
+    score.run(config, tmp_path / "in.csv", tmp_path / "expected.csv", model_uri=model_uri)
+    expected = pd.read_csv(tmp_path / "expected.csv", keep_default_na=False, dtype=str)
+    spark.score_table(config, str(tmp_path / "in.csv"), tmp_path / "out", model_uri=model_uri, output_format="csv")
+    assert_matches(read_parts(tmp_path / "out", "csv"), expected)

@@ -7,7 +7,8 @@ test's temporary folder.
 import mlflow
 import pytest
 
-from pipeline.stages import ui
+from pipeline import mlflow_ui as ui
+from pipeline.stages import ui_screenshots
 from pipeline.__main__ import main as cli_main
 from pipeline.tracking import DESCRIPTION_TAG, EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
 from tests.conftest import PROJECT_ROOT
@@ -29,8 +30,11 @@ def test_parent_and_children_describe_themselves(comparison):
     note = client.get_run(found.parent_id).data.tags[DESCRIPTION_TAG]
     verdict = report.read_text().split("## Verdict", 1)[1].strip()
     assert verdict in note
-    assert "| `first_token/scratch` | 2 |" in note and "TF-IDF + logistic regression (baseline)" in note
-    for run_id in found.child_ids:
+    assert "| `first_token/scratch` | transformer | 2 |" in note and "TF-IDF + logistic regression (reference)" in note
+    assert "| NBSVM (1-3-gram naive-Bayes logistic regression) | lexical | 1 |" in note
+    transformers = [run_id for run_id in found.child_ids if "model.pooling" in client.get_run(run_id).data.params]
+    assert len(transformers) == 8
+    for run_id in transformers:
         run = client.get_run(run_id)
         description = run.data.tags[DESCRIPTION_TAG]
         assert f"seed {run.data.params['training.seed']}" in description
@@ -65,11 +69,11 @@ def test_browser_opens_on_the_runs_table_with_the_comparison(comparison, tmp_pat
     client = mlflow.tracking.MlflowClient()
     children = [client.get_run(run_id) for run_id in found.child_ids]
     with ui.mlflow_server(config.tracking.tracking_uri) as base:
-        pages = ui.capture(base, found, tmp_path / "screens")
+        pages = ui_screenshots.capture(base, found, tmp_path / "screens")
         # control: the experiment page without the link's parameter is the GenAI overview in this MLflow,
         # so the checks below would catch a link that lands there
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=ui.browser_path(), args=["--no-sandbox"])
+            browser = playwright.chromium.launch(executable_path=ui_screenshots.browser_path(), args=["--no-sandbox"])
             page = browser.new_page()
             page.goto(f"{base}/#/experiments/{found.experiment_id}")
             page.wait_for_timeout(5000)
@@ -80,7 +84,7 @@ def test_browser_opens_on_the_runs_table_with_the_comparison(comparison, tmp_pat
     table = pages["runs_table"]
     assert "/runs" in table.url and "/overview" not in table.url
     assert not on_genai_overview(table.text)
-    for name in ("model.pooling", "model.init", "test_accuracy", found.parent_name, "baseline-tfidf-logreg"):
+    for name in ("model.pooling", "model.init", "test_accuracy", found.parent_name, "baseline-nbsvm"):
         assert name in table.text
     for child in children:  # the parent is expanded: every child's name and its pooling are on screen
         assert child.info.run_name in table.text
@@ -102,7 +106,7 @@ def test_browser_opens_on_the_runs_table_with_the_comparison(comparison, tmp_pat
 
 def test_capture_needs_a_comparison():
     with pytest.raises(ui.PipelineError, match="run `make compare` first"):
-        ui.capture("http://127.0.0.1:9", ui.Comparison("1", None, None, ()), None)
+        ui_screenshots.capture("http://127.0.0.1:9", ui.Comparison("1", None, None, ()), None)
 
 
 def test_servers_started_in_another_folder_get_an_absolute_store(tmp_path, monkeypatch):

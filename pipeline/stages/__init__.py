@@ -77,6 +77,11 @@ def _score_arguments(parser: argparse.ArgumentParser) -> None:
                         help="spark only: keep the row_index column (monotonically increasing in input order)")
 
 
+def _tune_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trials", type=int, default=None,
+                        help="finished trials the study should hold (default: tune.trials)")
+
+
 def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     _model_argument(parser)
     parser.add_argument("--rows", type=int, default=25000, help="test reviews in the small CSV")
@@ -103,7 +108,7 @@ def _budget_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", default=None,
                         help="fine-tuning seeds per budget, comma-separated (default: compare.seeds)")
     parser.add_argument("--baseline", type=float, default=None,
-                        help="TF-IDF test accuracy to draw on the plot (default: from reports/comparison.json)")
+                        help="lexical baseline test accuracy to draw on the plot (default: from reports/comparison.json)")
 
 
 STAGES: dict[str, Stage] = {stage.name: stage for stage in (
@@ -147,6 +152,10 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("ui-screenshots", "pipeline.stages.ui_screenshots", "screenshots of the MLflow UI pages of the latest comparison",
           reads=("compare",), writes="reports/ui/{runs_table,comparison_run,compare_children}.png",
           arguments=_screenshot_arguments),
+    Stage("tune", "pipeline.stages.tune", "an Optuna study over configs/tune.yaml, every trial an MLflow run; the best "
+          "parameters as a config for make compare", reads=("tokenize", "ingest", "train"),
+          writes="the study in Optuna storage; a parent MLflow run with a child per trial; reports/tune/best.yaml",
+          arguments=_tune_arguments),
     Stage("bench", "pipeline.stages.bench", "training and scoring speed against the same run's GEMM peak; memory",
           reads=("tokenize", "ingest", "register"), writes="reports/bench.{json,md}", arguments=_bench_arguments),
 )}

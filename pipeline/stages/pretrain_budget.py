@@ -90,7 +90,7 @@ def plot_budget_curve(rows: list[dict], summary: list[dict], baseline: float | N
         axis.scatter([row["pretrain_minutes"] for row in mine], [row["test_accuracy"] for row in mine],
                      s=14, color=color, alpha=0.5)
     if baseline is not None:
-        axis.axhline(baseline, color="tab:gray", linestyle="--", label="TF-IDF + logistic regression (test)")
+        axis.axhline(baseline, color="tab:gray", linestyle="--", label="lexical baseline (test)")
     axis.set(xlabel="masked-LM pretraining (minutes of training on this machine)", ylabel="accuracy",
              title="Accuracy against pretraining budget (lines: mean over seeds; dots: test, one per seed)")
     axis.title.set_fontsize(9)
@@ -128,7 +128,7 @@ def render_markdown(rows: list[dict], summary: list[dict], pretrain_runs: dict[s
              "Each point fine-tunes the classifier from a snapshot of one masked-LM pretraining run "
              "(0 minutes: from scratch); the model is chosen on validation, test is reported.", ""]
     if baseline is not None:
-        lines += [f"TF-IDF + logistic regression baseline, test accuracy: {baseline:.4f}", ""]
+        lines += [f"Lexical baseline (NBSVM; TF-IDF in reports before it), test accuracy: {baseline:.4f}", ""]
     lines += ["| encoder | pretraining minutes | seeds | mean validation accuracy | mean test accuracy | test std "
               "| test minus scratch (matched seeds) |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for point in summary:
@@ -147,18 +147,20 @@ def render_markdown(rows: list[dict], summary: list[dict], pretrain_runs: dict[s
 
 
 def comparison_baseline(reports_dir: Path) -> float | None:
-    """The TF-IDF baseline's test accuracy from ``make compare``'s report, when there is one."""
+    """The NBSVM baseline's test accuracy from ``make compare``'s report, when there is one (``baseline``: the
+    TF-IDF one of reports written before NBSVM was the baseline)."""
     path = reports_dir / f"{COMPARISON_REPORT}.json"
     if not path.is_file():
         return None
-    baseline = json.loads(path.read_text()).get("summary", {}).get("baseline")
+    summary = json.loads(path.read_text()).get("summary", {})
+    baseline = summary.get("nbsvm") or summary.get("baseline")
     return None if baseline is None else float(baseline["test_accuracy"]["mean"])
 
 
 def run(config: Config, seeds: tuple[int, ...] | None = None, baseline: float | None = None) -> Path:
     """The curve for the configured encoder size, fine-tuned with ``seeds`` (default ``compare.seeds``).
 
-    ``baseline`` (the TF-IDF test accuracy drawn on the plot) defaults to the previous budget report's
+    ``baseline`` (the lexical baseline's test accuracy drawn on the plot) defaults to the previous budget report's
     over the same data, else ``reports/comparison.json``'s.
     """
     seeds = tuple(config.compare.seeds) if seeds is None else seeds
