@@ -127,6 +127,33 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return path
 
 
+def atomic_replace(path: str | Path, write) -> Path:
+    """Call ``write(temporary_path)``, then rename the temporary file beside ``path`` onto it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(handle)
+    try:
+        write(tmp_name)
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise
+    return path
+
+
+def atomic_dump(obj: Any, path: str | Path) -> Path:
+    """``joblib.dump`` written atomically (a fitted scikit-learn model)."""
+    import joblib
+
+    return atomic_replace(path, lambda tmp: joblib.dump(obj, tmp))
+
+
+def atomic_write_parquet(frame, path: str | Path) -> Path:
+    return atomic_replace(path, lambda tmp: frame.to_parquet(tmp, index=False))
+
+
 def atomic_write_json(path: str | Path, payload: Any) -> Path:
     return atomic_write_text(path, json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
 

@@ -293,15 +293,16 @@ class CompareConfig:
     with every seed), the baselines and the fused candidates.
 
     A key with two levels is a factor of the design (at most two factors); a key with one level is a
-    setting every variant shares. The pooling question needs ``poolings`` with both levels.
+    setting every variant shares; an empty key (null) keeps the model or training section's value. The
+    pooling question needs ``poolings`` with both levels.
     """
 
     seeds: tuple[int, ...] = (1, 2, 3)
     bootstrap_samples: int = 2000
-    poolings: tuple[str, ...] = POOLINGS
-    inits: tuple[str, ...] = ("scratch",)        # configs/gpu.yaml adds pretrained (measured worse on 2 CPU cores)
-    token_embeddings: tuple[str, ...] = ("random",)
-    pseudo_labels: tuple[bool, ...] = (False,)
+    poolings: tuple[str, ...] | None = POOLINGS
+    inits: tuple[str, ...] | None = None        # configs/gpu.yaml compares [pretrained, scratch]
+    token_embeddings: tuple[str, ...] | None = None
+    pseudo_labels: tuple[bool, ...] | None = None
     fusion: bool = True            # also fuse every Transformer run with the NBSVM baseline (a candidate each)
     fusion_weights: int = 21       # weights 0, 0.05, ..., 1 on the Transformer, chosen on validation
     tfidf_baseline: bool = True    # the earlier TF-IDF + logistic regression baseline, a reference row
@@ -311,7 +312,7 @@ class CompareConfig:
                    "pseudo_labels": (False, True)}
         varied = []
         for key, options in allowed.items():
-            levels = getattr(self, key)
+            levels = getattr(self, key) or ()
             unknown = [level for level in levels if level not in options]
             if unknown:
                 raise ConfigError(f"compare.{key}: {unknown} not among {list(options)}")
@@ -325,11 +326,11 @@ class CompareConfig:
             raise ConfigError("compare.fusion_weights must be at least 2 (the weights 0 and 1)")
 
     def design(self) -> Design:
-        """The main comparison's design: the keys with two levels vary, the others are fixed."""
-        factors = tuple((COMPARE_FACTORS[key], tuple(getattr(self, key))) for key in COMPARE_FACTORS
-                        if len(getattr(self, key)) == 2)
-        fixed = tuple((COMPARE_FACTORS[key], getattr(self, key)[0]) for key in COMPARE_FACTORS
-                      if len(getattr(self, key)) == 1)
+        """The main comparison's design: the keys with two levels vary, those with one are fixed, empty ones
+        keep the configured value."""
+        levels = {key: tuple(getattr(self, key) or ()) for key in COMPARE_FACTORS}
+        factors = tuple((COMPARE_FACTORS[key], values) for key, values in levels.items() if len(values) == 2)
+        fixed = tuple((COMPARE_FACTORS[key], values[0]) for key, values in levels.items() if len(values) == 1)
         return Design(factors, "comparison", champion_pool=True, fixed=fixed)
 
 

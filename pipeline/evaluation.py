@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline import behaviour
-from pipeline.artifacts import METRICS_FILE, TEST_PREDICTIONS_FILE, VAL_PREDICTIONS_FILE, atomic_write_json, atomic_write_text
+from pipeline.artifacts import METRICS_FILE, TEST_PREDICTIONS_FILE, VAL_PREDICTIONS_FILE, atomic_write_json, atomic_write_parquet, atomic_write_text
 from pipeline.inference import PipelineModel, SentimentClassifier, predict_ids
 from pipeline.metrics import classification_metrics
 from pipeline.predictions import predicted_and_confidence, prediction_frame
@@ -232,8 +232,8 @@ def evaluate_model(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFr
         plots.append(plot_attention(transformer, pooling, out_dir / "attention.png"))
     behaviour_rates = run_behaviour_tests(classifier, title, out_dir)
     most_confident_errors(test, predictions, names).to_csv(out_dir / "errors.csv", index=False)
-    predictions.to_parquet(out_dir / TEST_PREDICTIONS_FILE, index=False)
-    val_predictions.to_parquet(out_dir / VAL_PREDICTIONS_FILE, index=False)
+    atomic_write_parquet(predictions, out_dir / TEST_PREDICTIONS_FILE)
+    atomic_write_parquet(val_predictions, out_dir / VAL_PREDICTIONS_FILE)
     payload = {"title": title, "model_kind": classifier.kind, "test_rows": len(test), "val_rows": len(val),
                "labels": names, "metrics": {f"test_{k}": v for k, v in metrics.items()},
                "val_metrics": {f"val_{k}": v for k, v in val_metrics.items()},

@@ -184,9 +184,13 @@ def fuse_probabilities(transformer: np.ndarray, lexical: np.ndarray, weight: flo
     """
     if not 0.0 <= weight <= 1.0:
         raise ValueError(f"fusion weight must be in [0, 1], got {weight}")
-    transformer, lexical = np.asarray(transformer, dtype=np.float64), np.asarray(lexical, dtype=np.float64)
+    transformer = np.asarray(np.asarray(transformer, dtype=np.float32), dtype=np.float64)
+    lexical = np.asarray(np.asarray(lexical, dtype=np.float32), dtype=np.float64)
     if transformer.shape != lexical.shape:
         raise ValueError(f"cannot fuse probabilities of shapes {transformer.shape} and {lexical.shape}")
+    if transformer.shape[1] == 2:  # from the positive class's probability, as scored tables store it
+        transformer = np.stack([1.0 - transformer[:, 1], transformer[:, 1]], axis=1)
+        lexical = np.stack([1.0 - lexical[:, 1], lexical[:, 1]], axis=1)
     eps = 1e-7
     logits = weight * np.log(np.clip(transformer, eps, 1.0)) + (1.0 - weight) * np.log(np.clip(lexical, eps, 1.0))
     logits -= logits.max(axis=1, keepdims=True)

@@ -14,6 +14,26 @@ from sklearn import metrics as skm
 from pipeline.predictions import predicted_and_confidence
 
 
+def cross_fitted_accuracy(correct: dict, seed: int = 0) -> float:
+    """The validation accuracy of *choosing* among options (a regularisation strength, a fusion weight) on the
+    same validation rows, estimated without the optimism of choosing and scoring on one set: the option with
+    the best accuracy on one half of the rows is scored on the other half, both ways, and the two averaged.
+
+    ``correct``: option -> boolean array, one entry per validation row (the same rows for every option);
+    ties go to the option listed first.
+    """
+    options = list(correct)
+    rows = len(correct[options[0]])
+    first = np.zeros(rows, dtype=bool)
+    first[np.random.default_rng(seed).permutation(rows)[: rows // 2]] = True
+
+    def chosen_on(mask: np.ndarray):
+        return max(options, key=lambda option: np.asarray(correct[option])[mask].mean())
+
+    right = np.asarray(correct[chosen_on(first)])[~first].sum() + np.asarray(correct[chosen_on(~first)])[first].sum()
+    return float(right / rows)
+
+
 def expected_calibration_error(labels: np.ndarray, probabilities: np.ndarray, bins: int = 15) -> float:
     """Weighted mean |accuracy - confidence| over equal-width bins of the predicted class's probability.
 

@@ -108,6 +108,7 @@ CHAMPION_DESIGNS = ("main", "pooling")   # designs whose runs `make register` ch
 PIPELINE_REQUIREMENTS = ["tensorflow", "tensorflow-text", "keras>=3", "keras-hub", "mlflow", "pandas", "numpy",
                          "scikit-learn", "scipy", "joblib"]
 MEMBERS_TAG = "model_run_ids"            # on a comparison: its model runs, comma-separated
+CANDIDATES_TAG = "model_run_candidates"  # on a comparison: JSON run id -> the candidate it is a run of
 PARENT_RUN_TAG = "mlflow.parentRunId"    # MLflow's own: shows a run under its parent in the UI
 VERSION_POOLING_TAG = "pooling"          # on a registered model version: the champion's pooling
 VERSION_KIND_TAG = "model_kind"          # on a registered model version: transformer, lexical or fusion
@@ -160,9 +161,19 @@ def log_pipeline_model(python_model, artifacts: dict[str, str], example_texts) -
     return info.model_uri
 
 
-def set_members(run_ids: list[str]) -> None:
-    """Record on the active comparison run which model runs belong to it."""
-    mlflow.set_tag(MEMBERS_TAG, ",".join(run_ids))
+def set_members(members: dict[str, str]) -> None:
+    """Record on the active comparison run which model runs belong to it, and the candidate each is a run of
+    (``run id -> candidate``; runs shared with another comparison keep this comparison's name here)."""
+    import json
+
+    mlflow.set_tags({MEMBERS_TAG: ",".join(members), CANDIDATES_TAG: json.dumps(members, separators=(",", ":"))})
+
+
+def member_candidates(comparison) -> dict[str, str]:
+    """``run id -> candidate`` of a comparison (empty for one written before it was recorded)."""
+    import json
+
+    return json.loads(comparison.data.tags.get(CANDIDATES_TAG, "{}"))
 
 
 def adopt_child(run_id: str, parent_id: str) -> str:
@@ -222,10 +233,11 @@ def find_fusion_run(config: Config, key: str, transformer_run_id: str, lexical_r
 
 def latest_champion_comparison(config: Config):
     """The newest comparison whose model runs are candidates for `make register` (``CHAMPION_DESIGNS``)."""
-    runs = [run for name in CHAMPION_DESIGNS for run in _find_runs(config, {STAGE_TAG: COMPARE_STAGE, FACTOR_TAG: name})]
+    runs = [run for name in CHAMPION_DESIGNS
+            for run in _find_runs(config, {STAGE_TAG: COMPARE_STAGE, FACTOR_TAG: name}, finished=True)]
     runs.sort(key=lambda run: run.info.start_time, reverse=True)
     if not runs:
-        raise PipelineError(f"no comparison in MLflow experiment {config.tracking.experiment_name!r}: "
+        raise PipelineError(f"no finished comparison in MLflow experiment {config.tracking.experiment_name!r}: "
                             "run `make compare` first (finished runs are reused)")
     return runs[0]
 

@@ -12,6 +12,8 @@ on the tokenize stage's manifest and the settings below, so every seed and varia
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -67,9 +69,10 @@ def cached_embedding(tokenize_dir: Path, cache_dir: Path, vocabulary_size: int, 
     sentences = [sentence for part in parts for sentence in token_sentences(part)]
     matrix = embedding_matrix(learn_vectors(sentences, dimension, seed), vocabulary_size, dimension, seed)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.npy")
-    np.save(tmp, matrix)
-    tmp.replace(path)
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp.npy", dir=cache_dir)  # one per writer
+    with os.fdopen(handle, "wb") as out:
+        np.save(out, matrix)
+    os.replace(tmp, path)
     print(f"train: learned {dimension}-dimensional word2vec vectors of {vocabulary_size:,} tokens from "
           f"{len(sentences):,} reviews (train + unlabeled) in {time.perf_counter() - started:.0f}s; cached {path}")
     return path

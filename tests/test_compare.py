@@ -300,9 +300,10 @@ def test_the_fusion_weight_is_the_best_on_validation_of_the_grid():
                                                      np.where(guess == 1, sure, 1 - sure)], axis=1)
     transformer = as_probabilities(noisy(0.3), 0.7)
     lexical = as_probabilities(noisy(0.1), 0.9)
-    weight, by_weight = compare.best_fusion_weight(transformer, lexical, labels, steps=11)
+    weight, by_weight, honest = compare.best_fusion_weight(transformer, lexical, labels, steps=11)
     assert len(by_weight) == 11 and by_weight[weight] == max(by_weight.values())
     assert by_weight[weight] >= max(by_weight[0.0], by_weight[1.0])
+    assert honest <= by_weight[weight]  # choosing and scoring on different halves: no optimism
 
 
 def test_fusing_models_of_other_label_sets_is_refused_naming_both(tmp_path, smoke_config):
@@ -363,3 +364,16 @@ def test_every_kind_of_candidate_gives_the_same_row_errors_through_make_score_an
         assert got["score_error"] == want["score_error"] and got["predicted_label"] == want["predicted_label"]
         if want["positive_probability"]:
             assert got["positive_probability"] == pytest.approx(float(want["positive_probability"]), abs=1e-6)
+
+
+def test_cross_fitting_removes_the_optimism_of_choosing_among_many_options():
+    """Fifty options that are all coin flips: the best one on the rows it is chosen on looks good, its
+    cross-fitted accuracy is about a half."""
+    from pipeline.metrics import cross_fitted_accuracy
+
+    rng = np.random.default_rng(1)
+    options = {i: rng.random(400) < 0.5 for i in range(50)}
+    chosen = max(a.mean() for a in options.values())
+    assert chosen > 0.55 and abs(cross_fitted_accuracy(options) - 0.5) < 0.05
+    sure = {**options, "good": rng.random(400) < 0.9}
+    assert cross_fitted_accuracy(sure) > 0.85  # a real winner survives it

@@ -36,22 +36,25 @@ from pipeline.tracking import (
     champion_uri,
     comparison_members,
     latest_champion_comparison,
+    member_candidates,
     setup_tracking,
     tag_champion_version,
 )
 
 
-def best_run(runs: list) -> "mlflow.entities.Run":
+def best_run(runs: list, candidates: dict[str, str] | None = None) -> "mlflow.entities.Run":
     """The champion: of the candidate with the highest mean validation accuracy over its runs (its seeds), the run
-    with the highest validation accuracy (ties: the earliest started). A candidate is what a run's
-    ``variant`` tag names (a Transformer variant, ``nbsvm``, a fused variant); runs without one stand alone.
-    Test accuracy is never read."""
+    with the highest validation accuracy (ties: the earliest started). A candidate is what the comparison
+    recorded for the run (``candidates``: run id -> name), else the run's ``variant`` tag (a Transformer variant,
+    ``nbsvm``, a fused variant); runs without either stand alone. Test accuracy is never read."""
+    candidates = candidates or {}
     scored = [run for run in runs if "best_val_accuracy" in run.data.metrics]
     if not scored:
         raise PipelineError("the latest comparison has no finished model runs with best_val_accuracy")
     groups: dict[str, list] = {}
     for run in scored:
-        groups.setdefault(run.data.tags.get(VARIANT_TAG) or run.info.run_id, []).append(run)
+        name = candidates.get(run.info.run_id) or run.data.tags.get(VARIANT_TAG) or run.info.run_id
+        groups.setdefault(name, []).append(run)
     mean = {name: float(np.mean([r.data.metrics["best_val_accuracy"] for r in group])) for name, group in groups.items()}
     best_group = max(groups, key=lambda name: (mean[name], -min(r.info.start_time for r in groups[name])))
     return max(groups[best_group], key=lambda run: (run.data.metrics["best_val_accuracy"], -run.info.start_time))
@@ -193,7 +196,7 @@ def run(config: Config, force: bool = False) -> str:
     setup_tracking(config)
     comparison = latest_champion_comparison(config)
     members = comparison_members(comparison)
-    best = best_run(members)
+    best = best_run(members, member_candidates(comparison))
     client = mlflow.tracking.MlflowClient()
     name = config.tracking.registered_model_name
     uri = champion_uri(config)

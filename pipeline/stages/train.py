@@ -291,6 +291,7 @@ def run_directory(config: Config, tokenize_dir: Path, pretrained_dir: Path | Non
     inputs = {"tokenize_manifest_sha256": manifest_hash(tokenize_dir)}
     if config.training.pseudo_labels:  # the labels themselves: a rerun that writes the same ones changes nothing
         inputs["pseudo_labels_sha256"] = sha256_file(require_output(config, "pseudo-label") / PSEUDO_LABELS_FILE)
+        inputs["pseudo_label_targets"] = "soft" if config.pseudo_label.soft else "hard"  # the same file, read two ways
     if pretrained_dir is not None:
         load_backbone(pretrained_dir, check_only=True)  # a clear error when the folder holds no backbone
         inputs["pretrained_weights_sha256"] = sha256_file(pretrained_dir / BACKBONE_WEIGHTS_FILE)

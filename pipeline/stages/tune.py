@@ -27,10 +27,10 @@ from typing import Any
 import mlflow
 import yaml
 
-from pipeline.artifacts import atomic_write_json, atomic_write_text, read_manifest
+from pipeline.artifacts import MANIFEST_NAME, atomic_write_json, atomic_write_text, read_manifest
 from pipeline.config import Config, _check_type
-from pipeline.errors import ConfigError, InputError, MissingInputError
-from pipeline.stages import require_output, run_stage
+from pipeline.errors import ConfigError, InputError, MissingInputError, PipelineError
+from pipeline.stages import require_output, run_stage, stage_dir
 from pipeline.tracking import flat_params, setup_tracking, tracking_uri
 
 REPORT_DIR = "tune"
@@ -178,12 +178,13 @@ def tokenized_for(config: Config, base: Config) -> Config:
         return config
     folder = base.data_dir / REPORT_DIR / f"tokenize-{config.section_hash('tokenizer')[:8]}"
     folder.mkdir(parents=True, exist_ok=True)
-    link = folder / "ingest"
-    if not link.exists():
-        try:
-            link.symlink_to((base.data_dir / "ingest").resolve(), target_is_directory=True)
-        except FileExistsError:  # another process made it first
-            pass
+    for stage in ("ingest", "pseudo-label", "pretrain"):  # what does not depend on the tokenization's ids
+        source, link = stage_dir(base, stage), stage_dir(base, stage).name
+        if source.is_dir() and not (folder / link).exists():
+            try:
+                (folder / link).symlink_to(source.resolve(), target_is_directory=True)
+            except FileExistsError:  # another process made it first
+                pass
     config = config.replace(paths={"data_dir": str(folder)})
     run_stage("tokenize", config)
     return config
@@ -206,6 +207,8 @@ def run_trial(trial, base: Config, parameters: list[Parameter]) -> float:
     trial.set_user_attr("process", os.getpid())
     trial.set_user_attr("seconds", round(time.perf_counter() - started, 1))
     if callback.pruned_at is not None:
+        # the run stopped early: it must not pass for a finished one if a later trial asks for the same settings
+        (run_dir / MANIFEST_NAME).unlink(missing_ok=True)
         raise optuna.TrialPruned(f"pruned after epoch {callback.pruned_at + 1}")
     return float(manifest["best_val_accuracy"])
 
@@ -270,8 +273,12 @@ def run(config: Config, trials: int | None = None) -> Path:
     if total is None and settings.max_minutes is None:
         raise ConfigError("tune needs a budget: tune.trials and/or tune.max_minutes")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # tune.seed makes a new study repeatable; a process joining a study that has trials (a resume, a second
+    # machine) draws its own seed, or two processes would propose the same parameters in lockstep
+    known = {summary.study_name: summary.n_trials for summary in optuna.get_all_study_summaries(storage)}
+    seed = settings.seed if not known.get(settings.study_name) else settings.seed + os.getpid()
     study = optuna.create_study(study_name=settings.study_name, storage=storage, direction="maximize",
-                                load_if_exists=True, sampler=optuna.samplers.TPESampler(seed=settings.seed),
+                                load_if_exists=True, sampler=optuna.samplers.TPESampler(seed=seed),
                                 pruner=optuna.pruners.MedianPruner(n_startup_trials=settings.pruner_startup_trials,
                                                                    n_warmup_steps=settings.pruner_warmup_epochs))
     optuna.storages.fail_stale_trials(study)
@@ -300,7 +307,7 @@ def run(config: Config, trials: int | None = None) -> Path:
         if remaining != 0:
             study.optimize(lambda trial: run_trial(trial, config, parameters), n_trials=remaining,
                            timeout=None if settings.max_minutes is None else 60 * settings.max_minutes,
-                           callbacks=callbacks, catch=(ConfigError, InputError))
+                           callbacks=callbacks, catch=(PipelineError,))  # a user-fixable problem fails one trial
         states = {state.name.lower(): sum(t.state == state for t in study.trials) for state in optuna.trial.TrialState}
         complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
         if not complete:
