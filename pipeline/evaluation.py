@@ -248,7 +248,6 @@ def log_evaluation(evaluation: Evaluation, out_dir: Path) -> None:
     """The evaluation's metrics and files on the active MLflow run (artifact folder ``evaluation/``)."""
     payload = evaluation.payload
     mlflow.log_metrics(payload["metrics"])
-    mlflow.log_metric("val_accuracy", payload["val_metrics"]["val_accuracy"])
     mlflow.log_metrics({behaviour.metric_name(name): rate for name, rate in payload["behaviour"].items()})
     for row in payload["accuracy_by_length"]:
         mlflow.log_metric(f"test_accuracy_len_{row['bucket'].replace('>', 'gt')}", row["accuracy"])

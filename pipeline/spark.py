@@ -88,7 +88,10 @@ def output_schema(model_uri: str) -> list[tuple[str, str]]:
     import mlflow
 
     try:
-        signature = mlflow.models.get_model_info(model_uri).signature
+        if Path(model_uri).is_dir():  # a model folder: its own MLmodel (its model id need not be in this store)
+            signature = mlflow.models.Model.load(model_uri).signature
+        else:
+            signature = mlflow.models.get_model_info(model_uri).signature
     except (mlflow.exceptions.MlflowException, OSError) as exc:
         raise InputError(f"cannot load model {model_uri!r}: {exc}") from None
     outputs = [(spec.name, "double" if getattr(spec.type, "name", "") in ("double", "float") else "string")

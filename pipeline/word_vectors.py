@@ -51,7 +51,8 @@ def embedding_matrix(vectors: dict[int, np.ndarray], vocabulary_size: int, dimen
     known = [token for token in vectors if 0 <= token < vocabulary_size and token != PAD_ID]
     if known:
         learned = np.stack([vectors[token] for token in known]).astype(np.float32)
-        learned = (learned - learned.mean(axis=0)) / max(float(learned.std()), 1e-12) * (DEFAULT_SCALE / np.sqrt(3))
+        learned = learned - learned.mean(axis=0)
+        learned = learned / max(float(learned.std()), 1e-12) * (DEFAULT_SCALE / np.sqrt(3))
         matrix[known] = learned
     return matrix
 

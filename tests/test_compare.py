@@ -155,7 +155,7 @@ def test_register_picks_the_best_validation_candidate_of_any_kind_and_score_uses
     card = (config.reports_dir / champion.run_id / "model_card.md").read_text()
     assert client.get_model_version("smoke-sentiment", champion.version).description == card
     run = client.get_run(champion.run_id)
-    evaluation = json.loads((config.reports_dir / champion.run_id / "metrics.json").read_text())
+    evaluation, _ = register.run_evaluation(champion.run_id)
     accuracy = run.data.metrics["test_accuracy"]
     line = next(li for li in card.splitlines() if li.startswith("- accuracy "))
     low, high = (float(x) for x in line.split("95% CI ")[1].rstrip(")").split(" to "))

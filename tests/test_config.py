@@ -110,7 +110,9 @@ def test_gpu_config_loads_and_each_model_takes_a_step_on_cpu():
 def test_the_comparison_design_comes_from_the_compare_section():
     design = load_config(None, ["compare.inits=[pretrained, scratch]"]).design()
     assert [key for key, _ in design.factors] == ["model.pooling", "model.init"]
-    assert ("model.token_embedding", "random") in design.fixed and design.champion_pool
+    assert design.fixed == () and design.champion_pool  # the other settings: as the model section says
+    fixed = load_config(None, ["compare.token_embeddings=[word2vec]"]).design()
+    assert fixed.fixed == (("model.token_embedding", "word2vec"),)
     lever = load_config(None, ["compare.poolings=[first_token]", "compare.token_embeddings=[random, word2vec]"]).design()
     assert lever.factors == (("model.token_embedding", ("random", "word2vec")),)
     assert ("model.pooling", "first_token") in lever.fixed

@@ -7,6 +7,8 @@ import mlflow
 import numpy as np
 import pytest
 
+from pipeline import backbone
+from pipeline.artifacts import BACKBONE_SPEC_FILE
 from pipeline.stages import ingest, pretrain, tokenize, train
 from pipeline.errors import InputError, MissingInputError
 from pipeline.encoder import TextEncoder
@@ -45,9 +47,9 @@ def test_masking_follows_bert_and_never_touches_padding_or_cls():
     ids = np.zeros((64, 32), dtype=np.int32)
     ids[:, 0] = 2
     ids[:, 1:25] = np.random.default_rng(0).integers(10, 90, (64, 24))
-    masked = {k: np.asarray(v) for k, v in pretrain.mask_generator(100, 32)(ids).items()}
+    masked = {k: np.asarray(v) for k, v in backbone.mask_generator(100, 32)(ids).items()}
     positions, weights = masked["mask_positions"], masked["mask_weights"] > 0
-    assert positions.shape[1] == pretrain.mask_selection_length(32)
+    assert positions.shape[1] == backbone.mask_selection_length(32)
     chosen = positions[weights]
     assert chosen.min() >= 1 and chosen.max() <= 24  # real tokens only: not [CLS], not padding
     rows = np.repeat(np.arange(64)[:, None], positions.shape[1], axis=1)[weights]
@@ -63,7 +65,7 @@ def test_loss_falls_weights_transfer_and_the_run_records_its_pretraining(unsup_c
     assert history["step"] == [10, 20, 30, 40, 50, 60]
     assert history["loss"][-1] < history["loss"][0]
     assert (out_dir / "loss_curve.png").stat().st_size > 1000
-    spec = json.loads((out_dir / pretrain.SPEC_FILE).read_text())
+    spec = json.loads((out_dir / BACKBONE_SPEC_FILE).read_text())
     client = mlflow.tracking.MlflowClient()
     artifacts = {a.path for a in client.list_artifacts(spec["mlflow_run_id"], "backbone")}
     assert "backbone/backbone.weights.npz" in artifacts
@@ -99,7 +101,7 @@ def test_a_killed_pretraining_resumes_from_its_checkpoint(unsup_config, capsys):
     assert "resuming MLflow run" in capsys.readouterr().out
     history = json.loads((out_dir / "history.json").read_text())
     assert history["step"] == [10, 20, 30, 40]  # continued after step 20, not restarted
-    spec = json.loads((out_dir / pretrain.SPEC_FILE).read_text())
+    spec = json.loads((out_dir / BACKBONE_SPEC_FILE).read_text())
     steps = [m.step for m in mlflow.tracking.MlflowClient().get_metric_history(spec["mlflow_run_id"], "mlm_loss")]
     assert steps == [10, 20, 30, 40]
     assert not (out_dir / pretrain.CHECKPOINT_DIR).exists()

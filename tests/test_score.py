@@ -26,7 +26,7 @@ def model(trained_run):
 def fast_model(model, monkeypatch):
     """Load the pyfunc model once per module instead of once per scoring run."""
     config, uri, classifier = model
-    monkeypatch.setattr(score, "load_classifier", lambda _uri: classifier)
+    monkeypatch.setattr(scoring, "load_classifier", lambda _uri: classifier)
     return config, uri, classifier
 
 

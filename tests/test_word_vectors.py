@@ -45,14 +45,17 @@ def test_training_with_word2vec_starts_from_the_cached_vectors(trained_run, tmp_
     config = config.replace(paths={"data_dir": str(tmp_path / "data")})
     tokenize_dir = config.data_dir / "tokenize"
     cache = tmp_path / "vectors"
-    path = word_vectors.cached_embedding(tokenize_dir, cache, vocabulary_size=200, dimension=16, seed=0)
-    assert word_vectors.cached_embedding(tokenize_dir, cache, 200, 16, 0) == path  # cached, not learned again
+    from pipeline.encoder import TextEncoder
+
+    size = TextEncoder.load(tokenize_dir).vocabulary_size
+    path = word_vectors.cached_embedding(tokenize_dir, cache, vocabulary_size=size, dimension=16, seed=0)
+    assert word_vectors.cached_embedding(tokenize_dir, cache, size, 16, 0) == path  # cached, not learned again
     matrix = np.load(path)
     w2v = config.replace(model={"token_embedding": "word2vec"}, training={"epochs": 1})
     data = train.load_training_data(w2v, tokenize_dir, 1)
     hardware = train.prepare_hardware(w2v)
     model, _ = train.build_and_compile(w2v, data, hardware, tokenize_dir, None)
-    stage_cache = word_vectors.cached_embedding(tokenize_dir, train.stage_dir(w2v, "train"), 200, 16, 0)
+    stage_cache = word_vectors.cached_embedding(tokenize_dir, train.stage_dir(w2v, "train"), size, 16, 0)
     np.testing.assert_allclose(model.get_layer("token_embedding").embeddings.numpy(), np.load(stage_cache))
     np.testing.assert_allclose(np.load(stage_cache), matrix)
     random_start = build_model(config.model, data.encoder.vocabulary_size, 32, 2)

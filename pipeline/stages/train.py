@@ -297,8 +297,8 @@ def run_directory(config: Config, tokenize_dir: Path, pretrained_dir: Path | Non
         inputs["pretrained_weights_sha256"] = sha256_file(pretrained_dir / BACKBONE_WEIGHTS_FILE)
     config_hash = config.section_hash("model", "training")
     key = f"{run_name(config)}-{config_hash[:8]}-{inputs['tokenize_manifest_sha256'][:8]}"
-    if "pseudo_labels_sha256" in inputs:  # runs on different pseudo labels get different folders
-        key += f"-{inputs['pseudo_labels_sha256'][:8]}"
+    if "pseudo_labels_sha256" in inputs:  # runs on different pseudo labels (or read other ways) get other folders
+        key += f"-{inputs['pseudo_labels_sha256'][:8]}" + ("-soft" if config.pseudo_label.soft else "")
     return stage_dir(config, STAGE) / key, config_hash, inputs
 
 
