@@ -346,11 +346,16 @@ class FusedClassifier(PipelineModel):
                              f"{self.lexical.labels}")
 
     def prepare(self, texts: Sequence[str]):
-        return self.transformer.prepare(texts), self.lexical.prepare(texts)
+        # a part with weight 0 cannot change the answer: it is not run (validation may give all weight to one)
+        return (self.transformer.prepare(texts) if self.weight > 0 else None,
+                self.lexical.prepare(texts) if self.weight < 1 else None)
 
     def score(self, prepared) -> np.ndarray:
         ids, counts = prepared
-        return fuse_probabilities(self.transformer.score(ids), self.lexical.score(counts), self.weight)
+        transformer = self.transformer.score(ids) if ids is not None else None
+        lexical = self.lexical.score(counts) if counts is not None else None
+        return fuse_probabilities(lexical if transformer is None else transformer,
+                                  transformer if lexical is None else lexical, self.weight)
 
 
 def load_classifier(model_uri: str) -> PipelineModel:

@@ -377,3 +377,25 @@ def test_cross_fitting_removes_the_optimism_of_choosing_among_many_options():
     assert chosen > 0.55 and abs(cross_fitted_accuracy(options) - 0.5) < 0.05
     sure = {**options, "good": rng.random(400) < 0.9}
     assert cross_fitted_accuracy(sure) > 0.85  # a real winner survives it
+
+
+def test_a_fused_model_skips_a_part_whose_weight_is_zero_and_answers_the_same(comparison):
+    from pipeline.inference import FusedClassifier, load_classifier
+
+    config, _ = comparison
+    payload = json.loads((config.reports_dir / "comparison.json").read_text())
+    fused = load_classifier(f"runs:/{payload['summary'][FUSED[1]]['run_ids'][0]}/model")
+    texts = ["a superb and wonderful film", "dull and awful", "the plot was a film"]
+    reference = {w: fuse_probabilities_of(fused, texts, w) for w in (0.0, 1.0)}
+    for weight in (0.0, 1.0):
+        fused.weight = weight
+        prepared = fused.prepare(texts)
+        assert (prepared[0] is None) == (weight == 0.0) and (prepared[1] is None) == (weight == 1.0)
+        np.testing.assert_allclose(fused.score(prepared), reference[weight], atol=1e-6)
+    assert isinstance(fused, FusedClassifier)
+
+
+def fuse_probabilities_of(fused, texts, weight):
+    from pipeline.inference import fuse_probabilities
+
+    return fuse_probabilities(fused.transformer.probabilities(texts), fused.lexical.probabilities(texts), weight)
