@@ -22,6 +22,7 @@ KNOWN_WARNINGS = (  # (message regex, category): third-party warnings that say n
     (r"Add type hints to the `predict` method", UserWarning),
     (r".*`build\(\)` was called on layer", UserWarning),
     (r"Protobuf gencode version", UserWarning),
+    (r".* is experimental \(supported from v", Warning),  # Optuna's heartbeat API, used as documented
 )
 
 
