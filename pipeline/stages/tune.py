@@ -290,7 +290,7 @@ def run(config: Config, trials: int | None = None) -> Path:
     def progress(study, trial) -> None:
         finished = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
         best = f"{study.best_value:.4f}" if finished else "-"
-        value = f"{trial.value:.4f}" if trial.value is not None else "-"
+        value = f"{trial.value:.4f}" if trial.state == optuna.trial.TrialState.COMPLETE else "-"  # pruned: no value
         print(f"tune: trial {trial.number} {trial.state.name.lower()}, value {value}, best so far {best}, "
               f"{trial.user_attrs.get('seconds', float('nan')):.0f}s", flush=True)
 
