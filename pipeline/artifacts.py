@@ -113,18 +113,7 @@ def code_version() -> str:
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` to a temporary file beside ``path`` and rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as tmp:
-            tmp.write(text)
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
-    return path
+    return atomic_replace(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
 def atomic_replace(path: str | Path, write) -> Path:

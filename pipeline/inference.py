@@ -210,6 +210,23 @@ class PipelineModel(mlflow.pyfunc.PythonModel):
     kind = "model"
     labels: list[str]
 
+    @staticmethod
+    def artifacts(*paths) -> dict[str, str]:
+        """The ``artifacts=`` mapping to log with the model (read back by ``load_context``)."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_artifacts(cls, artifacts: dict) -> "PipelineModel":
+        """A loaded model from an ``artifacts`` mapping (what ``load_context`` gets from MLflow)."""
+        model = cls()
+        model._load({name: Path(path) for name, path in artifacts.items()})
+        return model
+
+    @classmethod
+    def from_paths(cls, *paths) -> "PipelineModel":
+        """A loaded model from its files, in the order of ``artifacts``."""
+        return cls.from_artifacts(cls.artifacts(*paths))
+
     def load_context(self, context):
         self._load({name: Path(path) for name, path in context.artifacts.items()})
 
@@ -247,15 +264,8 @@ class SentimentClassifier(PipelineModel):
 
     kind = "transformer"
 
-    @classmethod
-    def from_paths(cls, keras_model: str | Path, tokenizer: str | Path) -> "SentimentClassifier":
-        classifier = cls()
-        classifier._load(cls.artifacts(keras_model, tokenizer))
-        return classifier
-
     @staticmethod
     def artifacts(keras_model: str | Path, tokenizer: str | Path) -> dict[str, str]:
-        """The ``artifacts=`` mapping to log with the model (read back by ``load_context``)."""
         return {ARTIFACT_KERAS_MODEL: str(keras_model), ARTIFACT_TOKENIZER: str(tokenizer)}
 
     def _load(self, artifacts) -> None:
@@ -269,12 +279,6 @@ class SentimentClassifier(PipelineModel):
         return predict_ids(self.model, prepared)
 
 
-def _load_lexical(path: Path):
-    import joblib
-
-    return joblib.load(path)
-
-
 class LexicalClassifier(PipelineModel):
     """A scikit-learn text model (NBSVM): its ``joblib`` file and the class names.
 
@@ -283,20 +287,16 @@ class LexicalClassifier(PipelineModel):
 
     kind = "lexical"
 
-    @classmethod
-    def from_paths(cls, lexical_model: str | Path, labels_dir: str | Path) -> "LexicalClassifier":
-        classifier = cls()
-        classifier._load(cls.artifacts(lexical_model, labels_dir))
-        return classifier
-
     @staticmethod
     def artifacts(lexical_model: str | Path, labels_dir: str | Path) -> dict[str, str]:
         return {ARTIFACT_LEXICAL_MODEL: str(lexical_model), ARTIFACT_LABELS: str(labels_dir)}
 
     def _load(self, artifacts) -> None:
+        import joblib
+
         from pipeline.baseline import NgramCounts
 
-        self.lexical = _load_lexical(Path(artifacts[ARTIFACT_LEXICAL_MODEL]))
+        self.lexical = joblib.load(Path(artifacts[ARTIFACT_LEXICAL_MODEL]))
         self.labels = load_labels(Path(artifacts[ARTIFACT_LABELS]))
         self.counts = NgramCounts(self.lexical.steps[0][1])  # the fitted vectorizer's counts, computed faster
 
@@ -318,12 +318,6 @@ class FusedClassifier(PipelineModel):
     chosen on validation (:func:`fuse_probabilities`; ``fusion.json`` holds it)."""
 
     kind = "fusion"
-
-    @classmethod
-    def from_paths(cls, keras_model, tokenizer, lexical_model, fusion_file) -> "FusedClassifier":
-        classifier = cls()
-        classifier._load(cls.artifacts(keras_model, tokenizer, lexical_model, fusion_file))
-        return classifier
 
     @staticmethod
     def artifacts(keras_model, tokenizer, lexical_model, fusion_file) -> dict[str, str]:

@@ -151,8 +151,7 @@ def log_pipeline_model(python_model, artifacts: dict[str, str], example_texts) -
     import pandas as pd
 
     example = pd.DataFrame({"text": list(example_texts)})
-    loaded = type(python_model)()
-    loaded._load({name: Path(path) for name, path in artifacts.items()})
+    loaded = type(python_model).from_artifacts(artifacts)
     info = mlflow.pyfunc.log_model(
         name="model", python_model=python_model, artifacts=artifacts,
         code_paths=[str(Path(__file__).resolve().parent)],

@@ -12,14 +12,12 @@ on the tokenize stage's manifest and the settings below, so every seed and varia
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from pipeline.artifacts import UNLABELED_IDS_FILE, ids_file, manifest_hash, sha256_text
+from pipeline.artifacts import UNLABELED_IDS_FILE, atomic_replace, ids_file, manifest_hash, sha256_text
 from pipeline.text import PAD_ID
 
 WINDOW = 5
@@ -69,11 +67,11 @@ def cached_embedding(tokenize_dir: Path, cache_dir: Path, vocabulary_size: int, 
         parts.append(np.load(tokenize_dir / UNLABELED_IDS_FILE, mmap_mode="r"))
     sentences = [sentence for part in parts for sentence in token_sentences(part)]
     matrix = embedding_matrix(learn_vectors(sentences, dimension, seed), vocabulary_size, dimension, seed)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp.npy", dir=cache_dir)  # one per writer
-    with os.fdopen(handle, "wb") as out:
-        np.save(out, matrix)
-    os.replace(tmp, path)
+    def save(tmp: str) -> None:
+        with open(tmp, "wb") as out:  # a file object: np.save would add .npy to a bare name
+            np.save(out, matrix)
+
+    atomic_replace(path, save)  # a temporary file per writer, renamed into place
     print(f"train: learned {dimension}-dimensional word2vec vectors of {vocabulary_size:,} tokens from "
           f"{len(sentences):,} reviews (train + unlabeled) in {time.perf_counter() - started:.0f}s; cached {path}")
     return path

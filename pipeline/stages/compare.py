@@ -423,7 +423,7 @@ def run_fusion(config: Config, key: str, child: dict, lexical: dict, frames: dic
                                                             "lexical_run_id": lexical["run_id"]})
     artifacts = FusedClassifier.artifacts(child["run_dir"] / KERAS_MODEL_FILE, tokenizer_dir,
                                           lexical["out_dir"] / LEXICAL_MODEL_FILE, fusion_file)
-    classifier = _fused(artifacts)
+    classifier = FusedClassifier.from_artifacts(artifacts)
     test_probabilities = fuse_probabilities(from_probability_columns(child["predictions"], names),
                                             from_probability_columns(lexical["predictions"], names), weight)
     val_probabilities = fuse_probabilities(val_t, val_l, weight)
@@ -450,12 +450,6 @@ def run_fusion(config: Config, key: str, child: dict, lexical: dict, frames: dic
     return {"variant": name, "kind": "fusion", "seed": child["seed"], "run_id": run_id,
             "predictions": evaluation.predictions, "val_predictions": evaluation.val_predictions,
             "metrics": summary_metrics(metrics)}
-
-
-def _fused(artifacts: dict[str, str]) -> FusedClassifier:
-    classifier = FusedClassifier()
-    classifier._load({name: Path(path) for name, path in artifacts.items()})
-    return classifier
 
 
 # --------------------------------------------------------------------------- reports
