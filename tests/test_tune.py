@@ -60,11 +60,11 @@ def test_a_bad_search_space_is_refused_naming_the_key(space, message):
         tune.parse_space(space, load_config(), "space.yaml")
 
 
-def test_the_shipped_search_space_covers_the_encoder_training_and_the_levers():
+def test_the_shipped_search_space_covers_the_encoder_and_its_training():
     parameters = {p.name: p for p in tune.load_space(load_config(None, [f"tune.space={PROJECT_ROOT / 'configs' / 'tune.yaml'}"]))}
     for name in ("model.hidden_dim", "model.num_layers", "model.num_heads", "model.dropout", "training.learning_rate",
                  "training.weight_decay", "training.warmup_fraction", "training.batch_size",
-                 "tokenizer.max_sequence_length", "tokenizer.truncation", "model.token_embedding"):
+                 "tokenizer.max_sequence_length", "tokenizer.truncation", "model.pooling"):
         assert name in parameters, name
     assert parameters["training.learning_rate"].log and parameters["model.num_layers"].low == 1
 
