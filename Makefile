@@ -29,7 +29,7 @@ FORCE_ARG = $(if $(FORCE),--force)
 .DEFAULT_GOAL := help
 POOLING ?=
 SET_ARGS += $(if $(POOLING),--set model.pooling=$(POOLING))
-.PHONY: help setup setup-browser all ingest tokenize pretrain pretrain-budget pseudo-label train evaluate compare ablate-position register score ui ui-screenshots serve test tune bench clean FORCE
+.PHONY: help setup setup-browser all ingest tokenize pretrain pretrain-budget pseudo-label train evaluate compare compare-tuned ablate-position register score ui ui-screenshots serve test tune bench clean FORCE
 RUN ?= latest
 UI_PORT ?= 5000
 SERVE_PORT ?= 5001
@@ -86,6 +86,9 @@ evaluate: $(ENV) ## score the test split with a run (RUN=latest|RUN_ID), log tes
 compare: $(ENV) $(DATA)/tokenize/manifest.json ## Transformer variants (compare.poolings x compare.inits ...) x compare.seeds, NBSVM, their fusion, TF-IDF -> reports/comparison.{md,json,png}
 	$(call STAGE,compare) --design main $(FORCE_ARG)
 
+compare-tuned: $(ENV) $(DATA)/tokenize/manifest.json ## make tune's best config (reports/tune/best.yaml) against CONFIG, same protocol, with NBSVM and fusions -> reports/comparison_tuned.*
+	$(call STAGE,compare) --design tuned $(FORCE_ARG)
+
 ablate-position: $(ENV) $(DATA)/tokenize/manifest.json ## learned vs no position information, same protocol -> reports/ablation_position.*
 	$(call STAGE,compare) --design position $(FORCE_ARG)
 
@@ -113,7 +116,7 @@ serve: $(ENV) ## serve MODEL (default: the champion) over HTTP on 127.0.0.1:SERV
 test: $(ENV) setup-browser ## run the test suite (tiny generated data, temporary folders and MLflow store); creates .venv/ and installs chromium when missing
 	$(PYTHON) -m pytest -q
 
-tune: $(ENV) $(DATA)/tokenize/manifest.json ## Optuna study over configs/tune.yaml (TRIALS=N; SET='tune.storage=postgresql://...' to share it) -> reports/tune/best.yaml
+tune: $(ENV) $(DATA)/tokenize/manifest.json ## Optuna study over configs/tune.yaml (TRIALS=N; SET='tune.storage=postgresql://...' to share it) -> reports/tune/best.yaml for make compare-tuned
 	$(call STAGE,tune) $(if $(TRIALS),--trials $(TRIALS))
 
 bench: $(ENV) ## training/MLM/scoring speed vs the same run's GEMM peak, padding, threads, memory -> reports/bench.{json,md}

@@ -124,6 +124,16 @@ class Design:
     report_name: str
     champion_pool: bool
     fixed: tuple[tuple[str, Any], ...] = ()
+    # a factor whose key is TUNED_FACTOR sets a whole configuration: each level's ``section.key`` settings
+    overlays: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+
+    def settings(self, variant: dict[str, Any]) -> list[tuple[str, Any]]:
+        """The ``section.key`` settings of one variant: its levels, a configuration factor's level expanded."""
+        overlays = dict(self.overlays)
+        settings: list[tuple[str, Any]] = []
+        for key, value in variant.items():
+            settings.extend(overlays[value] if key == TUNED_FACTOR else [(key, value)])
+        return settings
 
 
 # What `make compare` can vary: the compare key holding its levels -> the setting it sets.
@@ -131,7 +141,11 @@ COMPARE_FACTORS = {"poolings": "model.pooling", "inits": "model.init", "token_em
                    "pseudo_labels": "training.pseudo_labels"}
 # `make ablate-position`: learned vs no positions, everything else as configured.
 POSITION_ABLATION = Design((("model.position", ("learned", "none")),), "ablation_position", champion_pool=False)
-DESIGN_NAMES = ("main", "position")
+# `make compare-tuned`: the configuration `make tune` wrote (reports/tune/best.yaml) against the configured one.
+TUNED_FACTOR = "config"
+TUNED_LEVELS = ("tuned", "default")
+TUNED_SECTIONS = ("tokenizer", "model", "training")  # what the tuned level may change; seeds stay the comparison's
+DESIGN_NAMES = ("main", "position", "tuned")
 
 
 @dataclass(frozen=True)
@@ -306,6 +320,7 @@ class CompareConfig:
     fusion: bool = True            # also fuse every Transformer run with the NBSVM baseline (a candidate each)
     fusion_weights: int = 21       # weights 0, 0.05, ..., 1 on the Transformer, chosen on validation
     tfidf_baseline: bool = True    # the earlier TF-IDF + logistic regression baseline, a reference row
+    tuned: str | None = None       # make compare-tuned: the tuned config file (null: <reports_dir>/tune/best.yaml)
 
     def __post_init__(self) -> None:
         allowed = {"poolings": POOLINGS, "inits": INITS, "token_embeddings": TOKEN_EMBEDDINGS,
@@ -422,10 +437,36 @@ class Config:
         return dataclasses.asdict(self)
 
     def design(self, name: str = "main") -> Design:
-        """``main``: the comparison ``compare`` configures; ``position``: the position ablation."""
+        """``main``: the comparison ``compare`` configures; ``position``: the position ablation; ``tuned``: the
+        tuned configuration against this one (:meth:`tuned_design`)."""
         if name not in DESIGN_NAMES:
             raise ConfigError(f"unknown design {name!r} (known: {', '.join(DESIGN_NAMES)})")
+        if name == "tuned":
+            return self.tuned_design()
         return self.compare.design() if name == "main" else POSITION_ABLATION
+
+    def tuned_path(self) -> Path:
+        return Path(self.compare.tuned) if self.compare.tuned else self.reports_dir / "tune" / "best.yaml"
+
+    def tuned_design(self) -> Design:
+        """One factor, ``config``: ``tuned`` sets every tokenizer, model and training setting in which the tuned
+        config file differs from this config (the seed excepted); ``default`` is this config. The compare
+        section's single levels stay fixed for both, unless the tuned file sets that key; its two-level
+        factors do not apply (each level keeps its own pooling, say)."""
+        path = self.tuned_path()
+        if not path.is_file():
+            raise MissingInputError(f"compare.tuned: no tuned config at {path}: run `make tune` first, or point "
+                                    "compare.tuned at a config file")
+        tuned = load_config(path)
+        overlay = tuple((f"{section}.{key}", value) for section in TUNED_SECTIONS
+                        for key, value in dataclasses.asdict(getattr(tuned, section)).items()
+                        if key != "seed" and value != getattr(getattr(self, section), key))
+        if not overlay:
+            raise ConfigError(f"{path}: its {', '.join(TUNED_SECTIONS)} settings are this config's: nothing to compare")
+        changed = {key for key, _ in overlay}
+        fixed = tuple((key, value) for key, value in self.compare.design().fixed if key not in changed)
+        return Design(((TUNED_FACTOR, TUNED_LEVELS),), "comparison_tuned", champion_pool=True, fixed=fixed,
+                      overlays=((TUNED_LEVELS[0], overlay), (TUNED_LEVELS[1], ())))
 
     def backbone(self) -> dict:
         """The ``model`` keys that shape the encoder backbone (what pretraining depends on)."""

@@ -103,8 +103,8 @@ FACTOR_TAG = "factor"                    # on a comparison: its design (main, po
 VARIANT_TAG = "variant"                  # on a comparison's child: the candidate it is a run of
 MODEL_KIND_TAG = "model_kind"            # on a run with a pipeline model: transformer, lexical or fusion
 FUSED_FROM_TAGS = ("fused_transformer_run", "fused_lexical_run")  # on a fused run: the runs it combines
-CHAMPION_DESIGNS = ("main", "pooling")   # designs whose runs `make register` chooses from ("pooling": stores
-                                         # written before the comparison's factors came from the config)
+CHAMPION_DESIGNS = ("main", "tuned", "pooling")  # designs whose runs `make register` chooses from ("pooling":
+                                                  # stores written before the factors came from the config)
 PIPELINE_REQUIREMENTS = ["tensorflow", "tensorflow-text", "keras>=3", "keras-hub", "mlflow", "pandas", "numpy",
                          "scikit-learn", "scipy", "joblib"]
 MEMBERS_TAG = "model_run_ids"            # on a comparison: its model runs, comma-separated

@@ -399,3 +399,61 @@ def fuse_probabilities_of(fused, texts, weight):
     from pipeline.inference import fuse_probabilities
 
     return fuse_probabilities(fused.transformer.probabilities(texts), fused.lexical.probabilities(texts), weight)
+
+
+def test_the_tuned_config_and_the_default_are_one_comparison_that_register_chooses_from(smoke_config, capsys):
+    """`make compare-tuned`: tune's best.yaml (written by its own writer) against the configured model, with NBSVM
+    and the fused candidates; a tuned tokenizer setting trains on a tokenization of its own."""
+    from pipeline.stages import ingest, register, tokenize, tune
+
+    config = smoke_config.replace(training={"epochs": 1}, compare={"tfidf_baseline": False})
+    ingest.run(config)
+    tokenize.run(config)
+    base_tokenization = (config.data_dir / "tokenize" / "manifest.json").read_text()
+    tuned_settings = {"tokenizer.max_sequence_length": 24, "model.dropout": 0.1}
+    best = config.reports_dir / "tune" / "best.yaml"
+    best.parent.mkdir(parents=True)
+    best.write_text(tune.best_overlay(config, tuned_settings))
+
+    report = compare.run(config, design="tuned")
+    assert report == config.reports_dir / "comparison_tuned.md"
+    payload = json.loads((config.reports_dir / "comparison_tuned.json").read_text())
+    assert payload["variants"] == ["tuned", "default"]
+    assert payload["candidates"] == ["tuned", "default", "nbsvm", "nbsvm+tuned", "nbsvm+default"]
+    assert payload["levels"] == {"tuned": tuned_settings}
+    effect = payload["effects"]["config"]
+    assert (effect["a"], effect["b"]) == ("tuned", "default") and [s["seed"] for s in effect["mcnemar"]] == [1, 2]
+    assert set(payload["fusion_effects"]) == {"config (fused)"}
+    assert "`tuned` sets `tokenizer.max_sequence_length` = 24, `model.dropout` = 0.1" in report.read_text()
+    client = mlflow.tracking.MlflowClient()
+    for name, (length, dropout) in {"tuned": ("24", "0.1"), "default": ("32", "0.0")}.items():
+        for run_id in payload["summary"][name]["run_ids"]:
+            params = client.get_run(run_id).data.params
+            assert (params["tokenizer.max_sequence_length"], params["model.dropout"]) == (length, dropout)
+            assert client.get_run(run_id).data.tags["mlflow.parentRunId"] == payload["parent_run_id"]
+    # the tuned level tokenized beside the base, which it left as it was
+    assert (config.data_dir / "tokenize" / "manifest.json").read_text() == base_tokenization
+    assert len(list((config.data_dir / "tune").glob("tokenize-*/tokenize/manifest.json"))) == 1
+
+    register.run(config)  # the newest comparison: the tuned one
+    champion = client.get_model_version_by_alias("smoke-sentiment", "champion")
+    assert champion.run_id in [run_id for name in payload["candidates"] for run_id in payload["summary"][name]["run_ids"]]
+    capsys.readouterr()
+    compare.run(config, design="tuned")  # a rerun reuses every child
+    assert capsys.readouterr().out.count("train: up to date") == 4
+
+
+def test_compare_tuned_needs_a_tuned_config_that_differs(smoke_config, tmp_path):
+    from pipeline.errors import ConfigError, MissingInputError
+    from pipeline.stages import tune
+
+    with pytest.raises(MissingInputError, match="run `make tune` first"):
+        smoke_config.design("tuned")
+    same = tmp_path / "same.yaml"
+    same.write_text(tune.best_overlay(smoke_config, {}))
+    with pytest.raises(ConfigError, match="nothing to compare"):
+        smoke_config.replace(compare={"tuned": str(same)}).design("tuned")
+    seed_only = tmp_path / "seed.yaml"
+    seed_only.write_text(tune.best_overlay(smoke_config, {"training.seed": 99}))  # seeds are the comparison's
+    with pytest.raises(ConfigError, match="nothing to compare"):
+        smoke_config.replace(compare={"tuned": str(seed_only)}).design("tuned")

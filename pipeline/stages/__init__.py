@@ -50,7 +50,9 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
 def _compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--design", choices=DESIGN_NAMES, default="main",
                         help="main (default): the factors and levels of the config's compare section, the NBSVM "
-                             "baseline and the fused candidates; position: learned vs no positions (an ablation)")
+                             "baseline and the fused candidates; position: learned vs no positions (an ablation); "
+                             "tuned: make tune's best config (compare.tuned) against this config, with NBSVM and "
+                             "the fused candidates")
 
 
 def _model_argument(parser: argparse.ArgumentParser) -> None:
@@ -180,3 +182,24 @@ def require_output(config: Config, name: str) -> Path:
 def run_stage(name: str, config: Config, **options: Any) -> Any:
     """Run stage ``name`` as a function: ``<module>.run(config, **options)`` (what a driving stage calls)."""
     return importlib.import_module(STAGES[name].module).run(config, **options)
+
+
+def own_tokenization(config: Config, base: Config) -> Config:
+    """``config`` as is when its tokenizer settings are ``base``'s; otherwise ``config`` reading a tokenization of
+    its own, ``<base data>/tune/tokenize-<hash>/`` (made once: the tokenize stage skips it when up to date), with
+    links to the base's ingestion, pseudo labels and pretraining, so that a tune trial or the tuned candidate of a
+    comparison never overwrites the ids the base config trains on."""
+    if config.section_hash("tokenizer") == base.section_hash("tokenizer"):
+        return config
+    folder = base.data_dir / "tune" / f"tokenize-{config.section_hash('tokenizer')[:8]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for stage in ("ingest", "pseudo-label", "pretrain"):  # what does not depend on the tokenization's ids
+        source, link = stage_dir(base, stage), stage_dir(base, stage).name
+        if source.is_dir() and not (folder / link).exists():
+            try:
+                (folder / link).symlink_to(source.resolve(), target_is_directory=True)
+            except FileExistsError:  # another process made it first
+                pass
+    config = config.replace(paths={"data_dir": str(folder)})
+    run_stage("tokenize", config)
+    return config

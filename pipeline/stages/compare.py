@@ -19,7 +19,9 @@ only for the report. Finished children are reused, so re-running after a crash c
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -53,7 +55,7 @@ from pipeline.evaluation import evaluate_model, log_evaluation
 from pipeline.inference import FusedClassifier, LexicalClassifier, fuse_probabilities
 from pipeline.metrics import classification_metrics, cross_fitted_accuracy, mcnemar_exact, paired_bootstrap_difference
 from pipeline.predictions import from_probability_columns, prediction_frame
-from pipeline.stages import require_output, run_stage, stage_dir
+from pipeline.stages import own_tokenization, require_output, run_stage, stage_dir
 from pipeline.text import load_labels
 from pipeline.tracking import (
     MODEL_KIND_TAG,
@@ -117,9 +119,10 @@ def fused_name(name: str) -> str:
 
 
 def variant_config(config: Config, design: Design, variant: dict[str, Any], seed: int) -> Config:
-    """The config of one variant and seed: the design's fixed settings and this variant's levels."""
+    """The config of one variant and seed: the design's fixed settings and this variant's levels (a configuration
+    factor's level expanded into its settings)."""
     changes: dict[str, dict[str, Any]] = {"training": {"seed": seed}}
-    for key, value in (*design.fixed, *variant.items()):
+    for key, value in (*design.fixed, *design.settings(variant)):
         section, name = key.split(".", 1)
         changes.setdefault(section, {})[name] = value
     return config.replace(**changes)
@@ -570,6 +573,9 @@ def markdown_report(payload: dict) -> str:
              f"{payload['test_rows']:,} test reviews, {payload['val_rows']:,} validation reviews "
              f"({payload['split_rule']}); identical data, tokenizer, hyper-parameters and budget apart from the "
              "factors. Candidates are chosen on validation; test is read only for this report.", ""]
+    for level, settings in payload.get("levels", {}).items():
+        lines += [f"`{level}` sets " + ", ".join(f"`{key}` = {value}" for key, value in settings.items())
+                  + "; the other level is the configuration as given.", ""]
     lines += summary_lines(payload)
     lines += behaviour_table(payload)
     lines += ["", "## Effects", ""]
@@ -596,19 +602,26 @@ def markdown_report(payload: dict) -> str:
 # --------------------------------------------------------------------------- stage entry point
 
 
-def comparison_key(config: Config, design_name: str) -> str:
-    """The comparison's identity: its design, the settings its candidates depend on, the tokenization.
+def comparison_key(config: Config, design_name: str, design: Design) -> str:
+    """The comparison's identity: its design (a tuned level's settings included), the settings its candidates
+    depend on, the tokenization.
 
     The pseudo-label settings count only when a variant trains on pseudo labels."""
     tokenize_hash = manifest_hash(require_output(config, "tokenize"))[:8]
-    pseudo = config.training.pseudo_labels or True in (config.compare.pseudo_labels or ())
+    pseudo = (config.training.pseudo_labels or True in (config.compare.pseudo_labels or ())
+              or any(variant_config(config, design, v, 0).training.pseudo_labels for v in variants(design)))
     sections = ("model", "training", "compare", "pretrain", "baseline") + (("pseudo_label",) if pseudo else ())
-    return f"{design_name}-{config.section_hash(*sections)[:8]}-{tokenize_hash}"
+    key = f"{design_name}-{config.section_hash(*sections)[:8]}-{tokenize_hash}"
+    if design.overlays:
+        overlays = json.dumps(design.overlays, sort_keys=True, default=list).encode()
+        key += f"-{hashlib.sha256(overlays).hexdigest()[:8]}"
+    return key
 
 
 def train_and_evaluate(config: Config, design: Design, variant: dict[str, Any], seed: int, parent_id: str,
                        design_name: str, force: bool) -> dict:
-    child_config = variant_config(config, design, variant, seed)
+    # a tuned level that changes the tokenizer reads a tokenization of its own (made once, beside the others)
+    child_config = own_tokenization(variant_config(config, design, variant, seed), config)
     run_dir = run_stage("train", child_config, force=force)
     run_id = read_manifest(run_dir)["mlflow_run_id"]
     if adopt_child(run_id, parent_id) == parent_id:
@@ -650,7 +663,7 @@ def run(config: Config, design: str = "main", force: bool = False) -> Path:
     ingest_sha256 = check_same_split(config, tokenize_dir)
     frames, labels = read_frames(config)
     setup_tracking(config)
-    key = comparison_key(config, design)
+    key = comparison_key(config, design, spec)
     parent_id = find_comparison_run_id(config, key)
     with_lexical = spec.champion_pool
     with mlflow.start_run(run_id=parent_id, run_name=None if parent_id else f"compare-{design}") as parent:
@@ -700,6 +713,7 @@ def run(config: Config, design: str = "main", force: bool = False) -> Path:
         payload = {"design": design, "factors": {k.rsplit(".", 1)[-1]: [level_name(k, v) for v in levels]
                                                  for k, levels in spec.factors},
                    "fixed": {k: level_name(k, v) for k, v in spec.fixed},
+                   "levels": {level: {k: v for k, v in settings} for level, settings in spec.overlays if settings},
                    "variants": names, "candidates": candidates, "seeds": seeds, "parent_run_id": parent_id,
                    "test_rows": int(len(order)), "val_rows": int(len(frames["val"])),
                    "split_rule": read_manifest(stage_dir(config, "ingest")).get("split_rule", "stratified random"),

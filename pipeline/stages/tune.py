@@ -2,7 +2,7 @@
 
 Reads:  the search space (``tune.space``, default ``configs/tune.yaml``: each ``section.key`` with a range
         ``{low, high, log}`` or ``{choices: [...]}``), ``data/ingest/`` and ``data/tokenize/`` (a trial that
-        changes the tokenizer gets its own tokenization, beside the others).
+        changes the tokenizer gets its own tokenization, ``data/tune/tokenize-<hash>/``).
 Writes: the study in Optuna storage (``tune.storage``; default ``optuna.db`` beside the tracking store, or any
         database URL Optuna accepts), one MLflow parent run per study with a child per trial (its params,
         per-epoch curves, ``trial_state``), the best value and parameters and Optuna's plots on the parent;
@@ -12,7 +12,8 @@ The sampler is TPE with ``tune.seed``; a median pruner stops a trial whose valid
 worse than the median of earlier trials' at that epoch. The objective is the trial's best validation accuracy:
 test is never read. ``best.yaml`` is the whole configuration with the best parameters in place, so the tuned
 model goes through the same comparison as any other (``make compare CONFIG=reports/tune/best.yaml``) and can
-become the champion only by that protocol. A killed ``make tune`` resumes the same study (its interrupted trial
+become the champion only by that protocol: ``make compare-tuned`` runs it against the configured model, both
+candidates of one comparison. A killed ``make tune`` resumes the same study (its interrupted trial
 is failed by Optuna's heartbeat check); several ``make tune`` processes on one storage share the study.
 """
 
@@ -30,7 +31,7 @@ import yaml
 from pipeline.artifacts import MANIFEST_NAME, atomic_write_json, atomic_write_text, read_manifest
 from pipeline.config import Config, _check_type
 from pipeline.errors import ConfigError, InputError, MissingInputError, PipelineError
-from pipeline.stages import require_output, run_stage, stage_dir
+from pipeline.stages import own_tokenization, require_output, run_stage
 from pipeline.tracking import flat_params, setup_tracking, tracking_uri
 
 REPORT_DIR = "tune"
@@ -171,30 +172,11 @@ def pruning_callback(trial):
     return ReportValidationLoss()
 
 
-def tokenized_for(config: Config, base: Config) -> Config:
-    """A trial whose tokenizer settings differ from the base config's tokenizes into a folder of its own
-    (``data/tune/tokenize-<hash>/``, reading the base's ingestion), so trials never overwrite each other's ids."""
-    if config.section_hash("tokenizer") == base.section_hash("tokenizer"):
-        return config
-    folder = base.data_dir / REPORT_DIR / f"tokenize-{config.section_hash('tokenizer')[:8]}"
-    folder.mkdir(parents=True, exist_ok=True)
-    for stage in ("ingest", "pseudo-label", "pretrain"):  # what does not depend on the tokenization's ids
-        source, link = stage_dir(base, stage), stage_dir(base, stage).name
-        if source.is_dir() and not (folder / link).exists():
-            try:
-                (folder / link).symlink_to(source.resolve(), target_is_directory=True)
-            except FileExistsError:  # another process made it first
-                pass
-    config = config.replace(paths={"data_dir": str(folder)})
-    run_stage("tokenize", config)
-    return config
-
-
 def run_trial(trial, base: Config, parameters: list[Parameter]) -> float:
     import optuna
 
     values = {parameter.name: parameter.suggest(trial) for parameter in parameters}
-    config = tokenized_for(trial_config(base, values), base)  # a ConfigError here fails just this trial
+    config = own_tokenization(trial_config(base, values), base)  # a ConfigError here fails just this trial
     callback = pruning_callback(trial)
     started = time.perf_counter()
     run_dir = run_stage("train", config, extra_callbacks=[callback])
