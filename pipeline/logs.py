@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import tempfile
 import warnings
 
 VERBOSE_ENV = "PIPELINE_VERBOSE"
 KNOWN_WARNINGS = (  # (message regex, category): third-party warnings that say nothing a user can act on
-    (r"Add type hints to the `predict` method", UserWarning),
+    (r"(\x1b\[[0-9;]*m)?Add type hints to the `predict` method", UserWarning),  # MLflow colours its message
     (r".*`build\(\)` was called on layer", UserWarning),
     (r"Protobuf gencode version", UserWarning),
     (r".* is experimental \(supported from v", Warning),  # Optuna's heartbeat API, used as documented
+    (r"Argument ``heartbeat_interval`` is an experimental feature", Warning),  # the same, as Optuna 4 words it
 )
 
 
@@ -53,6 +55,29 @@ def captured_stderr():
             os.close(saved)
 
 
+def is_known_warning(message, category) -> bool:
+    return any(issubclass(category, known) and re.match(pattern, str(message), re.IGNORECASE)
+               for pattern, known in KNOWN_WARNINGS)
+
+
+def ignore_known_warnings() -> None:
+    """Drop the warnings of :data:`KNOWN_WARNINGS`: as filters, and again where a warning is shown, because some
+    libraries put their own filter first (MLflow's ``filter_user_warnings_once`` shows its type-hint notice
+    "once" whatever filters the program set)."""
+    for message, category in KNOWN_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
+    show = warnings.showwarning
+    if getattr(show, "drops_known_warnings", False):
+        return
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if not is_known_warning(message, category):
+            show(message, category, filename, lineno, file, line)
+
+    showwarning.drops_known_warnings = True
+    warnings.showwarning = showwarning
+
+
 def quiet_third_party(environ=os.environ) -> None:
     """Start TensorFlow with its C++ start-up lines captured, and drop the known third-party warnings.
 
@@ -61,8 +86,7 @@ def quiet_third_party(environ=os.environ) -> None:
     once per process go nowhere.
     """
     environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    for message, category in KNOWN_WARNINGS:
-        warnings.filterwarnings("ignore", message=message, category=category)
+    ignore_known_warnings()
     with captured_stderr():
         import tensorflow as tf
 
