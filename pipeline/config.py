@@ -449,22 +449,36 @@ class Config:
         return Path(self.compare.tuned) if self.compare.tuned else self.reports_dir / "tune" / "best.yaml"
 
     def tuned_design(self) -> Design:
-        """One factor, ``config``: ``tuned`` sets every tokenizer, model and training setting in which the tuned
-        config file differs from this config (the seed excepted); ``default`` is this config. The compare
-        section's single levels stay fixed for both, unless the tuned file sets that key; its two-level
-        factors do not apply (each level keeps its own pooling, say)."""
+        """One factor, ``config``: ``default`` is this config with the compare section's single levels (its
+        two-level factors do not apply: each level keeps its own pooling, say); ``tuned`` is the tuned config
+        file's tokenizer, model and training sections (the seed excepted: seeds are the comparison's), set
+        over those where they differ."""
         path = self.tuned_path()
         if not path.is_file():
             raise MissingInputError(f"compare.tuned: no tuned config at {path}: run `make tune` first, or point "
                                     "compare.tuned at a config file")
         tuned = load_config(path)
+        fixed = self.compare.design().fixed
+        changes: dict[str, dict[str, Any]] = {}
+        for key, value in fixed:
+            section, name = key.split(".", 1)
+            changes.setdefault(section, {})[name] = value
+        default = self.replace(**changes)  # the default level: this config with the compare section's single levels
         overlay = tuple((f"{section}.{key}", value) for section in TUNED_SECTIONS
                         for key, value in dataclasses.asdict(getattr(tuned, section)).items()
-                        if key != "seed" and value != getattr(getattr(self, section), key))
+                        if key != "seed" and value != getattr(getattr(default, section), key))
         if not overlay:
             raise ConfigError(f"{path}: its {', '.join(TUNED_SECTIONS)} settings are this config's: nothing to compare")
-        changed = {key for key, _ in overlay}
-        fixed = tuple((key, value) for key, value in self.compare.design().fixed if key not in changed)
+        tuned_level = default.replace(**{section: {key.split(".", 1)[1]: value for key, value in overlay
+                                                   if key.startswith(f"{section}.")} for section in TUNED_SECTIONS})
+        shape = {f"model.{key}" for key in BACKBONE_KEYS if key != "dropout"} | {
+            f"tokenizer.{key}" for key in ("vocabulary_size", "lowercase", "min_frequency", "include_unlabeled",
+                                           "max_sequence_length")}  # what the backbone's weights are built for
+        backbone_changed = [key for key, _ in overlay if key in shape]
+        if "pretrained" in (default.model.init, tuned_level.model.init) and backbone_changed:
+            raise ConfigError(f"{path}: the tuned level changes {', '.join(backbone_changed)}, which the masked-LM "
+                              "backbone is built for, and a level starts from it (model.init: pretrained); compare "
+                              "from scratch (compare.inits=[scratch]) or tune without those settings")
         return Design(((TUNED_FACTOR, TUNED_LEVELS),), "comparison_tuned", champion_pool=True, fixed=fixed,
                       overlays=((TUNED_LEVELS[0], overlay), (TUNED_LEVELS[1], ())))
 

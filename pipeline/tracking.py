@@ -231,10 +231,11 @@ def find_fusion_run(config: Config, key: str, transformer_run_id: str, lexical_r
 
 
 def latest_champion_comparison(config: Config):
-    """The newest comparison whose model runs are candidates for `make register` (``CHAMPION_DESIGNS``)."""
+    """The comparison that finished last among those whose model runs are candidates for `make register`
+    (``CHAMPION_DESIGNS``): a rerun comparison continues its old run, so its start time says nothing."""
     runs = [run for name in CHAMPION_DESIGNS
             for run in _find_runs(config, {STAGE_TAG: COMPARE_STAGE, FACTOR_TAG: name}, finished=True)]
-    runs.sort(key=lambda run: run.info.start_time, reverse=True)
+    runs.sort(key=lambda run: run.info.end_time or run.info.start_time, reverse=True)
     if not runs:
         raise PipelineError(f"no finished comparison in MLflow experiment {config.tracking.experiment_name!r}: "
                             "run `make compare` first (finished runs are reused)")

@@ -403,21 +403,26 @@ def fuse_probabilities_of(fused, texts, weight):
 
 def test_the_tuned_config_and_the_default_are_one_comparison_that_register_chooses_from(smoke_config, capsys):
     """`make compare-tuned`: tune's best.yaml (written by its own writer) against the configured model, with NBSVM
-    and the fused candidates; a tuned tokenizer setting trains on a tokenization of its own."""
+    and the fused candidates; a tuned tokenizer setting trains on a tokenization of its own; `make register`
+    takes the comparison that finished last, a rerun one included."""
     from pipeline.stages import ingest, register, tokenize, tune
 
-    config = smoke_config.replace(training={"epochs": 1}, compare={"tfidf_baseline": False})
+    config = smoke_config.replace(training={"epochs": 1}, compare={"tfidf_baseline": False, "poolings": ["first_token"]})
     ingest.run(config)
     tokenize.run(config)
+    main = json.loads(compare.run(config).with_suffix(".json").read_text())  # one variant, 2 seeds
     base_tokenization = (config.data_dir / "tokenize" / "manifest.json").read_text()
     tuned_settings = {"tokenizer.max_sequence_length": 24, "model.dropout": 0.1}
     best = config.reports_dir / "tune" / "best.yaml"
     best.parent.mkdir(parents=True)
     best.write_text(tune.best_overlay(config, tuned_settings))
 
+    capsys.readouterr()
     report = compare.run(config, design="tuned")
+    assert capsys.readouterr().out.count("train: up to date") == 2  # the default level is the main comparison's runs
     assert report == config.reports_dir / "comparison_tuned.md"
     payload = json.loads((config.reports_dir / "comparison_tuned.json").read_text())
+    assert payload["summary"]["default"]["run_ids"] == main["summary"]["transformer"]["run_ids"]
     assert payload["variants"] == ["tuned", "default"]
     assert payload["candidates"] == ["tuned", "default", "nbsvm", "nbsvm+tuned", "nbsvm+default"]
     assert payload["levels"] == {"tuned": tuned_settings}
@@ -430,30 +435,53 @@ def test_the_tuned_config_and_the_default_are_one_comparison_that_register_choos
         for run_id in payload["summary"][name]["run_ids"]:
             params = client.get_run(run_id).data.params
             assert (params["tokenizer.max_sequence_length"], params["model.dropout"]) == (length, dropout)
-            assert client.get_run(run_id).data.tags["mlflow.parentRunId"] == payload["parent_run_id"]
+        for run_id in payload["summary"][f"nbsvm+{name}"]["run_ids"]:  # a fused champion is tagged with its pooling
+            assert client.get_run(run_id).data.params["fused.model.pooling"] == "first_token"
     # the tuned level tokenized beside the base, which it left as it was
     assert (config.data_dir / "tokenize" / "manifest.json").read_text() == base_tokenization
     assert len(list((config.data_dir / "tune").glob("tokenize-*/tokenize/manifest.json"))) == 1
+    # naming another tuned file changes no other comparison's identity
+    assert compare.comparison_key(config, "main", config.design("main")) == compare.comparison_key(
+        config.replace(compare={"tuned": "elsewhere.yaml"}), "main", config.design("main"))
 
-    register.run(config)  # the newest comparison: the tuned one
-    champion = client.get_model_version_by_alias("smoke-sentiment", "champion")
-    assert champion.run_id in [run_id for name in payload["candidates"] for run_id in payload["summary"][name]["run_ids"]]
-    capsys.readouterr()
+    def champion_run() -> str:
+        register.run(config)
+        return client.get_model_version_by_alias("smoke-sentiment", "champion").run_id
+
+    def run_ids(report: dict) -> list[str]:
+        return [run_id for name in report["candidates"] for run_id in report["summary"][name]["run_ids"]]
+
+    assert champion_run() in run_ids(payload)  # the comparison that finished last: the tuned one
     compare.run(config, design="tuned")  # a rerun reuses every child
     assert capsys.readouterr().out.count("train: up to date") == 4
+    main_again = json.loads(compare.run(config).with_suffix(".json").read_text())  # continues its first parent run
+    assert main_again["parent_run_id"] == main["parent_run_id"]
+    assert champion_run() in run_ids(main_again)
 
 
-def test_compare_tuned_needs_a_tuned_config_that_differs(smoke_config, tmp_path):
+def test_the_tuned_level_is_the_tuned_file_and_the_default_level_keeps_the_compare_sections_settings(smoke_config,
+                                                                                                       tmp_path):
     from pipeline.errors import ConfigError, MissingInputError
     from pipeline.stages import tune
 
     with pytest.raises(MissingInputError, match="run `make tune` first"):
         smoke_config.design("tuned")
-    same = tmp_path / "same.yaml"
-    same.write_text(tune.best_overlay(smoke_config, {}))
-    with pytest.raises(ConfigError, match="nothing to compare"):
-        smoke_config.replace(compare={"tuned": str(same)}).design("tuned")
-    seed_only = tmp_path / "seed.yaml"
-    seed_only.write_text(tune.best_overlay(smoke_config, {"training.seed": 99}))  # seeds are the comparison's
-    with pytest.raises(ConfigError, match="nothing to compare"):
-        smoke_config.replace(compare={"tuned": str(seed_only)}).design("tuned")
+
+    def design(settings: dict, config=smoke_config):
+        path = tmp_path / f"tuned-{len(list(tmp_path.iterdir()))}.yaml"
+        path.write_text(tune.best_overlay(config, settings))
+        return config.replace(compare={"tuned": str(path)}).design("tuned")
+
+    for settings in ({}, {"training.seed": 99}):  # nothing but the seed, which is the comparison's
+        with pytest.raises(ConfigError, match="nothing to compare"):
+            design(settings)
+    config = smoke_config.replace(compare={"token_embeddings": ["word2vec"]})  # a single level: fixed for the default
+    spec = design({"model.dropout": 0.1}, config)
+    default, tuned = (compare.variant_config(config, spec, {"config": level}, 1) for level in ("default", "tuned"))
+    assert (default.model.token_embedding, default.model.dropout) == ("word2vec", 0.0)
+    assert (tuned.model.token_embedding, tuned.model.dropout) == ("random", 0.1)  # the tuned file's own
+    assert tuned.training.seed == default.training.seed == 1
+    pretrained = smoke_config.replace(model={"init": "pretrained"})
+    with pytest.raises(ConfigError, match="model.hidden_dim, which the masked-LM backbone is built for"):
+        design({"model.hidden_dim": 32}, pretrained)
+    assert design({"model.dropout": 0.1}, pretrained).overlays[0][1] == (("model.dropout", 0.1),)

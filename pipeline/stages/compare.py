@@ -437,7 +437,7 @@ def run_fusion(config: Config, key: str, child: dict, lexical: dict, frames: dic
                            "training.seed": child["seed"], **{f"fused.{k}": v for k, v in child["settings"].items()}})
         evaluation = evaluate_model(classifier, frames["test"], frames["val"], out_dir, f"{name}, seed {child['seed']}",
                                     token_counts=frames.get("test_token_counts"),
-                                    max_tokens=config.tokenizer.max_sequence_length - 1,
+                                    max_tokens=child.get("max_tokens", config.tokenizer.max_sequence_length - 1),
                                     probabilities=test_probabilities, val_probabilities=val_probabilities)
         val_accuracy = honest  # what `make register` compares: the weight's choice is not scored on its own rows
         mlflow.log_metrics({"best_val_accuracy": honest, "val_accuracy_chosen_weight": by_weight[weight],
@@ -611,7 +611,8 @@ def comparison_key(config: Config, design_name: str, design: Design) -> str:
     pseudo = (config.training.pseudo_labels or True in (config.compare.pseudo_labels or ())
               or any(variant_config(config, design, v, 0).training.pseudo_labels for v in variants(design)))
     sections = ("model", "training", "compare", "pretrain", "baseline") + (("pseudo_label",) if pseudo else ())
-    key = f"{design_name}-{config.section_hash(*sections)[:8]}-{tokenize_hash}"
+    # compare.tuned names a file: the tuned level's settings count (below), not the file's name
+    key = f"{design_name}-{config.replace(compare={'tuned': None}).section_hash(*sections)[:8]}-{tokenize_hash}"
     if design.overlays:
         overlays = json.dumps(design.overlays, sort_keys=True, default=list).encode()
         key += f"-{hashlib.sha256(overlays).hexdigest()[:8]}"
@@ -631,8 +632,10 @@ def train_and_evaluate(config: Config, design: Design, variant: dict[str, Any], 
         client.set_tag(run_id, VARIANT_TAG, variant_name(variant))
     out_dir = run_stage("evaluate", child_config, run=run_id, force=force)
     metrics = summary_metrics(mlflow.tracking.MlflowClient().get_run(run_id).data.metrics)
-    settings = {key: level_name(key, value) for key, value in (*design.fixed, *variant.items())}
+    settings = {key: level_name(key, value) for key, value in (*design.fixed, *variant.items(), *design.settings(variant))}
+    settings.setdefault("model.pooling", child_config.model.pooling)  # what a fused champion's version is tagged with
     return {"variant": variant_name(variant), "kind": "transformer", "seed": seed, "run_id": run_id, "run_dir": run_dir,
+            "max_tokens": child_config.tokenizer.max_sequence_length - 1,
             "metrics": metrics, "settings": settings, "predictions": pd.read_parquet(out_dir / TEST_PREDICTIONS_FILE),
             "val_predictions": pd.read_parquet(out_dir / VAL_PREDICTIONS_FILE)}
 
@@ -670,7 +673,7 @@ def run(config: Config, design: str = "main", force: bool = False) -> Path:
         parent_id = parent.info.run_id
         mlflow.set_tags(comparison_tags(key, design, names, seeds))
         if not parent.data.params:
-            varied = {key for key, _ in spec.factors}
+            varied = {key for key, _ in spec.factors} | {key for v in grid for key, _ in spec.settings(v)}
             mlflow.log_params({k: v for k, v in flat_params(config).items() if k not in varied})
         children = [train_and_evaluate(config, spec, variant, seed, parent_id, design, force)
                     for variant in grid for seed in seeds]

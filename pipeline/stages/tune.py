@@ -227,7 +227,8 @@ def best_overlay(config: Config, params: dict[str, Any]) -> str:
     raw = trial_config(config.replace(tune={"max_train_samples": None}), params).to_dict()
     raw.pop("tune", None)
     header = ("# Written by `make tune`: the configuration with the study's best parameters in place.\n"
-              "# Run it through the comparison: make compare CONFIG=reports/tune/best.yaml\n")
+              "# Run it through the comparison against the configured model: make compare-tuned\n"
+              "# (or alone: make compare CONFIG=reports/tune/best.yaml)\n")
     return header + yaml.safe_dump(raw, sort_keys=False)
 
 
@@ -309,7 +310,8 @@ def run(config: Config, trials: int | None = None) -> Path:
             mlflow.log_artifact(str(path), "tune")
     print(f"tune: study {settings.study_name!r} in {storage_url}: {len(study.trials) - before} trial(s) this run, "
           f"{len(study.trials)} in all ({', '.join(f'{k} {v}' for k, v in states.items() if v)}); best validation "
-          f"accuracy {best.value:.4f} (trial {best.number}); wrote {overlay} in {time.perf_counter() - started:.0f}s")
+          f"accuracy {best.value:.4f} (trial {best.number}); wrote {overlay} (next: make compare-tuned) in "
+          f"{time.perf_counter() - started:.0f}s")
     return overlay
 
 
