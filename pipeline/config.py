@@ -369,6 +369,7 @@ class TuneConfig:
     pruner_warmup_epochs: int = 0
     max_train_samples: int | None = None
     heartbeat_seconds: int = 30    # a trial silent for twice this is failed (a killed process's trial)
+    start_from_config: bool = True  # a new study's first trial is the configured settings (the bar to beat)
 
     def __post_init__(self) -> None:
         if self.heartbeat_seconds < 1:

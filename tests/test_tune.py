@@ -88,6 +88,11 @@ def test_a_study_logs_every_trial_and_hands_its_best_parameters_to_the_compariso
     study = optuna.load_study(study_name=study_config.tune.study_name, storage=study_config.tune.storage)
     finished = [t for t in study.trials if t.state.is_finished()]
     assert len(finished) == 3 and study.best_value > 0.5
+    # the first trial is the configured settings: the bar the search has to beat
+    assert study.trials[0].user_attrs["configured"] and "tune: trial 0 (the configured settings) " in output
+    assert study.trials[0].params == {"training.learning_rate": study_config.training.learning_rate,
+                                      "model.pooling": study_config.model.pooling,
+                                      "model.dropout": study_config.model.dropout}
     # the overlay is a whole config with the best parameters in place
     best = load_config(best_file)
     assert best.model.pooling == study.best_params["model.pooling"]
@@ -162,3 +167,11 @@ def test_optunas_experimental_heartbeat_notice_is_a_known_warning(tmp_path):
 
     assert notices(quiet=False)  # the control: Optuna does warn
     assert notices(quiet=True) == []
+
+
+def test_the_configured_values_that_lie_outside_the_space_are_left_to_the_sampler():
+    config = load_config(None, ["training.learning_rate=0.5", "model.pooling=mean", "model.dropout=0.1"])
+    parameters = tune.parse_space(SPACE, config, "space.yaml")
+    assert tune.configured_values(config, parameters) == {"model.pooling": "mean", "model.dropout": 0.1}
+    assert tune.configured_values(config.replace(model={"pooling": "first_token"}), parameters)["model.pooling"] == \
+        "first_token"

@@ -8,7 +8,8 @@ Writes: the study in Optuna storage (``tune.storage``; default ``optuna.db`` bes
         per-epoch curves, ``trial_state``), the best value and parameters and Optuna's plots on the parent;
         ``reports/tune/{best.yaml,trials.csv,summary.json,*.png}``.
 
-The sampler is TPE with ``tune.seed``; a median pruner stops a trial whose validation loss after an epoch is
+A new study's first trial is the configured settings (``tune.start_from_config``): the bar the search has to
+beat, measured by the same protocol. The sampler is TPE with ``tune.seed``; a median pruner stops a trial whose validation loss after an epoch is
 worse than the median of earlier trials' at that epoch. The objective is the trial's best validation accuracy:
 test is never read. ``best.yaml`` is the whole configuration with the best parameters in place, so the tuned
 model goes through the same comparison as any other (``make compare CONFIG=reports/tune/best.yaml``) and can
@@ -128,6 +129,21 @@ def trial_config(config: Config, values: dict[str, Any]) -> Config:
     if config.tune.max_train_samples:
         changes.setdefault("training", {}).setdefault("max_train_samples", config.tune.max_train_samples)
     return config.replace(**changes)
+
+
+def configured_values(config: Config, parameters: list[Parameter]) -> dict[str, Any]:
+    """The configured value of every searched setting that lies in its range or among its choices: the first
+    trial of a new study, so the search starts from the configuration it has to beat (Optuna samples the rest)."""
+    values = {}
+    for parameter in parameters:
+        section, key = parameter.name.split(".", 1)
+        value = getattr(getattr(config, section), key)
+        inside = (value in parameter.choices if parameter.choices is not None
+                  else not isinstance(value, bool) and isinstance(value, (int, float))
+                  and parameter.low <= value <= parameter.high)
+        if inside:
+            values[parameter.name] = value
+    return values
 
 
 def default_storage(config: Config) -> str:
@@ -265,6 +281,8 @@ def run(config: Config, trials: int | None = None) -> Path:
                                 pruner=optuna.pruners.MedianPruner(n_startup_trials=settings.pruner_startup_trials,
                                                                    n_warmup_steps=settings.pruner_warmup_epochs))
     optuna.storages.fail_stale_trials(study)
+    if settings.start_from_config and not study.trials:
+        study.enqueue_trial(configured_values(config, parameters), user_attrs={"configured": True}, skip_if_exists=True)
     before = len(study.trials)
     setup_tracking(config)
     out_dir = config.reports_dir / REPORT_DIR
@@ -274,7 +292,8 @@ def run(config: Config, trials: int | None = None) -> Path:
         finished = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
         best = f"{study.best_value:.4f}" if finished else "-"
         value = f"{trial.value:.4f}" if trial.state == optuna.trial.TrialState.COMPLETE else "-"  # pruned: no value
-        print(f"tune: trial {trial.number} {trial.state.name.lower()}, value {value}, best so far {best}, "
+        what = " (the configured settings)" if trial.user_attrs.get("configured") else ""
+        print(f"tune: trial {trial.number}{what} {trial.state.name.lower()}, value {value}, best so far {best}, "
               f"{trial.user_attrs.get('seconds', float('nan')):.0f}s", flush=True)
 
     callbacks = [progress]
