@@ -116,8 +116,8 @@ serve: $(ENV) ## serve MODEL (default: the champion) over HTTP on 127.0.0.1:SERV
 test: $(ENV) setup-browser ## run the test suite (tiny generated data, temporary folders and MLflow store); creates .venv/ and installs chromium when missing
 	$(PYTHON) -m pytest -q
 
-tune: $(ENV) $(DATA)/tokenize/manifest.json ## Optuna study over configs/tune.yaml (TRIALS=N; SET='tune.storage=postgresql://...' to share it) -> reports/tune/best.yaml for make compare-tuned
-	$(call STAGE,tune) $(if $(TRIALS),--trials $(TRIALS))
+tune: $(ENV) $(DATA)/tokenize/manifest.json ## Optuna study over configs/tune.yaml (TRIALS=N; SET='tune.storage=postgresql://...' to share it) -> reports/tune/best.yaml for make compare-tuned (TRIAL=n: also trial-n.yaml)
+	$(call STAGE,tune) $(if $(TRIALS),--trials $(TRIALS)) $(if $(TRIAL),--trial $(TRIAL))
 
 bench: $(ENV) ## training/MLM/scoring speed vs the same run's GEMM peak, padding, threads, memory -> reports/bench.{json,md}
 	$(call STAGE,bench) $(if $(MODEL),--model "$(MODEL)")

@@ -15,7 +15,7 @@ import yaml
 
 from pipeline.__main__ import main as cli_main
 from pipeline.config import load_config
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, InputError
 from pipeline.stages import tune
 from tests.conftest import PROJECT_ROOT
 
@@ -111,9 +111,15 @@ def test_a_study_logs_every_trial_and_hands_its_best_parameters_to_the_compariso
         assert run.data.params["model.pooling"] == trial.params["model.pooling"]
     artifacts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(parent.info.run_id, "tune")}
     assert {"tune/best.yaml", "tune/trials.csv", "tune/optimization_history.png"} <= artifacts
-    # a rerun with the budget spent runs nothing more
-    tune.run(study_config)
+    assert ("has nothing to compare" in output) == bool(study.best_trial.user_attrs.get("configured"))
+    # a rerun with the budget spent runs nothing more; it can write any complete trial's config
+    other = next(t for t in finished if t.state == optuna.trial.TrialState.COMPLETE)
+    written = tune.run(study_config, trial=other.number)
     assert "tune: trial " not in capsys.readouterr().out
+    assert written == best_file.parent / f"trial-{other.number}.yaml"
+    assert load_config(written).training.learning_rate == pytest.approx(other.params["training.learning_rate"])
+    with pytest.raises(InputError, match="--trial 99: not a complete trial"):
+        tune.run(study_config, trial=99)
 
 
 def test_a_killed_study_resumes_and_its_interrupted_trial_is_failed_not_lost(study_config):

@@ -82,6 +82,9 @@ def _score_arguments(parser: argparse.ArgumentParser) -> None:
 def _tune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, default=None,
                         help="finished trials the study should hold (default: tune.trials)")
+    parser.add_argument("--trial", type=int, default=None,
+                        help="also write this complete trial's config, reports/tune/trial-<n>.yaml, for "
+                             "compare.tuned (the best one is always reports/tune/best.yaml)")
 
 
 def _bench_arguments(parser: argparse.ArgumentParser) -> None:

@@ -146,6 +146,12 @@ def configured_values(config: Config, parameters: list[Parameter]) -> dict[str, 
     return values
 
 
+def configured_differs(config: Config, params: dict[str, Any]) -> bool:
+    """Whether ``params`` set anything other than the configured values."""
+    base = config.replace(tune={"max_train_samples": None})
+    return trial_config(base, params) != base
+
+
 def default_storage(config: Config) -> str:
     """``optuna.db`` beside a SQLite tracking store, else in the working folder."""
     if config.tune.storage:
@@ -258,8 +264,9 @@ def parent_run_id(config: Config, study_name: str) -> str | None:
 # --------------------------------------------------------------------------- stage entry point
 
 
-def run(config: Config, trials: int | None = None) -> Path:
-    """Run (or continue) the study; returns ``reports/tune/best.yaml``."""
+def run(config: Config, trials: int | None = None, trial: int | None = None) -> Path:
+    """Run (or continue) the study; returns ``reports/tune/best.yaml``. ``trial``: also write that complete
+    trial's configuration, ``reports/tune/trial-<n>.yaml`` (for ``compare.tuned``), and return it instead."""
     import optuna
 
     started = time.perf_counter()
@@ -316,6 +323,13 @@ def run(config: Config, trials: int | None = None) -> Path:
             raise InputError(f"study {settings.study_name!r} has no complete trial yet ({states}); run `make tune` again")
         best = study.best_trial
         overlay = atomic_write_text(out_dir / "best.yaml", best_overlay(config, best.params))
+        chosen = None
+        if trial is not None:
+            if not 0 <= trial < len(study.trials) or study.trials[trial].state != optuna.trial.TrialState.COMPLETE:
+                numbers = ", ".join(str(t.number) for t in complete)
+                raise InputError(f"--trial {trial}: not a complete trial of study {settings.study_name!r} "
+                                 f"(complete: {numbers})")
+            chosen = atomic_write_text(out_dir / f"trial-{trial}.yaml", best_overlay(config, study.trials[trial].params))
         frame = study.trials_dataframe()
         atomic_write_text(out_dir / "trials.csv", frame.to_csv(index=False))
         summary = {"study": settings.study_name, "storage": storage_url, "states": states,
@@ -327,13 +341,19 @@ def run(config: Config, trials: int | None = None) -> Path:
         mlflow.set_tags({f"best.{name}": str(value) for name, value in best.params.items()})
         for path in [*save_plots(study, out_dir), overlay, out_dir / "trials.csv", out_dir / "summary.json"]:
             mlflow.log_artifact(str(path), "tune")
+    if best.user_attrs.get("configured") or not configured_differs(config, best.params):
+        next_step = ("the configured settings are the best found, so make compare-tuned has nothing to compare; "
+                     "make tune TRIAL=<n> writes another complete trial's config for SET='compare.tuned=...'")
+    else:
+        next_step = "next: make compare-tuned"
+    written = f"{overlay}" + (f" and {chosen}" if chosen else "")
     print(f"tune: study {settings.study_name!r} in {storage_url}: {len(study.trials) - before} trial(s) this run, "
           f"{len(study.trials)} in all ({', '.join(f'{k} {v}' for k, v in states.items() if v)}); best validation "
-          f"accuracy {best.value:.4f} (trial {best.number}); wrote {overlay} (next: make compare-tuned) in "
+          f"accuracy {best.value:.4f} (trial {best.number}); wrote {written} ({next_step}) in "
           f"{time.perf_counter() - started:.0f}s")
-    return overlay
+    return chosen or overlay
 
 
 def main(config: Config, args) -> None:
-    run(config, trials=args.trials)
+    run(config, trials=args.trials, trial=args.trial)
 
