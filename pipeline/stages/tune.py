@@ -244,11 +244,11 @@ def save_plots(study, out_dir: Path) -> list[Path]:
     return made
 
 
-def best_overlay(config: Config, params: dict[str, Any]) -> str:
-    """The whole configuration with the best parameters in place, as YAML (for ``CONFIG=``)."""
+def best_overlay(config: Config, params: dict[str, Any], what: str = "the study's best parameters") -> str:
+    """The whole configuration with the best parameters (or ``what`` else) in place, as YAML (for ``CONFIG=``)."""
     raw = trial_config(config.replace(tune={"max_train_samples": None}), params).to_dict()
     raw.pop("tune", None)
-    header = ("# Written by `make tune`: the configuration with the study's best parameters in place.\n"
+    header = (f"# Written by `make tune`: the configuration with {what} in place.\n"
               "# Run it through the comparison against the configured model: make compare-tuned\n"
               "# (or alone: make compare CONFIG=reports/tune/best.yaml)\n")
     return header + yaml.safe_dump(raw, sort_keys=False)
@@ -329,7 +329,9 @@ def run(config: Config, trials: int | None = None, trial: int | None = None) -> 
                 numbers = ", ".join(str(t.number) for t in complete)
                 raise InputError(f"--trial {trial}: not a complete trial of study {settings.study_name!r} "
                                  f"(complete: {numbers})")
-            chosen = atomic_write_text(out_dir / f"trial-{trial}.yaml", best_overlay(config, study.trials[trial].params))
+            chosen = atomic_write_text(out_dir / f"trial-{trial}.yaml", best_overlay(
+                config, study.trials[trial].params, f"trial {trial}'s parameters (validation accuracy "
+                f"{study.trials[trial].value:.4f})"))
         frame = study.trials_dataframe()
         atomic_write_text(out_dir / "trials.csv", frame.to_csv(index=False))
         summary = {"study": settings.study_name, "storage": storage_url, "states": states,
@@ -347,7 +349,8 @@ def run(config: Config, trials: int | None = None, trial: int | None = None) -> 
     else:
         next_step = "next: make compare-tuned"
     written = f"{overlay}" + (f" and {chosen}" if chosen else "")
-    print(f"tune: study {settings.study_name!r} in {storage_url}: {len(study.trials) - before} trial(s) this run, "
+    mine = sum(t.user_attrs.get("process") == os.getpid() for t in study.trials)
+    print(f"tune: study {settings.study_name!r} in {storage_url}: {mine} trial(s) by this process, "
           f"{len(study.trials)} in all ({', '.join(f'{k} {v}' for k, v in states.items() if v)}); best validation "
           f"accuracy {best.value:.4f} (trial {best.number}); wrote {written} ({next_step}) in "
           f"{time.perf_counter() - started:.0f}s")
