@@ -574,7 +574,8 @@ def markdown_report(payload: dict) -> str:
              f"({payload['split_rule']}); identical data, tokenizer, hyper-parameters and budget apart from the "
              "factors. Candidates are chosen on validation; test is read only for this report.", ""]
     for level, settings in payload.get("levels", {}).items():
-        lines += [f"`{level}` sets " + ", ".join(f"`{key}` = {value}" for key, value in settings.items())
+        lines += [f"`{level}` sets " + ", ".join(f"`{key}` = {value:.4g}" if isinstance(value, float) else
+                                                 f"`{key}` = {value}" for key, value in settings.items())
                   + "; the other level is the configuration as given.", ""]
     lines += summary_lines(payload)
     lines += behaviour_table(payload)
