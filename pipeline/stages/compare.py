@@ -603,18 +603,19 @@ def markdown_report(payload: dict) -> str:
 # --------------------------------------------------------------------------- stage entry point
 
 
-def comparison_key(config: Config, design_name: str, design: Design) -> str:
+def comparison_key(config: Config, design_name: str, design: Design | None = None) -> str:
     """The comparison's identity: its design (a tuned level's settings included), the settings its candidates
     depend on, the tokenization.
 
     The pseudo-label settings count only when a variant trains on pseudo labels."""
     tokenize_hash = manifest_hash(require_output(config, "tokenize"))[:8]
     pseudo = (config.training.pseudo_labels or True in (config.compare.pseudo_labels or ())
-              or any(variant_config(config, design, v, 0).training.pseudo_labels for v in variants(design)))
+              or design is not None and any(variant_config(config, design, v, 0).training.pseudo_labels
+                                            for v in variants(design)))
     sections = ("model", "training", "compare", "pretrain", "baseline") + (("pseudo_label",) if pseudo else ())
     # compare.tuned names a file: the tuned level's settings count (below), not the file's name
     key = f"{design_name}-{config.replace(compare={'tuned': None}).section_hash(*sections)[:8]}-{tokenize_hash}"
-    if design.overlays:
+    if design is not None and design.overlays:
         overlays = json.dumps(design.overlays, sort_keys=True, default=list).encode()
         key += f"-{hashlib.sha256(overlays).hexdigest()[:8]}"
     return key
