@@ -16,7 +16,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
@@ -460,18 +460,13 @@ class Config:
                                     "compare.tuned at a config file")
         tuned = load_config(path)
         fixed = self.compare.design().fixed
-        changes: dict[str, dict[str, Any]] = {}
-        for key, value in fixed:
-            section, name = key.split(".", 1)
-            changes.setdefault(section, {})[name] = value
-        default = self.replace(**changes)  # the default level: this config with the compare section's single levels
+        default = self.with_settings(fixed)  # the default level: this config with the compare section's single levels
         overlay = tuple((f"{section}.{key}", value) for section in TUNED_SECTIONS
                         for key, value in dataclasses.asdict(getattr(tuned, section)).items()
                         if key != "seed" and value != getattr(getattr(default, section), key))
         if not overlay:
             raise ConfigError(f"{path}: its {', '.join(TUNED_SECTIONS)} settings are this config's: nothing to compare")
-        tuned_level = default.replace(**{section: {key.split(".", 1)[1]: value for key, value in overlay
-                                                   if key.startswith(f"{section}.")} for section in TUNED_SECTIONS})
+        tuned_level = default.with_settings(overlay)
         shape = {f"model.{key}" for key in BACKBONE_KEYS if key != "dropout"} | {
             f"tokenizer.{key}" for key in ("vocabulary_size", "lowercase", "min_frequency", "include_unlabeled",
                                            "max_sequence_length")}  # what the backbone's weights are built for
@@ -491,6 +486,14 @@ class Config:
         """Stable hash of the named sections: a stage reruns only when what it reads changed."""
         payload = {name: dataclasses.asdict(getattr(self, name)) for name in sections}
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
+
+    def with_settings(self, settings: Iterable[tuple[str, Any]]) -> "Config":
+        """A copy with ``section.key`` settings applied in order (a later one wins)."""
+        changes: dict[str, dict[str, Any]] = {}
+        for name, value in settings:
+            section, key = name.split(".", 1)
+            changes.setdefault(section, {})[key] = value
+        return self.replace(**changes)
 
     def replace(self, **section_changes: Mapping[str, Any]) -> "Config":
         """A copy with some keys of some sections changed, e.g. ``replace(model={"pooling": "mean"})``."""

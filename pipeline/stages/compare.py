@@ -121,11 +121,7 @@ def fused_name(name: str) -> str:
 def variant_config(config: Config, design: Design, variant: dict[str, Any], seed: int) -> Config:
     """The config of one variant and seed: the design's fixed settings and this variant's levels (a configuration
     factor's level expanded into its settings)."""
-    changes: dict[str, dict[str, Any]] = {"training": {"seed": seed}}
-    for key, value in (*design.fixed, *design.settings(variant)):
-        section, name = key.split(".", 1)
-        changes.setdefault(section, {})[name] = value
-    return config.replace(**changes)
+    return config.with_settings([("training.seed", seed), *design.fixed, *design.settings(variant)])
 
 
 def mean_std(values: list[float]) -> dict[str, float | list[float]]:

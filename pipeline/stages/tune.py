@@ -122,13 +122,8 @@ def load_space(config: Config) -> list[Parameter]:
 
 def trial_config(config: Config, values: dict[str, Any]) -> Config:
     """The config of one trial: ``values`` (``section.key`` -> value) set, the rest as configured."""
-    changes: dict[str, dict[str, Any]] = {}
-    for name, value in values.items():
-        section, key = name.split(".", 1)
-        changes.setdefault(section, {})[key] = value
-    if config.tune.max_train_samples:
-        changes.setdefault("training", {}).setdefault("max_train_samples", config.tune.max_train_samples)
-    return config.replace(**changes)
+    cap = [("training.max_train_samples", config.tune.max_train_samples)] if config.tune.max_train_samples else []
+    return config.with_settings([*cap, *values.items()])  # a searched cap wins over tune's
 
 
 def configured_values(config: Config, parameters: list[Parameter]) -> dict[str, Any]:
@@ -290,7 +285,6 @@ def run(config: Config, trials: int | None = None, trial: int | None = None) -> 
     optuna.storages.fail_stale_trials(study)
     if settings.start_from_config and not study.trials:
         study.enqueue_trial(configured_values(config, parameters), user_attrs={"configured": True}, skip_if_exists=True)
-    before = len(study.trials)
     setup_tracking(config)
     out_dir = config.reports_dir / REPORT_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -323,15 +317,6 @@ def run(config: Config, trials: int | None = None, trial: int | None = None) -> 
             raise InputError(f"study {settings.study_name!r} has no complete trial yet ({states}); run `make tune` again")
         best = study.best_trial
         overlay = atomic_write_text(out_dir / "best.yaml", best_overlay(config, best.params))
-        chosen = None
-        if trial is not None:
-            if not 0 <= trial < len(study.trials) or study.trials[trial].state != optuna.trial.TrialState.COMPLETE:
-                numbers = ", ".join(str(t.number) for t in complete)
-                raise InputError(f"--trial {trial}: not a complete trial of study {settings.study_name!r} "
-                                 f"(complete: {numbers})")
-            chosen = atomic_write_text(out_dir / f"trial-{trial}.yaml", best_overlay(
-                config, study.trials[trial].params, f"trial {trial}'s parameters (validation accuracy "
-                f"{study.trials[trial].value:.4f})"))
         frame = study.trials_dataframe()
         atomic_write_text(out_dir / "trials.csv", frame.to_csv(index=False))
         summary = {"study": settings.study_name, "storage": storage_url, "states": states,
@@ -343,7 +328,16 @@ def run(config: Config, trials: int | None = None, trial: int | None = None) -> 
         mlflow.set_tags({f"best.{name}": str(value) for name, value in best.params.items()})
         for path in [*save_plots(study, out_dir), overlay, out_dir / "trials.csv", out_dir / "summary.json"]:
             mlflow.log_artifact(str(path), "tune")
-    if best.user_attrs.get("configured") or not configured_differs(config, best.params):
+    chosen = None
+    if trial is not None:  # after the study's reports, so a wrong number loses none of them
+        if not 0 <= trial < len(study.trials) or study.trials[trial].state != optuna.trial.TrialState.COMPLETE:
+            numbers = ", ".join(str(t.number) for t in complete)
+            raise InputError(f"--trial {trial}: not a complete trial of study {settings.study_name!r} "
+                             f"(complete: {numbers})")
+        chosen = atomic_write_text(out_dir / f"trial-{trial}.yaml", best_overlay(
+            config, study.trials[trial].params, f"trial {trial}'s parameters (validation accuracy "
+            f"{study.trials[trial].value:.4f})"))
+    if not configured_differs(config, best.params):
         next_step = ("the configured settings are the best found, so make compare-tuned has nothing to compare; "
                      "make tune TRIAL=<n> writes another complete trial's config for SET='compare.tuned=...'")
     else:
