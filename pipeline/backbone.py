@@ -19,7 +19,7 @@ from pipeline.batching import TRAINING_LENGTH_MULTIPLE, batch_width, bucketed_ba
 from pipeline.config import Config
 from pipeline.errors import InputError, MissingInputError
 from pipeline.hardware import already_sharded
-from pipeline.stages import require_output
+from pipeline.catalog import require_output
 from pipeline.text import CLS_ID, MASK_ID, PAD_ID, SEP_ID
 
 MASK_RATE = 0.15

@@ -11,6 +11,7 @@ tests; :func:`log_evaluation` puts them on the run.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,11 +20,23 @@ import numpy as np
 import pandas as pd
 
 from pipeline import behaviour
-from pipeline.artifacts import METRICS_FILE, TEST_PREDICTIONS_FILE, VAL_PREDICTIONS_FILE, atomic_write_json, atomic_write_parquet, atomic_write_text
-from pipeline.inference import PipelineModel, SentimentClassifier, predict_ids
+from pipeline.artifacts import (
+    METRICS_FILE,
+    TEST_PREDICTIONS_FILE,
+    VAL_PREDICTIONS_FILE,
+    atomic_write_json,
+    atomic_write_parquet,
+    atomic_write_text,
+    split_table,
+    token_counts_file,
+)
+from pipeline.catalog import require_output, stage_dir
+from pipeline.config import Config
+from pipeline.inference import PipelineModel, SentimentClassifier, load_classifier, predict_ids
 from pipeline.metrics import classification_metrics
 from pipeline.predictions import predicted_and_confidence, prediction_frame
 from pipeline.text import PAD_ID
+from pipeline.tracking import latest_training_run_id, setup_tracking
 
 ATTENTION_EXAMPLES = (
     "A wonderful film with a moving story and superb acting.",
@@ -262,3 +275,58 @@ def behaviour_summary(rates: dict[str, float]) -> str:
     if not rates:
         return "no behaviour tests (labels are not negative/positive)"
     return f"behaviour tests: mean pass rate {np.mean(list(rates.values())):.0%} over {len(rates)} capabilities"
+
+
+# --------------------------------------------------------------------------- a logged run, evaluated
+
+
+@dataclass(frozen=True)
+class EvaluatedRun:
+    """What evaluating a run hands on: the run, its report folder and every metric the run holds now."""
+
+    run_id: str
+    out_dir: Path
+    metrics: dict[str, float]
+
+    @classmethod
+    def of(cls, run_id: str, out_dir: Path) -> "EvaluatedRun":
+        return cls(run_id, out_dir, dict(mlflow.tracking.MlflowClient().get_run(run_id).data.metrics))
+
+    def predictions(self, split: str = "test") -> pd.DataFrame:
+        """The run's ``test`` or ``val`` predictions (``pipeline.predictions.prediction_frame`` columns)."""
+        return pd.read_parquet(self.out_dir / (TEST_PREDICTIONS_FILE if split == "test" else VAL_PREDICTIONS_FILE))
+
+
+def evaluate_run(config: Config, run: str = "latest", force: bool = False) -> EvaluatedRun:
+    """Evaluate a run (an id, or ``latest``) on the test and validation splits and log the results to it;
+    skips a run already evaluated."""
+    started = time.perf_counter()
+    ingest_dir = require_output(config, "ingest")
+    test_path = ingest_dir / split_table("test")
+    setup_tracking(config)
+    run_id = latest_training_run_id(config) if run == "latest" else run
+    out_dir = config.reports_dir / run_id
+    done = all((out_dir / name).is_file() for name in (METRICS_FILE, TEST_PREDICTIONS_FILE, VAL_PREDICTIONS_FILE))
+    if done and not force and "test_accuracy" in mlflow.get_run(run_id).data.metrics:
+        print(f"evaluate: up to date, run {run_id} already evaluated ({out_dir}/{METRICS_FILE})")
+        return EvaluatedRun.of(run_id, out_dir)
+    classifier = load_classifier(f"runs:/{run_id}/model")
+    pooling = mlflow.get_run(run_id).data.params.get("model.pooling")
+    test = pd.read_parquet(test_path)
+    val = pd.read_parquet(ingest_dir / split_table("val"))
+    counts_path = stage_dir(config, "tokenize") / token_counts_file("test")  # for a model without its own tokenizer
+    token_counts = np.load(counts_path) if counts_path.is_file() else None
+    if token_counts is not None and len(token_counts) != len(test):
+        token_counts = None  # tokenized from another ingestion
+    max_tokens = config.tokenizer.max_sequence_length - 1
+    title = f"run {run_id} ({classifier.kind}" + (f", {pooling} pooling)" if pooling else ")")
+    evaluation = evaluate_model(classifier, test, val, out_dir, title, token_counts=token_counts, max_tokens=max_tokens,
+                                pooling=pooling)
+    with mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None):
+        log_evaluation(evaluation, out_dir)
+    metrics = evaluation.payload["metrics"]
+    print(f"evaluate: read {len(test):,} test and {len(val):,} validation reviews from {ingest_dir}/; run {run_id} "
+          f"({classifier.kind}{', ' + pooling if pooling else ''}): test_accuracy {metrics['test_accuracy']:.4f}, "
+          f"f1 {metrics['test_f1']:.4f}, roc_auc {metrics['test_roc_auc']:.4f}, ece {metrics['test_ece']:.4f}; "
+          f"{behaviour_summary(evaluation.payload['behaviour'])}; wrote {out_dir}/ in {time.perf_counter() - started:.0f}s")
+    return EvaluatedRun.of(run_id, out_dir)

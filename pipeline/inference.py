@@ -32,7 +32,7 @@ import pandas as pd
 
 from pipeline.artifacts import LABELS_FILE, TOKENIZER_SETTINGS_FILE, sha256_file
 from pipeline.batching import SCORING_LENGTH_MULTIPLE, batch_width, bucketed_batches
-from pipeline.encoder import TextEncoder
+from pipeline.tokenizer import TextEncoder
 from pipeline.errors import InputError
 from pipeline.predictions import as_class_probabilities, check_shape, predicted_and_confidence, probability_columns
 from pipeline.text import PAD_ID, load_labels, text_problem

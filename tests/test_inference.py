@@ -176,7 +176,7 @@ def test_a_wrong_shape_is_an_error_not_a_reshape():
 
 def test_compiled_scoring_gives_the_eager_probabilities():
     from pipeline.inference import load_keras_model, predict_ids
-    from pipeline.encoder import TextEncoder
+    from pipeline.tokenizer import TextEncoder
 
     model = load_keras_model(LEGACY / "model.keras")
     encoder = TextEncoder.load(LEGACY / "tokenizer")
@@ -274,7 +274,7 @@ def test_loading_a_logged_model_does_not_put_its_code_copy_on_sys_path(trained_r
 
 def test_small_inputs_are_padded_to_a_power_of_two_and_score_like_eager():
     from pipeline.inference import load_keras_model, predict_ids
-    from pipeline.encoder import TextEncoder
+    from pipeline.tokenizer import TextEncoder
 
     model = load_keras_model(LEGACY / "model.keras")
     ids = TextEncoder.load(LEGACY / "tokenizer").encode(["superb", "awful and dull", "the movie plot was fine"])

@@ -11,7 +11,7 @@ from pipeline import backbone
 from pipeline.artifacts import BACKBONE_SPEC_FILE
 from pipeline.stages import ingest, pretrain, tokenize, train
 from pipeline.errors import InputError, MissingInputError
-from pipeline.encoder import TextEncoder
+from pipeline.tokenizer import TextEncoder
 from pipeline.text import MASK_ID
 from tests.conftest import PROJECT_ROOT, make_archive, write_imdb_tree
 from pipeline.config import load_config

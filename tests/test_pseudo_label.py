@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from pipeline.artifacts import PSEUDO_LABELS_FILE
-from pipeline.encoder import load_split
+from pipeline.tokenizer import load_split
 from pipeline.stages import ingest, pseudo_label, tokenize, train
 from pipeline.__main__ import main as cli_main
 from pipeline.config import load_config

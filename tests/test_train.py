@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.stages import ingest, tokenize, train
 from pipeline.inference import load_keras_model, predict_probabilities
-from pipeline.encoder import TextEncoder
+from pipeline.tokenizer import TextEncoder
 
 
 def test_tiny_model_learns_separable_task(trained_run):

@@ -45,7 +45,7 @@ def test_training_with_word2vec_starts_from_the_cached_vectors(trained_run, tmp_
     config = config.replace(paths={"data_dir": str(tmp_path / "data")})
     tokenize_dir = config.data_dir / "tokenize"
     cache = tmp_path / "vectors"
-    from pipeline.encoder import TextEncoder
+    from pipeline.tokenizer import TextEncoder
 
     size = TextEncoder.load(tokenize_dir).vocabulary_size
     path = word_vectors.cached_embedding(tokenize_dir, cache, vocabulary_size=size, dimension=16, seed=0)

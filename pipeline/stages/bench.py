@@ -31,12 +31,12 @@ import pandas as pd
 
 from pipeline.artifacts import atomic_write_json, atomic_write_text, split_table
 from pipeline.batching import TRAINING_LENGTH_MULTIPLE, batch_width, bucketed_batches, padding_fraction
-from pipeline.encoder import TextEncoder, load_split
+from pipeline.tokenizer import TextEncoder, load_split
 from pipeline.config import Config, ModelConfig
 from pipeline.errors import InputError
 from pipeline.flops import EncoderShape, batch_flops, classifier_forward_flops, masked_lm_forward_flops
 from pipeline.scoring import score_csv
-from pipeline.stages import require_output
+from pipeline.catalog import require_output
 from pipeline.text import PAD_ID
 
 MEASURED_BATCHES = 8

@@ -51,7 +51,7 @@ from pipeline.artifacts import (
 )
 from pipeline.config import Config
 from pipeline.errors import InputError, MissingInputError
-from pipeline.stages import stage_dir
+from pipeline.catalog import stage_dir
 from pipeline.tables import find_table_files, held_out_split, load_table_splits, split_rule
 from pipeline.text import clean_text, percentiles, save_labels
 

@@ -1,4 +1,4 @@
-"""The text encoder: raw review text -> fixed-length WordPiece token ids, with the saved vocabulary.
+"""The WordPiece tokenizer: raw review text -> fixed-length token ids, with the saved vocabulary.
 
 :class:`TextEncoder` is the one path from raw text to model input; training, evaluation,
 scoring and the MLflow pyfunc model all use it with the vocabulary the tokenize stage
