@@ -1,6 +1,7 @@
 """Command line: ``python -m pipeline <stage> [--config FILE] [--set section.key=value ...]``.
 
-The sub-commands come from the stage table (:data:`pipeline.stages.STAGES`): every stage takes
+The sub-commands come from the stage table (:data:`pipeline.stages.STAGES`) and the experiments'
+(:data:`pipeline.experiments.EXPERIMENTS`): every one takes
 ``--config`` and ``--set``, ``--force`` where the stage honours it, and its own options. A
 user's mistake (a ``PipelineError`` or a missing file) prints one ``error:`` line naming the
 file, row or field and exits with status 2; any other exception is a bug and keeps its traceback.
@@ -18,6 +19,7 @@ import sys
 from pipeline.config import load_config
 from pipeline.errors import PipelineError
 from pipeline.logs import VERBOSE_ENV, quiet_third_party, verbose_requested
+from pipeline.experiments import EXPERIMENTS
 from pipeline.stages import STAGES
 
 
@@ -27,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also show TensorFlow's C++ start-up lines and known third-party warnings "
                              f"(or {VERBOSE_ENV}=1)")
     subparsers = parser.add_subparsers(dest="stage", required=True, metavar="STAGE")
-    for stage in STAGES.values():
+    for stage in (*STAGES.values(), *EXPERIMENTS.values()):
         sub = subparsers.add_parser(stage.name, help=stage.help, description=stage.help)
         sub.add_argument("--config", default=None, help="YAML config file (default: built-in defaults)")
         sub.add_argument(

@@ -44,6 +44,13 @@ class Stage:
         return FOLDERS.get(self.name)
 
 
+def model_argument(parser: argparse.ArgumentParser) -> None:
+    """``--model``, for every sub-command that loads a logged model."""
+    parser.add_argument("--model", default=None,
+                        help="models:/NAME@ALIAS, runs:/RUN_ID/model or a local model folder "
+                             "(default: models:/<registered name>@champion)")
+
+
 def stage_dir(config: Config, name: str) -> Path:
     """The output folder of stage ``name`` under ``paths.data_dir``."""
     if name not in FOLDERS:

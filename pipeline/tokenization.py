@@ -156,3 +156,24 @@ def tokenize(config: Config, force: bool = False) -> Path:
           f"in {time.perf_counter() - started:.1f}s")
     return out_dir
 
+
+
+def own_tokenization(config: Config, base: Config) -> Config:
+    """``config`` as is when its tokenizer settings are ``base``'s; otherwise ``config`` reading a tokenization of
+    its own, ``<base data>/tune/tokenize-<hash>/`` (made once: skipped when up to date), with links to the base's
+    ingestion, pseudo labels and pretraining, so that a tune trial or the tuned candidate of a comparison never
+    overwrites the ids the base config trains on."""
+    if config.section_hash("tokenizer") == base.section_hash("tokenizer"):
+        return config
+    folder = base.data_dir / "tune" / f"tokenize-{config.section_hash('tokenizer')[:8]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for stage in ("ingest", "pseudo-label", "pretrain"):  # what does not depend on the tokenization's ids
+        source, link = stage_dir(base, stage), stage_dir(base, stage).name
+        if source.is_dir() and not (folder / link).exists():
+            try:
+                (folder / link).symlink_to(source.resolve(), target_is_directory=True)
+            except FileExistsError:  # another process made it first
+                pass
+    config = config.replace(paths={"data_dir": str(folder)})
+    tokenize(config)
+    return config

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from pipeline.stages import bench
+from pipeline.experiments import bench
 from pipeline.config import ModelConfig
 
 

@@ -405,7 +405,8 @@ def test_the_tuned_config_and_the_default_are_one_comparison_that_register_choos
     """`make compare-tuned`: tune's best.yaml (written by its own writer) against the configured model, with NBSVM
     and the fused candidates; a tuned tokenizer setting trains on a tokenization of its own; `make register`
     takes the comparison that finished last, a rerun one included."""
-    from pipeline.stages import ingest, register, tokenize, tune
+    from pipeline.experiments import tune
+    from pipeline.stages import ingest, register, tokenize
 
     config = smoke_config.replace(training={"epochs": 1}, compare={"tfidf_baseline": False, "poolings": ["first_token"]})
     ingest.run(config)
@@ -462,7 +463,7 @@ def test_the_tuned_config_and_the_default_are_one_comparison_that_register_choos
 def test_the_tuned_level_is_the_tuned_file_and_the_default_level_keeps_the_compare_sections_settings(smoke_config,
                                                                                                        tmp_path):
     from pipeline.errors import ConfigError, MissingInputError
-    from pipeline.stages import tune
+    from pipeline.experiments import tune
 
     with pytest.raises(MissingInputError, match="run `make tune` first"):
         smoke_config.design("tuned")

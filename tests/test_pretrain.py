@@ -152,7 +152,7 @@ def test_pretraining_needs_the_mask_token(unsup_config):
 
 
 def test_budget_curve_fine_tunes_from_scratch_and_from_the_pretrained_backbone(unsup_config):
-    from pipeline.stages import pretrain_budget
+    from pipeline.experiments import pretrain_budget
 
     config = prepared(unsup_config).replace(training={"epochs": 1})
     report = pretrain_budget.run(config, seeds=(1,), baseline=0.9)
@@ -179,7 +179,7 @@ def test_budget_curve_fine_tunes_from_scratch_and_from_the_pretrained_backbone(u
 
 
 def test_budget_summary_matches_seeds_and_picks_the_budget_on_validation():
-    from pipeline.stages.pretrain_budget import chosen_budgets, summarize
+    from pipeline.experiments.pretrain_budget import chosen_budgets, summarize
 
     def row(encoder, minutes, seed, val, test):
         return {"encoder": encoder, "pretrain_minutes": minutes, "seed": seed, "best_val_accuracy": val, "test_accuracy": test}
@@ -197,7 +197,7 @@ def test_budget_summary_matches_seeds_and_picks_the_budget_on_validation():
 
 
 def test_budget_baseline_defaults_to_the_comparison_report(tmp_path):
-    from pipeline.stages.pretrain_budget import comparison_baseline
+    from pipeline.experiments.pretrain_budget import comparison_baseline
 
     assert comparison_baseline(tmp_path) is None
     (tmp_path / "comparison.json").write_text(json.dumps({"summary": {"first_token": {}}}))
@@ -210,7 +210,7 @@ def test_budget_baseline_defaults_to_the_comparison_report(tmp_path):
 
 
 def test_an_unreadable_budget_report_is_refused_by_name_not_overwritten(tmp_path):
-    from pipeline.stages.pretrain_budget import read_previous_report
+    from pipeline.experiments.pretrain_budget import read_previous_report
     from pipeline.errors import InputError
 
     assert read_previous_report(tmp_path / "pretraining_budget.json") is None

@@ -128,7 +128,7 @@ def test_mlflow_models_predict_cli_scores_a_csv_in_a_fresh_process(trained_run, 
 
 
 def test_max_train_samples_draws_from_the_whole_split_not_its_head():
-    from pipeline.stages.train import subsample
+    from pipeline.datasets import subsample
 
     labels = np.repeat([0, 1], 500)  # ordered by label, as IMDB's train split is
     keep = subsample(len(labels), 100, seed=3)

@@ -16,7 +16,7 @@ import yaml
 from pipeline.__main__ import main as cli_main
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputError
-from pipeline.stages import tune
+from pipeline.experiments import tune
 from tests.conftest import PROJECT_ROOT
 
 SPACE = {"training.learning_rate": {"low": 1e-3, "high": 1e-2, "log": True},

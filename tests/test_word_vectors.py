@@ -38,6 +38,7 @@ def test_training_with_word2vec_starts_from_the_cached_vectors(trained_run, tmp_
     import shutil
 
     from pipeline.model import build_model
+    from pipeline.catalog import stage_dir
     from pipeline.stages import train
 
     config, _ = trained_run
@@ -55,7 +56,7 @@ def test_training_with_word2vec_starts_from_the_cached_vectors(trained_run, tmp_
     data = train.load_training_data(w2v, tokenize_dir, 1)
     hardware = train.prepare_hardware(w2v)
     model, _ = train.build_and_compile(w2v, data, hardware, tokenize_dir, None)
-    stage_cache = word_vectors.cached_embedding(tokenize_dir, train.stage_dir(w2v, "train"), size, 16, 0)
+    stage_cache = word_vectors.cached_embedding(tokenize_dir, stage_dir(w2v, "train"), size, 16, 0)
     np.testing.assert_allclose(model.get_layer("token_embedding").embeddings.numpy(), np.load(stage_cache))
     np.testing.assert_allclose(np.load(stage_cache), matrix)
     random_start = build_model(config.model, data.encoder.vocabulary_size, 32, 2)

@@ -34,7 +34,10 @@ from pipeline.artifacts import (
     read_manifest,
 )
 from pipeline.config import Config
-from pipeline.stages import run_stage, stage_dir
+from pipeline.catalog import stage_dir
+from pipeline.evaluation import evaluate_run
+from pipeline.pretraining import pretrain
+from pipeline.training import train_model
 
 REPORT_NAME = "pretraining_budget"
 
@@ -168,7 +171,7 @@ def run(config: Config, seeds: tuple[int, ...] | None = None, baseline: float | 
     reports = config.reports_dir
     json_file = reports / f"{REPORT_NAME}.json"
     previous = read_previous_report(json_file)  # before hours of work, not after
-    out_dir = run_stage("pretrain", config)
+    out_dir = pretrain(config)
     snapshots = {0.0: None}  # minutes of pretraining actually done (a snapshot is taken at the first period end after)
     for folder in [out_dir, *sorted((out_dir / BACKBONE_SNAPSHOTS_DIR).glob("*min"))]:
         if (folder / BACKBONE_SPEC_FILE).is_file():
@@ -179,9 +182,9 @@ def run(config: Config, seeds: tuple[int, ...] | None = None, baseline: float | 
         for seed in seeds:
             model = {"init": "scratch"} if folder is None else {"init": "pretrained", "pretrained": str(folder)}
             child = config.replace(model=model, training={"seed": seed})
-            run_dir = run_stage("train", child)
-            run_id = read_manifest(run_dir)["mlflow_run_id"]
-            metrics = json.loads((run_stage("evaluate", child, run=run_id) / METRICS_FILE).read_text())["metrics"]
+            trained = train_model(child)
+            run_id, run_dir = trained.run_id, trained.run_dir
+            metrics = json.loads((evaluate_run(child, run=run_id).out_dir / METRICS_FILE).read_text())["metrics"]
             rows.append({"encoder": encoder, "backbone": config.backbone(), "pretrain_minutes": minutes,
                          "seed": seed, "run_id": run_id, "best_val_accuracy": read_manifest(run_dir)["best_val_accuracy"],
                          "test_accuracy": metrics["test_accuracy"]})

@@ -32,7 +32,9 @@ import yaml
 from pipeline.artifacts import MANIFEST_NAME, atomic_write_json, atomic_write_text, read_manifest
 from pipeline.config import Config, _check_type
 from pipeline.errors import ConfigError, InputError, MissingInputError, PipelineError
-from pipeline.stages import own_tokenization, require_output, run_stage
+from pipeline.catalog import require_output
+from pipeline.tokenization import own_tokenization
+from pipeline.training import train_model
 from pipeline.tracking import flat_params, setup_tracking, tracking_uri
 
 REPORT_DIR = "tune"
@@ -196,7 +198,7 @@ def run_trial(trial, base: Config, parameters: list[Parameter]) -> float:
     config = own_tokenization(trial_config(base, values), base)  # a ConfigError here fails just this trial
     callback = pruning_callback(trial)
     started = time.perf_counter()
-    run_dir = run_stage("train", config, extra_callbacks=[callback])
+    run_dir = train_model(config, extra_callbacks=[callback]).run_dir
     manifest = read_manifest(run_dir)
     client = mlflow.tracking.MlflowClient()
     state = "pruned" if callback.pruned_at is not None else "complete"

@@ -1,0 +1,63 @@
+"""The experiments: runners that answer research questions about the product, apart from its stages.
+
+Each is a ``make`` target and a ``python -m pipeline`` sub-command like a stage, declared in
+:data:`EXPERIMENTS` (same :class:`pipeline.catalog.Stage` entries), and like a stage it calls the
+libraries in ``pipeline/`` and never imports a stage. Their outputs are reports (``reports/``), an
+Optuna study, screenshots; what a user deploys comes from the stages alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from pipeline.catalog import Stage, model_argument
+
+
+def _tune_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trials", type=int, default=None,
+                        help="finished trials the study should hold (default: tune.trials)")
+    parser.add_argument("--trial", type=int, default=None,
+                        help="also write this complete trial's config, reports/tune/trial-<n>.yaml, for "
+                             "compare.tuned (the best one is always reports/tune/best.yaml)")
+
+
+def _bench_arguments(parser: argparse.ArgumentParser) -> None:
+    model_argument(parser)
+    parser.add_argument("--rows", type=int, default=25000, help="test reviews in the small CSV")
+    parser.add_argument("--repeat", type=int, default=10, help="the big CSV is the small one repeated this often")
+    parser.add_argument("--only", action="append", choices=("train", "score"),
+                        help="measure only training steps or only scoring (repeatable; default: everything)")
+
+
+def _screenshot_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output", default=None, help="folder for the PNGs (default: <reports>/ui)")
+
+
+def _budget_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seeds", default=None,
+                        help="fine-tuning seeds per budget, comma-separated (default: compare.seeds)")
+    parser.add_argument("--baseline", type=float, default=None,
+                        help="lexical baseline test accuracy to draw on the plot (default: from reports/comparison.json)")
+
+
+EXPERIMENTS: dict[str, Stage] = {stage.name: stage for stage in (
+    Stage("compare-tuned", "pipeline.experiments.compare_tuned", "make tune's best config (compare.tuned) against this "
+          "config, with NBSVM and the fused candidates, as one comparison make register chooses from",
+          reads=("tune", "tokenize", "ingest"), writes="an MLflow parent run with its children; "
+          "reports/comparison_tuned.*", force=True),
+    Stage("ablate-position", "pipeline.experiments.ablate_position", "learned vs no positions, everything else as "
+          "configured (an ablation: its runs are not candidates)", reads=("tokenize", "ingest"),
+          writes="an MLflow parent run with its children; reports/ablation_position.*", force=True),
+    Stage("pretrain-budget", "pipeline.experiments.pretrain_budget", "test accuracy against minutes of pretraining",
+          reads=("pretrain", "train", "evaluate"), writes="reports/pretraining_budget.{json,md,png}",
+          arguments=_budget_arguments),
+    Stage("tune", "pipeline.experiments.tune", "an Optuna study over configs/tune.yaml, every trial an MLflow run; the "
+          "best parameters as a config for make compare-tuned", reads=("tokenize", "ingest", "train"),
+          writes="the study in Optuna storage; a parent MLflow run with a child per trial; reports/tune/best.yaml",
+          arguments=_tune_arguments),
+    Stage("bench", "pipeline.experiments.bench", "training and scoring speed against the same run's GEMM peak; memory",
+          reads=("tokenize", "ingest", "register"), writes="reports/bench.{json,md}", arguments=_bench_arguments),
+    Stage("ui-screenshots", "pipeline.experiments.ui_screenshots", "screenshots of the MLflow UI pages of the latest "
+          "comparison", reads=("compare",), writes="reports/ui/{runs_table,comparison_run,compare_children}.png",
+          arguments=_screenshot_arguments),
+)}
