@@ -22,24 +22,21 @@ from pipeline.hardware import already_sharded
 from pipeline.catalog import require_output
 from pipeline.text import CLS_ID, MASK_ID, PAD_ID, SEP_ID
 
-MASK_RATE = 0.15
-
-
 # --------------------------------------------------------------------------- masking
 
 
-def mask_selection_length(width: int, rate: float = MASK_RATE) -> int:
+def mask_selection_length(width: int, rate: float) -> int:
     """Masked positions computed per row for a batch ``width`` tokens wide (at least 1)."""
     return max(1, math.ceil(rate * width))
 
 
-def mask_generator(vocabulary_size: int, width: int, rate: float = MASK_RATE):
+def mask_generator(vocabulary_size: int, width: int, rate: float):
     """KerasHub's BERT-style mask generator for batches ``width`` tokens wide.
 
     Never selects ``[PAD]``, ``[CLS]`` or ``[SEP]``; selected tokens become ``[MASK]`` (80 %), a
     random token (10 %) or stay (10 %); its randomness follows TensorFlow's global seed. Called
     on ``[batch, width]`` ids it returns ``token_ids``, ``mask_positions``, ``mask_ids`` and
-    ``mask_weights``.
+    ``mask_weights``. ``rate`` is ``pretrain.mask_rate``.
     """
     import keras_hub
 
@@ -48,7 +45,7 @@ def mask_generator(vocabulary_size: int, width: int, rate: float = MASK_RATE):
         mask_selection_length=mask_selection_length(width, rate), unselectable_token_ids=[PAD_ID, CLS_ID, SEP_ID])
 
 
-def masked_lm_dataset(ids: np.ndarray, batch_size: int, vocabulary_size: int, seed: int, rate: float = MASK_RATE,
+def masked_lm_dataset(ids: np.ndarray, batch_size: int, vocabulary_size: int, seed: int, rate: float,
                       shard: tuple[int, int] = (0, 1), length_multiple: int = TRAINING_LENGTH_MULTIPLE):
     """Endless ``({"token_ids", "mask_positions"}, mask_ids, mask_weights)`` batches, length-bucketed,
     a new order every pass over ``ids``.

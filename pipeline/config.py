@@ -85,9 +85,9 @@ class TokenizerConfig:
 
     vocabulary_size: int = 20000
     lowercase: bool = True
-    min_frequency: int = 5
+    min_frequency: int = 5      # words rarer than this are not learned (speeds learning ~4x)
     max_sequence_length: int = 256
-    truncation: str = "head_tail"
+    truncation: str = "head_tail"  # keep the first head_tokens and the last (max_sequence_length - 1 - head_tokens)
     head_tokens: int = 64
     include_unlabeled: bool = True  # learn the vocabulary on the unlabeled reviews too, when ingested
 
@@ -114,38 +114,10 @@ TOKEN_EMBEDDINGS = ("random", "word2vec")
 BACKBONE_KEYS = ("position", "hidden_dim", "num_layers", "num_heads", "intermediate_dim", "dropout")
 
 
-@dataclass(frozen=True)
-class Design:
-    """A comparison: the keys it varies (one or two factors, two levels each, the first called A), the
-    settings it holds fixed for every variant, the report's file name, and whether its runs are
-    candidates for `make register` (an ablation's are not). Keys are ``section.key``."""
-
-    factors: tuple[tuple[str, tuple[Any, Any]], ...]
-    report_name: str
-    champion_pool: bool
-    fixed: tuple[tuple[str, Any], ...] = ()
-    # a factor whose key is TUNED_FACTOR sets a whole configuration: each level's ``section.key`` settings
-    overlays: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
-
-    def settings(self, variant: dict[str, Any]) -> list[tuple[str, Any]]:
-        """The ``section.key`` settings of one variant: its levels, a configuration factor's level expanded."""
-        overlays = dict(self.overlays)
-        settings: list[tuple[str, Any]] = []
-        for key, value in variant.items():
-            settings.extend(overlays[value] if key == TUNED_FACTOR else [(key, value)])
-        return settings
-
-
-# What `make compare` can vary: the compare key holding its levels -> the setting it sets.
-COMPARE_FACTORS = {"poolings": "model.pooling", "inits": "model.init", "token_embeddings": "model.token_embedding",
-                   "pseudo_labels": "training.pseudo_labels"}
-# `make ablate-position`: learned vs no positions, everything else as configured.
-POSITION_ABLATION = Design((("model.position", ("learned", "none")),), "ablation_position", champion_pool=False)
-# `make compare-tuned`: the configuration `make tune` wrote (reports/tune/best.yaml) against the configured one.
-TUNED_FACTOR = "config"
-TUNED_LEVELS = ("tuned", "default")
-TUNED_SECTIONS = ("tokenizer", "model", "training")  # what the tuned level may change; seeds stay the comparison's
-DESIGN_NAMES = ("main", "position", "tuned")
+# What `make compare` can vary: the compare key holding its levels -> (the setting it sets, the levels it allows).
+COMPARE_FACTORS = {"poolings": ("model.pooling", POOLINGS), "inits": ("model.init", INITS),
+                   "token_embeddings": ("model.token_embedding", TOKEN_EMBEDDINGS),
+                   "pseudo_labels": ("training.pseudo_labels", (False, True))}
 
 
 @dataclass(frozen=True)
@@ -158,9 +130,9 @@ class ModelConfig:
     num_layers: int = 1
     num_heads: int = 2
     intermediate_dim: int = 128
-    dropout: float = 0.1
-    classifier_dropout: float = 0.1
-    init: str = "scratch"           # scratch | pretrained (backbone weights from `make pretrain`)
+    dropout: float = 0.2
+    classifier_dropout: float = 0.3
+    init: str = "scratch"           # scratch | pretrained (`make pretrain`'s backbone; -1.04 points here: docs/results.md)
     pretrained: str | None = None   # a pretrain output folder or runs:/<run_id>/backbone; default data/pretrain
     token_embedding: str = "random"  # random | word2vec (vectors learned on train + unlabeled, pipeline.word_vectors)
 
@@ -190,17 +162,17 @@ class TrainingConfig:
     """Optimiser, schedule, budget and hardware policy."""
 
     batch_size: int = 64
-    epochs: int = 4
+    epochs: int = 3
     learning_rate: float = 1e-3
     weight_decay: float = 0.01
     warmup_fraction: float = 0.1
     early_stopping_patience: int = 1
     seed: int = 42
-    precision: str = "auto"
+    precision: str = "auto"  # float32 on CPU below width 256, mixed_bfloat16 above (bf16 CPUs), mixed_float16 on GPU
     max_train_samples: int | None = None
     length_multiple: int = 16  # batches are trimmed to their longest review rounded up to this
     class_weights: bool = False
-    fine_tune_learning_rate: float = 1e-3  # instead of learning_rate when model.init is pretrained
+    fine_tune_learning_rate: float = 1e-3  # instead of learning_rate when model.init is pretrained (3e-4: 1.1-1.9 points worse)
     fine_tune_warmup_fraction: float = 0.1
     pseudo_labels: bool = False  # also train on the unlabeled reviews the teacher is sure of (make pseudo-label)
 
@@ -226,7 +198,7 @@ class PretrainConfig:
     """
 
     max_minutes: float | None = None
-    max_steps: int | None = 1500
+    max_steps: int | None = 1500     # about 15 minutes on 2 CPU cores; steps, not minutes: the same on any machine
     batch_size: int = 64
     learning_rate: float = 5e-4
     warmup_steps: int = 300
@@ -323,10 +295,8 @@ class CompareConfig:
     tuned: str | None = None       # make compare-tuned: the tuned config file (null: <reports_dir>/tune/best.yaml)
 
     def __post_init__(self) -> None:
-        allowed = {"poolings": POOLINGS, "inits": INITS, "token_embeddings": TOKEN_EMBEDDINGS,
-                   "pseudo_labels": (False, True)}
         varied = []
-        for key, options in allowed.items():
+        for key, (_, options) in COMPARE_FACTORS.items():
             levels = getattr(self, key) or ()
             unknown = [level for level in levels if level not in options]
             if unknown:
@@ -339,14 +309,6 @@ class CompareConfig:
             raise ConfigError(f"compare varies at most two factors at a time, got {varied}")
         if self.fusion_weights < 2:
             raise ConfigError("compare.fusion_weights must be at least 2 (the weights 0 and 1)")
-
-    def design(self) -> Design:
-        """The main comparison's design: the keys with two levels vary, those with one are fixed, empty ones
-        keep the configured value."""
-        levels = {key: tuple(getattr(self, key) or ()) for key in COMPARE_FACTORS}
-        factors = tuple((COMPARE_FACTORS[key], values) for key, values in levels.items() if len(values) == 2)
-        fixed = tuple((COMPARE_FACTORS[key], values[0]) for key, values in levels.items() if len(values) == 1)
-        return Design(factors, "comparison", champion_pool=True, fixed=fixed)
 
 
 @dataclass(frozen=True)
@@ -436,47 +398,6 @@ class Config:
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return dataclasses.asdict(self)
-
-    def design(self, name: str = "main") -> Design:
-        """``main``: the comparison ``compare`` configures; ``position``: the position ablation; ``tuned``: the
-        tuned configuration against this one (:meth:`tuned_design`)."""
-        if name not in DESIGN_NAMES:
-            raise ConfigError(f"unknown design {name!r} (known: {', '.join(DESIGN_NAMES)})")
-        if name == "tuned":
-            return self.tuned_design()
-        return self.compare.design() if name == "main" else POSITION_ABLATION
-
-    def tuned_path(self) -> Path:
-        return Path(self.compare.tuned) if self.compare.tuned else self.reports_dir / "tune" / "best.yaml"
-
-    def tuned_design(self) -> Design:
-        """One factor, ``config``: ``default`` is this config with the compare section's single levels (its
-        two-level factors do not apply: each level keeps its own pooling, say); ``tuned`` is the tuned config
-        file's tokenizer, model and training sections (the seed excepted: seeds are the comparison's), set
-        over those where they differ."""
-        path = self.tuned_path()
-        if not path.is_file():
-            raise MissingInputError(f"compare.tuned: no tuned config at {path}: run `make tune` first, or point "
-                                    "compare.tuned at a config file")
-        tuned = load_config(path)
-        fixed = self.compare.design().fixed
-        default = self.with_settings(fixed)  # the default level: this config with the compare section's single levels
-        overlay = tuple((f"{section}.{key}", value) for section in TUNED_SECTIONS
-                        for key, value in dataclasses.asdict(getattr(tuned, section)).items()
-                        if key != "seed" and value != getattr(getattr(default, section), key))
-        if not overlay:
-            raise ConfigError(f"{path}: its {', '.join(TUNED_SECTIONS)} settings are this config's: nothing to compare")
-        tuned_level = default.with_settings(overlay)
-        shape = {f"model.{key}" for key in BACKBONE_KEYS if key != "dropout"} | {
-            f"tokenizer.{key}" for key in ("vocabulary_size", "lowercase", "min_frequency", "include_unlabeled",
-                                           "max_sequence_length")}  # what the backbone's weights are built for
-        backbone_changed = [key for key, _ in overlay if key in shape]
-        if "pretrained" in (default.model.init, tuned_level.model.init) and backbone_changed:
-            raise ConfigError(f"{path}: the tuned level changes {', '.join(backbone_changed)}, which the masked-LM "
-                              "backbone is built for, and a level starts from it (model.init: pretrained); compare "
-                              "from scratch (compare.inits=[scratch]) or tune without those settings")
-        return Design(((TUNED_FACTOR, TUNED_LEVELS),), "comparison_tuned", champion_pool=True, fixed=fixed,
-                      overlays=((TUNED_LEVELS[0], overlay), (TUNED_LEVELS[1], ())))
 
     def backbone(self) -> dict:
         """The ``model`` keys that shape the encoder backbone (what pretraining depends on)."""

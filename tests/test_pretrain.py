@@ -47,9 +47,9 @@ def test_masking_follows_bert_and_never_touches_padding_or_cls():
     ids = np.zeros((64, 32), dtype=np.int32)
     ids[:, 0] = 2
     ids[:, 1:25] = np.random.default_rng(0).integers(10, 90, (64, 24))
-    masked = {k: np.asarray(v) for k, v in backbone.mask_generator(100, 32)(ids).items()}
+    masked = {k: np.asarray(v) for k, v in backbone.mask_generator(100, 32, 0.15)(ids).items()}
     positions, weights = masked["mask_positions"], masked["mask_weights"] > 0
-    assert positions.shape[1] == backbone.mask_selection_length(32)
+    assert positions.shape[1] == backbone.mask_selection_length(32, 0.15)
     chosen = positions[weights]
     assert chosen.min() >= 1 and chosen.max() <= 24  # real tokens only: not [CLS], not padding
     rows = np.repeat(np.arange(64)[:, None], positions.shape[1], axis=1)[weights]

@@ -125,13 +125,13 @@ def measure_classifier_step(model_config: ModelConfig, vocabulary_size: int, max
 
 
 def measure_masked_lm_step(model_config: ModelConfig, vocabulary_size: int, max_length: int,
-                           batches: list[np.ndarray], policy: str = "float32") -> dict:
+                           batches: list[np.ndarray], mask_rate: float, policy: str = "float32") -> dict:
     import keras
 
     from pipeline.model import build_masked_lm
     from pipeline.backbone import mask_generator
 
-    masked = [{name: np.asarray(value) for name, value in mask_generator(vocabulary_size, batch.shape[1])(batch).items()}
+    masked = [{name: np.asarray(value) for name, value in mask_generator(vocabulary_size, batch.shape[1], mask_rate)(batch).items()}
               for batch in batches]
     keras.mixed_precision.set_global_policy(policy)
     try:
@@ -366,9 +366,11 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
                                              "float32 + XLA": measure_classifier_step(m, vocabulary_size, max_length,
                                                                                       batches, jit=True)}
                                       for name, m in encoders.items()}
-        results["masked_lm_step"] = {name: {"float32": measure_masked_lm_step(m, vocabulary_size, max_length, batches),
+        rate = config.pretrain.mask_rate
+        results["masked_lm_step"] = {name: {"float32": measure_masked_lm_step(m, vocabulary_size, max_length, batches,
+                                                                              rate),
                                             "mixed_bfloat16": measure_masked_lm_step(m, vocabulary_size, max_length,
-                                                                                     batches, "mixed_bfloat16")}
+                                                                                     batches, rate, "mixed_bfloat16")}
                                      for name, m in encoders.items()}
         results["threads"] = measure_threads(encoders["configured"], vocabulary_size, max_length, batches)
     if everything or "score" in sections:
