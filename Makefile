@@ -19,8 +19,10 @@ export PIPELINE_VERBOSE := 1
 endif
 CONFIG ?= configs/default.yaml
 SET ?=
-DATA ?= data
-SET_ARGS := $(foreach s,$(SET),--set $(s))
+# DATA=folder puts every stage's outputs there (paths.data_dir); without it the config's paths.data_dir
+DATA ?=
+DATA_DIR := $(or $(DATA),data)
+SET_ARGS := $(foreach s,$(SET),--set $(s)) $(if $(DATA),--set paths.data_dir=$(DATA))
 STAGE = $(PYTHON) -m pipeline $(1) --config $(CONFIG) $(SET_ARGS)
 # FORCE=1 reruns a stage that is up to date (stages that offer --force)
 FORCE ?=
@@ -43,9 +45,12 @@ EXAMPLE_CSV ?= data/examples/reviews.csv
 EXAMPLE_TEXT_COLUMN ?= text
 REPORTS ?= reports
 
-help: ## list every target with a one-line description
+help: ## list every target with a one-line description: the product's stages, then the experiments
+	@echo "The product:"
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z0-9_-]*:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "  variables: CONFIG=$(CONFIG) SET='section.key=value ...' FORCE=1 VERBOSE=1 IMDB_ARCHIVE=path IMDB_UNSUP_ARCHIVE=path"
+	@echo "Experiments (research questions; reports, not models to deploy):"
+	@awk 'BEGIN {FS = ":.*##@ "} /^[a-z][a-zA-Z0-9_-]*:.*##@ / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo "  variables: CONFIG=$(CONFIG) SET='section.key=value ...' DATA=folder FORCE=1 VERBOSE=1 IMDB_ARCHIVE=path IMDB_UNSUP_ARCHIVE=path"
 
 setup: $(VENV)/.installed ## create .venv/ and install the project with its Spark, browser and test extras (every target does this when it is missing)
 
@@ -58,39 +63,39 @@ $(VENV)/.installed: pyproject.toml
 all: $(ENV) ingest tokenize compare register ## ingest, tokenize, compare (trains and evaluates every candidate), register, then score the example CSV
 	$(call STAGE,score) --input $(EXAMPLE_CSV) --output $(REPORTS)/example_scored.csv --text-column $(EXAMPLE_TEXT_COLUMN)
 
-ingest: $(DATA)/ingest/manifest.json ## IMDB archive -> data/ingest/{train,val,test}.parquet + manifest
+ingest: $(DATA_DIR)/ingest/manifest.json ## IMDB archive -> data/ingest/{train,val,test}.parquet + manifest
 
-$(DATA)/ingest/manifest.json: $(ENV) FORCE
+$(DATA_DIR)/ingest/manifest.json: $(ENV) FORCE
 	$(call STAGE,ingest) $(FORCE_ARG)
 
-tokenize: $(DATA)/tokenize/manifest.json ## learn the WordPiece vocabulary on train, encode all splits -> data/tokenize/
+tokenize: $(DATA_DIR)/tokenize/manifest.json ## learn the WordPiece vocabulary on train, encode all splits -> data/tokenize/
 
-$(DATA)/tokenize/manifest.json: $(ENV) $(DATA)/ingest/manifest.json FORCE
+$(DATA_DIR)/tokenize/manifest.json: $(ENV) $(DATA_DIR)/ingest/manifest.json FORCE
 	$(call STAGE,tokenize) $(FORCE_ARG)
 
-pretrain: $(ENV) $(DATA)/tokenize/manifest.json ## masked-LM pretraining of the encoder on train + unlabeled reviews -> data/pretrain/
+pretrain: $(ENV) $(DATA_DIR)/tokenize/manifest.json ## masked-LM pretraining of the encoder on train + unlabeled reviews -> data/pretrain/
 	$(call STAGE,pretrain) $(FORCE_ARG)
 
-pretrain-budget: $(ENV) $(DATA)/tokenize/manifest.json ## test accuracy vs pretraining minutes (SET='pretrain.max_minutes=40 pretrain.snapshot_minutes=[10,20]' SEEDS=1,2) -> reports/pretraining_budget.*
+pretrain-budget: $(ENV) $(DATA_DIR)/tokenize/manifest.json ##@ test accuracy vs pretraining minutes (SET='pretrain.max_minutes=40 pretrain.snapshot_minutes=[10,20]' SEEDS=1,2) -> reports/pretraining_budget.*
 	$(call STAGE,pretrain-budget) $(if $(SEEDS),--seeds $(SEEDS))
 
-pseudo-label: $(ENV) $(DATA)/ingest/manifest.json ## label the unlabeled reviews with the NBSVM teacher (soft targets), keep the sure ones -> data/pseudo_label/
+pseudo-label: $(ENV) $(DATA_DIR)/ingest/manifest.json ## label the unlabeled reviews with the NBSVM teacher (soft targets), keep the sure ones -> data/pseudo_label/
 	$(call STAGE,pseudo-label) $(FORCE_ARG)
 
-train: $(ENV) $(DATA)/tokenize/manifest.json ## train one model (POOLING=first_token|mean), log it to MLflow -> data/train/
+train: $(ENV) $(DATA_DIR)/tokenize/manifest.json ## train one model (POOLING=first_token|mean), log it to MLflow -> data/train/
 	$(call STAGE,train) $(FORCE_ARG)
 
 evaluate: $(ENV) ## score the test split with a run (RUN=latest|RUN_ID), log test_ metrics and plots -> reports/<run_id>/
 	$(call STAGE,evaluate) --run $(RUN) $(FORCE_ARG)
 
-compare: $(ENV) $(DATA)/tokenize/manifest.json ## Transformer variants (compare.poolings x compare.inits ...) x compare.seeds, NBSVM, their fusion, TF-IDF -> reports/comparison.{md,json,png}
+compare: $(ENV) $(DATA_DIR)/tokenize/manifest.json ## Transformer variants (compare.poolings x compare.inits ...) x compare.seeds, NBSVM, their fusion, TF-IDF -> reports/comparison.{md,json,png}
 	$(call STAGE,compare) --design main $(FORCE_ARG)
 
-compare-tuned: $(ENV) $(DATA)/tokenize/manifest.json ## make tune's best config (reports/tune/best.yaml) against CONFIG, same protocol, with NBSVM and fusions -> reports/comparison_tuned.*
-	$(call STAGE,compare) --design tuned $(FORCE_ARG)
+compare-tuned: $(ENV) $(DATA_DIR)/tokenize/manifest.json ##@ make tune's best config (reports/tune/best.yaml) against CONFIG, same protocol, with NBSVM and fusions -> reports/comparison_tuned.*
+	$(call STAGE,compare-tuned) $(FORCE_ARG)
 
-ablate-position: $(ENV) $(DATA)/tokenize/manifest.json ## learned vs no position information, same protocol -> reports/ablation_position.*
-	$(call STAGE,compare) --design position $(FORCE_ARG)
+ablate-position: $(ENV) $(DATA_DIR)/tokenize/manifest.json ##@ learned vs no position information, same protocol -> reports/ablation_position.*
+	$(call STAGE,ablate-position) $(FORCE_ARG)
 
 register: $(ENV) ## register the candidate with the best validation accuracy (Transformer, NBSVM or fused) as @champion
 	$(call STAGE,register) $(FORCE_ARG)
@@ -103,7 +108,7 @@ score: $(ENV) ## score a CSV: make score INPUT=reviews.csv OUTPUT=scored.csv [MO
 ui: $(ENV) ## MLflow UI on MLFLOW_TRACKING_URI (default sqlite:///mlflow.db) at 127.0.0.1:UI_PORT; prints the latest comparison's link
 	$(call STAGE,ui) --port $(UI_PORT)
 
-ui-screenshots: $(ENV) setup-browser ## screenshots of the MLflow UI (runs table, comparison run, two children side by side) -> reports/ui/*.png
+ui-screenshots: $(ENV) setup-browser ##@ screenshots of the MLflow UI (runs table, comparison run, two children side by side) -> reports/ui/*.png
 	$(call STAGE,ui-screenshots) --output $(REPORTS)/ui
 
 setup-browser: ## install Debian's chromium (apt-get) for the browser test and ui-screenshots; never `playwright install`
@@ -116,13 +121,13 @@ serve: $(ENV) ## serve MODEL (default: the champion) over HTTP on 127.0.0.1:SERV
 test: $(ENV) setup-browser ## run the test suite (tiny generated data, temporary folders and MLflow store); creates .venv/ and installs chromium when missing
 	$(PYTHON) -m pytest -q
 
-tune: $(ENV) $(DATA)/tokenize/manifest.json ## Optuna study over configs/tune.yaml (TRIALS=N; SET='tune.storage=postgresql://...' to share it) -> reports/tune/best.yaml for make compare-tuned (TRIAL=n: also trial-n.yaml)
+tune: $(ENV) $(DATA_DIR)/tokenize/manifest.json ##@ Optuna study over configs/tune.yaml (TRIALS=N; SET='tune.storage=postgresql://...' to share it) -> reports/tune/best.yaml for make compare-tuned (TRIAL=n: also trial-n.yaml)
 	$(call STAGE,tune) $(if $(TRIALS),--trials $(TRIALS)) $(if $(TRIAL),--trial $(TRIAL))
 
-bench: $(ENV) ## training/MLM/scoring speed vs the same run's GEMM peak, padding, threads, memory -> reports/bench.{json,md}
+bench: $(ENV) ##@ training/MLM/scoring speed vs the same run's GEMM peak, padding, threads, memory -> reports/bench.{json,md}
 	$(call STAGE,bench) $(if $(MODEL),--model "$(MODEL)")
 
 clean: ## delete stage outputs in data/ (keeps data/raw) and reports/
-	rm -rf $(DATA)/ingest $(DATA)/tokenize $(DATA)/pretrain $(DATA)/pseudo_label $(DATA)/train reports
+	rm -rf $(DATA_DIR)/ingest $(DATA_DIR)/tokenize $(DATA_DIR)/pretrain $(DATA_DIR)/pseudo_label $(DATA_DIR)/train reports
 
 FORCE:

@@ -34,7 +34,13 @@ from pipeline.artifacts import LABELS_FILE, TOKENIZER_SETTINGS_FILE, sha256_file
 from pipeline.batching import SCORING_LENGTH_MULTIPLE, batch_width, bucketed_batches
 from pipeline.tokenizer import TextEncoder
 from pipeline.errors import InputError
-from pipeline.predictions import as_class_probabilities, check_shape, predicted_and_confidence, probability_columns
+from pipeline.predictions import (
+    as_class_probabilities,
+    check_shape,
+    fuse_probabilities,
+    predicted_and_confidence,
+    probability_columns,
+)
 from pipeline.text import PAD_ID, load_labels, text_problem
 
 _COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -174,28 +180,6 @@ def _load_parts(keras_model: Path, tokenizer: Path):
         else:
             _LOADED.move_to_end(key)
         return parts
-
-
-def fuse_probabilities(transformer: np.ndarray, lexical: np.ndarray, weight: float) -> np.ndarray:
-    """The weighted average of two models' log-probabilities, renormalised: ``weight`` on the Transformer.
-
-    For two classes this is the weighted average of the two logits, ``sigmoid(w * logit(p_t) + (1 - w) *
-    logit(p_l))``; probabilities are clipped away from 0 and 1 so a sure model cannot veto the other.
-    """
-    if not 0.0 <= weight <= 1.0:
-        raise ValueError(f"fusion weight must be in [0, 1], got {weight}")
-    transformer = np.asarray(np.asarray(transformer, dtype=np.float32), dtype=np.float64)
-    lexical = np.asarray(np.asarray(lexical, dtype=np.float32), dtype=np.float64)
-    if transformer.shape != lexical.shape:
-        raise ValueError(f"cannot fuse probabilities of shapes {transformer.shape} and {lexical.shape}")
-    if transformer.shape[1] == 2:  # from the positive class's probability, as scored tables store it
-        transformer = np.stack([1.0 - transformer[:, 1], transformer[:, 1]], axis=1)
-        lexical = np.stack([1.0 - lexical[:, 1], lexical[:, 1]], axis=1)
-    eps = 1e-7
-    logits = weight * np.log(np.clip(transformer, eps, 1.0)) + (1.0 - weight) * np.log(np.clip(lexical, eps, 1.0))
-    logits -= logits.max(axis=1, keepdims=True)
-    fused = np.exp(logits)
-    return (fused / fused.sum(axis=1, keepdims=True)).astype(np.float32)
 
 
 class PipelineModel(mlflow.pyfunc.PythonModel):

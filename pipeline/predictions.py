@@ -73,3 +73,25 @@ def prediction_frame(source_files, labels: np.ndarray, probabilities: np.ndarray
     return pd.DataFrame({"source_file": list(source_files), "label": np.asarray(labels), "predicted": predicted,
                          "correct": predicted == np.asarray(labels), "confidence": confidence,
                          **probability_columns(probabilities, names)})
+
+
+def fuse_probabilities(transformer: np.ndarray, lexical: np.ndarray, weight: float) -> np.ndarray:
+    """The weighted average of two models' log-probabilities, renormalised: ``weight`` on the Transformer.
+
+    For two classes this is the weighted average of the two logits, ``sigmoid(w * logit(p_t) + (1 - w) *
+    logit(p_l))``; probabilities are clipped away from 0 and 1 so a sure model cannot veto the other.
+    """
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"fusion weight must be in [0, 1], got {weight}")
+    transformer = np.asarray(np.asarray(transformer, dtype=np.float32), dtype=np.float64)
+    lexical = np.asarray(np.asarray(lexical, dtype=np.float32), dtype=np.float64)
+    if transformer.shape != lexical.shape:
+        raise ValueError(f"cannot fuse probabilities of shapes {transformer.shape} and {lexical.shape}")
+    if transformer.shape[1] == 2:  # from the positive class's probability, as scored tables store it
+        transformer = np.stack([1.0 - transformer[:, 1], transformer[:, 1]], axis=1)
+        lexical = np.stack([1.0 - lexical[:, 1], lexical[:, 1]], axis=1)
+    eps = 1e-7
+    logits = weight * np.log(np.clip(transformer, eps, 1.0)) + (1.0 - weight) * np.log(np.clip(lexical, eps, 1.0))
+    logits -= logits.max(axis=1, keepdims=True)
+    fused = np.exp(logits)
+    return (fused / fused.sum(axis=1, keepdims=True)).astype(np.float32)

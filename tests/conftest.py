@@ -166,11 +166,11 @@ def trained_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def comparison(tmp_path_factory):
-    """A tiny 2 x 2 comparison (pooling x init: pretrain, 8 Transformer runs, NBSVM, 8 fused runs, TF-IDF) in its own
-    MLflow store.
+    """A tiny pooling comparison (first_token vs mean x 2 seeds: 4 Transformer runs, NBSVM, 4 fused runs, TF-IDF)
+    in its own MLflow store: what the end-to-end tests need (the 2 x 2 arithmetic is tested on synthetic data).
 
-    Session-scoped: the comparison, UI and registry tests read it. The last test of
-    tests/test_compare.py retrains its children with --force (the parent stays the same).
+    Session-scoped: the comparison, UI and registry tests read it, and none of them retrains its children
+    (``--force`` is tested on a comparison of its own).
     """
     from pipeline.stages import compare, ingest, tokenize
 
@@ -180,7 +180,7 @@ def comparison(tmp_path_factory):
     tracking_uri = f"sqlite:///{root / 'mlflow.db'}"
     config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
         f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}",
-        f"tracking.tracking_uri={tracking_uri}", "training.epochs=2", "compare.inits=[pretrained, scratch]",
+        f"tracking.tracking_uri={tracking_uri}", "training.epochs=2",
     ])
     with inside(root):
         ingest.run(config)

@@ -6,10 +6,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pipeline.comparison import effects, report
+from pipeline.comparison.candidates import Candidate, fusion_candidate
+from pipeline.comparison.designs import Design, design_for, variant_config
+from pipeline.comparison.runner import comparison_key
+from pipeline.metrics import best_fusion_weight, compare_pair, mcnemar_exact
 from pipeline.stages import compare
-from pipeline.metrics import mcnemar_exact
 
-VARIANTS = ["first_token/pretrained", "first_token/scratch", "mean/pretrained", "mean/scratch"]
+VARIANTS = ["first_token", "mean"]
 FUSED = [f"nbsvm+{name}" for name in VARIANTS]
 CANDIDATES = VARIANTS + ["nbsvm"] + FUSED  # what `make register` chooses from; tfidf is a reference row
 
@@ -27,7 +31,7 @@ def test_report_files_and_json_fields(comparison):
     assert payload["variants"] == VARIANTS and payload["candidates"] == CANDIDATES + ["tfidf"]
     assert {payload["summary"][name]["kind"] for name in FUSED} == {"fusion"}
     assert payload["summary"]["nbsvm"]["kind"] == "lexical" and payload["summary"]["tfidf"]["kind"] == "reference"
-    assert set(payload["fusion_effects"]) == {"pooling (fused)", "init (fused)"}
+    assert set(payload["fusion_effects"]) == {"pooling (fused)"}
     assert {(e["a"], e["b"]) for e in payload["versus"]} >= {(payload["recommendation"]["best_transformer"], "nbsvm")}
     for variant in VARIANTS:
         entry = payload["summary"][variant]
@@ -35,11 +39,8 @@ def test_report_files_and_json_fields(comparison):
         assert set(entry["test_accuracy"]) == {"mean", "std", "values"}
         assert "train_seconds" in entry
     difference = payload["difference"]
-    assert [(s["seed"], s["at"]) for s in difference["mcnemar"]] == [(1, "init=pretrained"), (2, "init=pretrained"),
-                                                                      (1, "init=scratch"), (2, "init=scratch")]
-    assert set(payload["effects"]) == {"pooling", "init"}
-    inter = payload["interaction"]
-    assert inter["bootstrap"]["ci_low"] <= inter["difference"] <= inter["bootstrap"]["ci_high"]
+    assert [s["seed"] for s in difference["mcnemar"]] == [1, 2] and not any("at" in s for s in difference["mcnemar"])
+    assert set(payload["effects"]) == {"pooling"} and payload["interaction"] is None  # one factor: no interaction
     assert payload["recommendation"]["variant"] in CANDIDATES
     val = {name: payload["summary"][name]["best_val_accuracy"]["mean"] for name in CANDIDATES}
     assert val[payload["recommendation"]["variant"]] == max(val.values())
@@ -49,7 +50,7 @@ def test_report_files_and_json_fields(comparison):
     # behaviour tests: one row per capability, one column per variant and the baseline
     behaviour_rows = [line for line in text.splitlines() if line.startswith("| negation |")]
     assert len(behaviour_rows) == 1 and behaviour_rows[0].count("%") == len(CANDIDATES) + 1
-    pooling_verdict = text.split("## Verdict", 1)[1].split("init (Transformer alone): pretrained minus", 1)[0]
+    pooling_verdict = text.split("## Verdict", 1)[1].split("pooling (inside the fusion): first_token minus", 1)[0]
     assert ("Not significant" in pooling_verdict) != difference["significant"]
     assert "## Fusion weights (chosen on validation)" in text
     assert "Deploy `" in text
@@ -61,15 +62,14 @@ def test_json_matches_children_in_mlflow(comparison):
     mlflow.set_tracking_uri(config.tracking.tracking_uri)
     children = mlflow.search_runs(experiment_names=[config.tracking.experiment_name], output_format="list",
                                   filter_string=f"tags.mlflow.parentRunId = '{payload['parent_run_id']}'")
-    assert len(children) == 8 + 1 + 8 + 1  # Transformers, NBSVM, one fused model per Transformer run, TF-IDF
+    assert len(children) == 4 + 1 + 4 + 1  # Transformers, NBSVM, one fused model per Transformer run, TF-IDF
     by_id = {run.info.run_id: run for run in children}
-    for variant in VARIANTS:
-        pooling, init = variant.split("/")
-        entry = payload["summary"][variant]
+    for pooling in VARIANTS:
+        entry = payload["summary"][pooling]
         for run_id, value in zip(entry["run_ids"], entry["test_accuracy"]["values"]):
             run = by_id[run_id]
-            assert run.data.params["model.pooling"] == pooling and run.data.params["model.init"] == init
-            assert ("pretrained_from" in run.data.tags) == (init == "pretrained")
+            assert run.data.params["model.pooling"] == pooling and run.data.params["model.init"] == "scratch"
+            assert "pretrained_from" not in run.data.tags
             assert run.data.metrics["test_accuracy"] == pytest.approx(value)
         assert entry["test_accuracy"]["mean"] == pytest.approx(np.mean(entry["test_accuracy"]["values"]))
     nbsvm = by_id[payload["summary"]["nbsvm"]["run_ids"][0]]
@@ -89,13 +89,12 @@ def test_mcnemar_uses_seed_matched_predictions(comparison):
     config, _ = comparison
     payload = json.loads((config.reports_dir / "comparison.json").read_text())
     for seed_result in payload["difference"]["mcnemar"]:
-        init = seed_result["at"].split("=")[1]
         correct = []
         for pooling in ("first_token", "mean"):
-            entry = payload["summary"][f"{pooling}/{init}"]
+            entry = payload["summary"][pooling]
             run_id = entry["run_ids"][entry["seeds"].index(seed_result["seed"])]
             predictions = pd.read_parquet(config.reports_dir / run_id / "test_predictions.parquet")
-            correct.append(compare.correctness(predictions))
+            correct.append(predictions["correct"].to_numpy(dtype=bool))
         expected = mcnemar_exact(*correct)
         assert seed_result["p_value"] == pytest.approx(expected["p_value"])
         assert seed_result["only_a_correct"] == expected["only_a_correct"]
@@ -106,7 +105,7 @@ def test_rerun_reuses_finished_children(comparison, capsys):
     before = json.loads((config.reports_dir / "comparison.json").read_text())
     compare.run(config)
     output = capsys.readouterr().out
-    assert output.count("\ntrain: up to date") == 8 and output.startswith("pretrain: up to date")
+    assert output.count("train: up to date") == 4 and "pretrain" not in output  # one init: nothing to pretrain
     assert "fitting NBSVM" not in output  # the baseline and the fused runs are reused too
     after = json.loads((config.reports_dir / "comparison.json").read_text())
     assert after["parent_run_id"] == before["parent_run_id"]
@@ -125,7 +124,7 @@ def test_mlflow_server_shows_children_with_pooling_and_test_accuracy(comparison)
         request = urllib.request.Request(f"{base}/api/2.0/mlflow/runs/search", data=body,
                                          headers={"Content-Type": "application/json"})
         runs = json.load(urllib.request.urlopen(request))["runs"]
-    assert len(runs) == 4
+    assert len(runs) == 2
     for run in runs:
         metrics = {m["key"] for m in run["data"]["metrics"]}
         tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
@@ -187,11 +186,11 @@ def test_position_ablation_shares_runs_without_stealing_them(comparison, capsys)
     assert report == config.reports_dir / "ablation_position.md"
     ablation = json.loads((config.reports_dir / "ablation_position.json").read_text())
     assert set(ablation["summary"]) == {"learned", "none"}  # an ablation: no baselines or fused candidates
-    # learned + first_token + scratch (the smoke default) are exactly those runs of the pooling comparison
-    assert ablation["summary"]["learned"]["run_ids"] == pooling["summary"]["first_token/scratch"]["run_ids"]
+    # learned + first_token (the smoke default) are exactly those runs of the pooling comparison
+    assert ablation["summary"]["learned"]["run_ids"] == pooling["summary"]["first_token"]["run_ids"]
     assert "train: up to date" in capsys.readouterr().out
     client = mlflow.tracking.MlflowClient()
-    for run_id in pooling["summary"]["first_token/scratch"]["run_ids"]:
+    for run_id in pooling["summary"]["first_token"]["run_ids"]:
         assert client.get_run(run_id).data.tags["mlflow.parentRunId"] == pooling["parent_run_id"]
     for run_id in ablation["summary"]["none"]["run_ids"]:
         run = client.get_run(run_id)
@@ -202,37 +201,42 @@ def test_position_ablation_shares_runs_without_stealing_them(comparison, capsys)
     assert champion.run_id in [run_id for name in CANDIDATES for run_id in pooling["summary"][name]["run_ids"]]
 
 
-def test_force_retrains_every_child_and_registers_a_new_version(comparison, capsys):
-    """Last in this module: --force replaces the comparison's runs (the parent stays the same)."""
+def test_force_retrains_every_child_of_a_one_variant_comparison_and_registers_a_new_version(smoke_config, capsys):
+    """--force replaces a comparison's runs (the parent stays the same), here one variant from a pretrained backbone
+    (the comparison runs `make pretrain` first) and its fused run; its own folder, not the shared fixture."""
     import argparse
 
-    from pipeline.stages import register
+    from pipeline.stages import ingest, register, tokenize
 
-    config, _ = comparison
-    before = json.loads((config.reports_dir / "comparison.json").read_text())
+    config = smoke_config.replace(training={"epochs": 1}, compare={"poolings": ["first_token"], "inits": ["pretrained"],
+                                                                    "seeds": [1], "tfidf_baseline": False})
+    ingest.run(config)
+    tokenize.run(config)
+    capsys.readouterr()
+    before = json.loads(compare.run(config).with_suffix(".json").read_text())
+    assert capsys.readouterr().out.startswith("pretrain: read")  # the variant's starting point, made first
     compare.main(config, argparse.Namespace(design="main", force=True))
     output = capsys.readouterr().out
-    assert "\ntrain: up to date" not in output and output.count("\ntrain: read") == 8
+    assert "\ntrain: up to date" not in output and output.count("\ntrain: read") == 1
     after = json.loads((config.reports_dir / "comparison.json").read_text())
     assert after["parent_run_id"] == before["parent_run_id"]
-    runs_before, runs_after = set(model_run_ids(before)), set(model_run_ids(after))
-    assert len(runs_after) == 8 and runs_before.isdisjoint(runs_after)
-    assert after["summary"]["nbsvm"]["run_ids"] != before["summary"]["nbsvm"]["run_ids"]
-    assert after["summary"][FUSED[0]]["run_ids"] != before["summary"][FUSED[0]]["run_ids"]
-
+    assert after["candidates"] == ["transformer", "nbsvm", "nbsvm+transformer"]
+    for name in after["candidates"]:  # every child is new
+        assert set(after["summary"][name]["run_ids"]).isdisjoint(before["summary"][name]["run_ids"]), name
     client = mlflow.tracking.MlflowClient()
+    transformer = client.get_run(after["summary"]["transformer"]["run_ids"][0])
+    assert transformer.data.params["model.init"] == "pretrained" and "pretrained_from" in transformer.data.tags
+
     register.run(config)
     version = int(client.get_model_version_by_alias("smoke-sentiment", "champion").version)
     register.main(config, argparse.Namespace(force=True))
     champion = client.get_model_version_by_alias("smoke-sentiment", "champion")
-    candidates_after = {run_id for name in CANDIDATES for run_id in after["summary"][name]["run_ids"]}
+    candidates_after = {run_id for name in after["candidates"] for run_id in after["summary"][name]["run_ids"]}
     assert int(champion.version) == version + 1 and champion.run_id in candidates_after
 
 
 def test_main_effects_and_interaction_on_a_known_2x2():
     """Pooling helps by 10 points with pretraining and by 0 from scratch: main effect +5, interaction +10."""
-    from pipeline.config import Design
-
     design = Design((("model.pooling", ("first_token", "mean")), ("model.init", ("pretrained", "scratch"))),
                     "comparison", champion_pool=True)
     n = 1000
@@ -242,14 +246,14 @@ def test_main_effects_and_interaction_on_a_known_2x2():
     better[np.flatnonzero(~base)[:100]] = True  # 100 more right answers = +10 points
     correct = {"first_token/pretrained": np.stack([better, better]), "mean/pretrained": np.stack([base, base]),
                "first_token/scratch": np.stack([base, base]), "mean/scratch": np.stack([base, base])}
-    pooling = compare.main_effect(design, 0, correct, [1, 2], samples=200)
+    pooling = effects.main_effect(design, 0, correct, [1, 2], samples=200)
     assert pooling["mean_accuracy_difference"] == pytest.approx(0.05)
     assert [(s["seed"], s["at"]) for s in pooling["mcnemar"]] == [(1, "init=pretrained"), (2, "init=pretrained"),
                                                                  (1, "init=scratch"), (2, "init=scratch")]
     assert not pooling["significant"]  # the scratch pairs show no difference at all
-    init = compare.main_effect(design, 1, correct, [1, 2], samples=200)
+    init = effects.main_effect(design, 1, correct, [1, 2], samples=200)
     assert init["mean_accuracy_difference"] == pytest.approx(0.05)
-    inter = compare.interaction(design, correct, samples=200)
+    inter = effects.interaction(design, correct, samples=200)
     assert inter["difference"] == pytest.approx(0.10) and inter["significant"]
 
 
@@ -258,10 +262,10 @@ def test_recommendation_uses_validation_never_test():
                "b": {"kind": "transformer", "best_val_accuracy": {"mean": 0.8}, "test_accuracy": {"mean": 0.95}},
                "nbsvm+a": {"kind": "fusion", "best_val_accuracy": {"mean": 0.91}, "test_accuracy": {"mean": 0.85}},
                "nbsvm": {"kind": "lexical", "best_val_accuracy": {"mean": 0.88}, "test_accuracy": {"mean": 0.99}}}
-    best = compare.recommendation(summary, ["a", "b", "nbsvm", "nbsvm+a"])
+    best = effects.recommendation(summary, ["a", "b", "nbsvm", "nbsvm+a"])
     assert best == {"variant": "nbsvm+a", "kind": "fusion", "best_val_accuracy": 0.91, "test_accuracy": 0.85,
                     "best_transformer": "a", "best_transformer_test_accuracy": 0.80, "baseline_test_accuracy": 0.99}
-    assert "Deploy `nbsvm+a`, NBSVM fused with a Transformer" in compare.deploy_sentence(best)
+    assert "Deploy `nbsvm+a`, NBSVM fused with a Transformer" in report.deploy_sentence(best)
 
 
 def test_compare_pair_calls_a_consistent_large_difference_significant_and_equal_models_not():
@@ -269,10 +273,10 @@ def test_compare_pair_calls_a_consistent_large_difference_significant_and_equal_
     better = rng.random((2, 2000)) < 0.9
     worse = better & (rng.random((2, 2000)) < 0.8)  # right on a subset of what `better` gets right
     labels = [{"seed": 1}, {"seed": 2}]
-    assert compare.compare_pair(better, worse, labels, samples=200)["significant"] is True
-    assert compare.compare_pair(better, better.copy(), labels, samples=200)["significant"] is False
+    assert compare_pair(better, worse, labels, samples=200)["significant"] is True
+    assert compare_pair(better, better.copy(), labels, samples=200)["significant"] is False
     mixed = np.stack([better[0], worse[1]]), np.stack([worse[0], better[1]])  # the pairs disagree on the sign
-    assert compare.compare_pair(*mixed, labels, samples=200)["significant"] is False
+    assert compare_pair(*mixed, labels, samples=200)["significant"] is False
 
 
 def test_fused_probabilities_are_a_weighted_logit_average():
@@ -300,13 +304,15 @@ def test_the_fusion_weight_is_the_best_on_validation_of_the_grid():
                                                      np.where(guess == 1, sure, 1 - sure)], axis=1)
     transformer = as_probabilities(noisy(0.3), 0.7)
     lexical = as_probabilities(noisy(0.1), 0.9)
-    weight, by_weight, honest = compare.best_fusion_weight(transformer, lexical, labels, steps=11)
+    weight, by_weight, honest = best_fusion_weight(transformer, lexical, labels, steps=11)
     assert len(by_weight) == 11 and by_weight[weight] == max(by_weight.values())
     assert by_weight[weight] >= max(by_weight[0.0], by_weight[1.0])
     assert honest <= by_weight[weight]  # choosing and scoring on different halves: no optimism
 
 
 def test_fusing_models_of_other_label_sets_is_refused_naming_both(tmp_path, smoke_config):
+    import dataclasses
+
     from pipeline.artifacts import atomic_write_json
     from pipeline.errors import InputError
 
@@ -314,15 +320,14 @@ def test_fusing_models_of_other_label_sets_is_refused_naming_both(tmp_path, smok
     atomic_write_json(tmp_path / "run" / "tokenizer" / "labels.json", {"labels": ["negative", "positive"]})
     atomic_write_json(tmp_path / "lexical" / "labels.json", {"labels": ["bad", "good"]})
     frame = pd.DataFrame({"source_file": ["a", "b"], "correct": [True, False]})
-    child = {"variant": "mean", "seed": 1, "run_id": "transformer-run", "run_dir": tmp_path / "run",
-             "predictions": frame, "val_predictions": frame, "settings": {}}
-    lexical = {"run_id": "lexical-run", "out_dir": tmp_path / "lexical", "predictions": frame, "val_predictions": frame}
+    child = Candidate("mean", "transformer", 1, "transformer-run", {}, frame, frame, folder=tmp_path / "run")
+    lexical = Candidate("nbsvm", "lexical", None, "lexical-run", {}, frame, frame, folder=tmp_path / "lexical")
     with pytest.raises(InputError, match="cannot fuse run transformer-run .* with run lexical-run .*other label sets"):
-        compare.run_fusion(smoke_config, "key", child, lexical, {}, ["negative", "positive"], force=True)
+        fusion_candidate(smoke_config, "key", child, lexical, {}, ["negative", "positive"], force=True)
     atomic_write_json(tmp_path / "lexical" / "labels.json", {"labels": ["negative", "positive"]})
-    other_rows = {**lexical, "val_predictions": frame.assign(source_file=["c", "d"])}
+    other_rows = dataclasses.replace(lexical, val_predictions=frame.assign(source_file=["c", "d"]))
     with pytest.raises(InputError, match="different validation rows"):
-        compare.run_fusion(smoke_config, "key", child, other_rows, {}, ["negative", "positive"], force=True)
+        fusion_candidate(smoke_config, "key", child, other_rows, {}, ["negative", "positive"], force=True)
 
 
 def test_model_cards_describe_each_kind_of_candidate(comparison):
@@ -332,7 +337,7 @@ def test_model_cards_describe_each_kind_of_candidate(comparison):
     payload = json.loads((config.reports_dir / "comparison.json").read_text())
     mlflow.set_tracking_uri(config.tracking.tracking_uri)
     client = mlflow.tracking.MlflowClient()
-    expected = {"first_token/scratch": "**first_token pooling**", "nbsvm": "naive-Bayes log-count ratio",
+    expected = {"first_token": "**first_token pooling**", "nbsvm": "naive-Bayes log-count ratio",
                 FUSED[0]: "on the Transformer**"}
     for name, phrase in expected.items():
         run = client.get_run(payload["summary"][name]["run_ids"][0])
@@ -351,7 +356,7 @@ def test_every_kind_of_candidate_gives_the_same_row_errors_through_make_score_an
     rows = ["A superb, wonderful film.", "", "   ", "42", "Awful and dull from start to end."]
     pd.DataFrame({"text": rows}).to_csv(tmp_path / "in.csv", index=False)
     answers = {}
-    for name in ("first_token/scratch", "nbsvm", FUSED[0]):
+    for name in ("first_token", "nbsvm", FUSED[0]):
         uri = f"runs:/{payload['summary'][name]['run_ids'][0]}/model"
         score.run(config, tmp_path / "in.csv", tmp_path / "out.csv", model_uri=uri)
         answers[name] = pd.read_csv(tmp_path / "out.csv", keep_default_na=False, dtype=str)
@@ -442,8 +447,8 @@ def test_the_tuned_config_and_the_default_are_one_comparison_that_register_choos
     assert (config.data_dir / "tokenize" / "manifest.json").read_text() == base_tokenization
     assert len(list((config.data_dir / "tune").glob("tokenize-*/tokenize/manifest.json"))) == 1
     # naming another tuned file changes no other comparison's identity
-    assert compare.comparison_key(config, "main", config.design("main")) == compare.comparison_key(
-        config.replace(compare={"tuned": "elsewhere.yaml"}), "main", config.design("main"))
+    assert comparison_key(config, "main", design_for(config)) == comparison_key(
+        config.replace(compare={"tuned": "elsewhere.yaml"}), "main", design_for(config))
 
     def champion_run() -> str:
         register.run(config)
@@ -466,19 +471,19 @@ def test_the_tuned_level_is_the_tuned_file_and_the_default_level_keeps_the_compa
     from pipeline.experiments import tune
 
     with pytest.raises(MissingInputError, match="run `make tune` first"):
-        smoke_config.design("tuned")
+        design_for(smoke_config, "tuned")
 
     def design(settings: dict, config=smoke_config):
         path = tmp_path / f"tuned-{len(list(tmp_path.iterdir()))}.yaml"
         path.write_text(tune.best_overlay(config, settings))
-        return config.replace(compare={"tuned": str(path)}).design("tuned")
+        return design_for(config.replace(compare={"tuned": str(path)}), "tuned")
 
     for settings in ({}, {"training.seed": 99}):  # nothing but the seed, which is the comparison's
         with pytest.raises(ConfigError, match="nothing to compare"):
             design(settings)
     config = smoke_config.replace(compare={"token_embeddings": ["word2vec"]})  # a single level: fixed for the default
     spec = design({"model.dropout": 0.1}, config)
-    default, tuned = (compare.variant_config(config, spec, {"config": level}, 1) for level in ("default", "tuned"))
+    default, tuned = (variant_config(config, spec, {"config": level}, 1) for level in ("default", "tuned"))
     assert (default.model.token_embedding, default.model.dropout) == ("word2vec", 0.0)
     assert (tuned.model.token_embedding, tuned.model.dropout) == ("random", 0.1)  # the tuned file's own
     assert tuned.training.seed == default.training.seed == 1

@@ -1,5 +1,6 @@
-"""The package's layout: one module per stage, stages import libraries and never each other, no import
-cycle, and every file name a stage hands on is written once (in the catalog of ``pipeline.artifacts``).
+"""The package's layout: one module per stage (and per experiment), stages import libraries and never each
+other, libraries never import a stage or an experiment, no import cycle, and every file name a stage hands on
+is written once (in the catalog of ``pipeline.artifacts``).
 
 Each rule is checked by a function that reads sources as text (``ast``), and each function is first
 shown to catch a broken input, so a rule that silently stopped checking would fail here.
@@ -12,6 +13,7 @@ import graphlib
 from pathlib import Path
 
 from pipeline import artifacts
+from pipeline.experiments import EXPERIMENTS
 from pipeline.stages import STAGES
 from tests.conftest import PROJECT_ROOT
 
@@ -60,7 +62,22 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def stage_modules() -> set[str]:
-    return {stage.module for stage in STAGES.values()}
+    """The modules of every sub-command: the product's stages and the experiments."""
+    return {stage.module for stage in (*STAGES.values(), *EXPERIMENTS.values())}
+
+
+RUNNER_PACKAGES = ("pipeline.stages", "pipeline.experiments")
+CLI = "pipeline.__main__"
+
+
+def library_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of anything in ``pipeline.stages`` or ``pipeline.experiments`` (their tables included) by a
+    library: a module outside those packages other than the CLI."""
+    def runs_things(module: str) -> bool:
+        return module == CLI or any(module == p or module.startswith(p + ".") for p in RUNNER_PACKAGES)
+
+    return sorted(f"{source} imports {target}" for source, targets in graph.items() if not runs_things(source)
+                  for target in targets if runs_things(target) and target != CLI)
 
 
 def layering_violations(graph: dict[str, set[str]], stages: set[str]) -> list[str]:
@@ -100,6 +117,13 @@ def test_the_checks_catch_a_cycle_a_stage_importing_a_stage_and_a_repeated_file_
     graph = {"pipeline.stages.compare": imported_modules(inside_a_function, {"pipeline.stages.train"})}
     assert layering_violations(graph, {"pipeline.stages.compare", "pipeline.stages.train"}) == [
         "pipeline.stages.compare imports pipeline.stages.train"]
+    library = "from pipeline.stages import require_output\n"
+    known = {"pipeline.stages", "pipeline.experiments", "pipeline.experiments.tune"}
+    assert library_violations({"pipeline.backbone": imported_modules(library, known)}) == [
+        "pipeline.backbone imports pipeline.stages"]
+    assert library_violations({"pipeline.training": {"pipeline.experiments.tune"}}) == [
+        "pipeline.training imports pipeline.experiments.tune"]
+    assert library_violations({"pipeline.stages.train": {"pipeline.training"}, CLI: {"pipeline.stages"}}) == []
     modules = {"pipeline.artifacts": 'A = "x.parquet"', "pipeline.stages.y": 'path = "x.parquet"'}
     assert repeated_file_names(modules, {"x.parquet"}) == {"x.parquet": ["pipeline.artifacts", "pipeline.stages.y"]}
 
@@ -107,15 +131,19 @@ def test_the_checks_catch_a_cycle_a_stage_importing_a_stage_and_a_repeated_file_
 # --------------------------------------------------------------------------- the package
 
 
-def test_one_module_per_make_target_in_pipeline_stages():
-    modules = {module_name(path) for path in (PACKAGE / "stages").glob("*.py") if path.name != "__init__.py"}
-    assert modules == stage_modules()
-    for name, stage in STAGES.items():
-        assert stage.module == f"pipeline.stages.{name.replace('-', '_')}", name
+def test_one_module_per_make_target_in_pipeline_stages_and_pipeline_experiments():
+    for package, table in (("stages", STAGES), ("experiments", EXPERIMENTS)):
+        modules = {module_name(path) for path in (PACKAGE / package).glob("*.py") if path.name != "__init__.py"}
+        assert modules == {stage.module for stage in table.values()}, package
+        for name, stage in table.items():
+            assert stage.module == f"pipeline.{package}.{name.replace('-', '_')}", name
+    assert not set(STAGES) & set(EXPERIMENTS)
 
 
 def test_stages_import_libraries_never_each_other_and_libraries_never_import_a_stage():
-    assert layering_violations(import_graph(sources()), stage_modules()) == []
+    graph = import_graph(sources())
+    assert layering_violations(graph, stage_modules()) == []
+    assert library_violations(graph) == []
 
 
 def test_no_import_cycle_anywhere_in_the_package():

@@ -16,11 +16,18 @@ from tests.conftest import PROJECT_ROOT
 SMOKE = str(PROJECT_ROOT / "configs" / "smoke.yaml")
 
 
-def test_experiment_is_a_model_training_experiment(comparison):
-    config, _ = comparison
-    mlflow.set_tracking_uri(config.tracking.tracking_uri)
-    experiment = mlflow.get_experiment_by_name(config.tracking.experiment_name)
-    assert experiment.tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND == "custom_model_development"
+def test_setup_tracking_makes_any_experiment_a_model_training_one(smoke_config):
+    """An experiment made elsewhere (the control: it lacks the tag) gets it from setup_tracking; so does the
+    comparison's, which setup_tracking created."""
+    from pipeline.tracking import setup_tracking
+
+    client = mlflow.tracking.MlflowClient()
+    made_elsewhere = client.create_experiment("made-elsewhere")
+    assert EXPERIMENT_KIND_TAG not in client.get_experiment(made_elsewhere).tags
+    assert setup_tracking(smoke_config.replace(tracking={"experiment_name": "made-elsewhere"})) == made_elsewhere
+    assert client.get_experiment(made_elsewhere).tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
+    fresh = client.get_experiment(setup_tracking(smoke_config.replace(tracking={"experiment_name": "new-one"})))
+    assert fresh.tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
 
 
 def test_parent_and_children_describe_themselves(comparison):
@@ -30,10 +37,10 @@ def test_parent_and_children_describe_themselves(comparison):
     note = client.get_run(found.parent_id).data.tags[DESCRIPTION_TAG]
     verdict = report.read_text().split("## Verdict", 1)[1].strip()
     assert verdict in note
-    assert "| `first_token/scratch` | transformer | 2 |" in note and "TF-IDF + logistic regression (reference)" in note
+    assert "| `first_token` | transformer | 2 |" in note and "TF-IDF + logistic regression (reference)" in note
     assert "| NBSVM (1-3-gram naive-Bayes logistic regression) | lexical | 1 |" in note
     transformers = [run_id for run_id in found.child_ids if "model.pooling" in client.get_run(run_id).data.params]
-    assert len(transformers) == 8
+    assert len(transformers) == 4
     for run_id in transformers:
         run = client.get_run(run_id)
         description = run.data.tags[DESCRIPTION_TAG]
@@ -92,7 +99,7 @@ def test_browser_opens_on_the_runs_table_with_the_comparison(comparison, tmp_pat
     assert accuracy in table.text
 
     parent = pages["comparison_run"]
-    assert "Verdict." in parent.text and "first_token/scratch" in parent.text and "Child runs" in parent.text
+    assert "Verdict." in parent.text and "first_token" in parent.text and "Child runs" in parent.text
 
     side_by_side = pages["compare_children"]
     assert "Comparing 2 Runs" in side_by_side.text
