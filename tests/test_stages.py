@@ -1,15 +1,19 @@
-"""The stage table: the CLI, `make help` and the README agree with it; --force and errors behave."""
+"""The stage and experiment tables: the CLI, `make help` and the README agree with them; --force and errors behave."""
 
 import re
 import subprocess
 
 import pytest
 
-from pipeline import stages
+from pipeline import catalog, stages
 from pipeline.__main__ import build_parser
 from pipeline.__main__ import main as cli_main
 from pipeline.errors import MissingInputError
+from pipeline.experiments import EXPERIMENTS
 from tests.conftest import PROJECT_ROOT
+
+
+EVERYTHING = {**stages.STAGES, **EXPERIMENTS}
 
 
 def subcommands() -> dict:
@@ -18,42 +22,52 @@ def subcommands() -> dict:
     return action.choices
 
 
-def test_cli_offers_every_stage_of_the_table_and_nothing_else():
-    assert set(subcommands()) == set(stages.STAGES)
+def test_cli_offers_every_stage_and_experiment_of_the_tables_and_nothing_else():
+    assert set(subcommands()) == set(EVERYTHING) and not set(stages.STAGES) & set(EXPERIMENTS)
 
 
 def test_force_is_offered_exactly_where_the_stage_honours_it():
     for name, sub in subcommands().items():
         options = {option for action in sub._actions for option in action.option_strings}
-        assert ("--force" in options) == stages.STAGES[name].force, name
+        assert ("--force" in options) == EVERYTHING[name].force, name
 
 
 def test_every_stage_module_has_a_main_and_its_upstream_stages_exist():
     import importlib
 
-    for stage in stages.STAGES.values():
+    for stage in EVERYTHING.values():
         assert callable(importlib.import_module(stage.module).main), stage.module
+        assert set(stage.reads) <= set(EVERYTHING), stage.name
+    for stage in stages.STAGES.values():  # the product never reads what an experiment writes
         assert set(stage.reads) <= set(stages.STAGES), stage.name
 
 
-def test_readme_stage_table_lists_every_stage():
+def readme_table(heading: str) -> set[str]:
+    """The ``make`` targets of the first table under ``heading`` in the README."""
     readme = (PROJECT_ROOT / "README.md").read_text()
-    table = readme.split("## Stages", 1)[1].split("\n\n", 2)[1]
-    listed = set(re.findall(r"^\| `make ([a-z-]+)", table, flags=re.MULTILINE))
-    assert set(stages.STAGES) <= listed
+    section = readme.split(heading, 1)[1]
+    table = section[section.index("\n|"):].split("\n\n", 1)[0]
+    return set(re.findall(r"^\| `make ([a-z-]+)", table, flags=re.MULTILINE))
 
 
-def test_make_help_lists_every_stage():
+def test_readme_lists_the_stages_and_the_experiments_as_two_groups():
+    assert set(stages.STAGES) <= readme_table("## Stages") and not set(EXPERIMENTS) & readme_table("## Stages")
+    assert set(EXPERIMENTS) <= readme_table("## Experiments")
+
+
+def test_make_help_lists_every_stage_then_every_experiment():
     result = subprocess.run(["make", "-s", "help"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    listed = set(re.findall(r"^\s+make ([a-z-]+)\s", result.stdout, flags=re.MULTILINE))
-    assert set(stages.STAGES) <= listed
+    product, experiments = result.stdout.split("Experiments", 1)
+    listed = lambda text: set(re.findall(r"^\s+make ([a-z-]+)\s", text, flags=re.MULTILINE))  # noqa: E731
+    assert set(stages.STAGES) <= listed(product) and not set(EXPERIMENTS) & listed(product)
+    assert set(EXPERIMENTS) == listed(experiments)
 
 
 def test_require_output_names_the_make_target(smoke_config):
     with pytest.raises(MissingInputError, match=r"no tokenize output in .*: run `make tokenize` first"):
-        stages.require_output(smoke_config, "tokenize")
-    assert stages.stage_dir(smoke_config, "ingest") == smoke_config.data_dir / "ingest"
+        catalog.require_output(smoke_config, "tokenize")
+    assert catalog.stage_dir(smoke_config, "ingest") == smoke_config.data_dir / "ingest"
 
 
 def test_user_mistakes_are_one_line_and_bugs_keep_their_traceback(smoke_config, monkeypatch, capsys):
@@ -73,7 +87,7 @@ def test_user_mistakes_are_one_line_and_bugs_keep_their_traceback(smoke_config, 
         cli_main(["register"])
 
 
-def test_bench_is_a_stage_with_one_line_errors(smoke_config, capsys):
+def test_bench_is_an_experiment_with_one_line_errors(smoke_config, capsys):
     code = cli_main(["bench", "--set", f"paths.data_dir={smoke_config.data_dir}"])
     assert code == 2 and "run `make tokenize` first" in capsys.readouterr().err
     assert cli_main(["bench", "--rows", "0"]) == 2
