@@ -4,7 +4,9 @@
   more than one task, so training and pretraining run under ``MultiWorkerMirroredStrategy``.
   Every worker trains; only the chief (task ``chief``, else ``worker`` 0) logs to MLflow and
   writes the stage folder, the others work in a scratch folder that is removed at the end.
-  Decisions read from a worker's own clock go through :func:`any_worker`.
+  Decisions read from a worker's own clock go through :func:`any_worker`. Keras's ``fit`` needs
+  :func:`multi_worker_fit` around it there, and a cluster is refused on Keras releases it was not
+  verified on (``VERIFIED_KERAS``).
 - Several GPUs, or a CPU split into logical devices (``PIPELINE_CPU_DEVICES=N``, which is how the
   tests exercise the multi-device path on a CPU): ``MirroredStrategy`` over those devices.
 - Otherwise TensorFlow's default strategy on the one device.
@@ -20,6 +22,7 @@ Example, two workers on one machine (each in its own shell, same command)::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
@@ -58,7 +61,11 @@ class Cluster:
 
 
 def cluster_from_env(environ: Mapping[str, str] = os.environ) -> Cluster | None:
-    """The cluster ``TF_CONFIG`` describes, or None when it is unset or names a single task."""
+    """The cluster ``TF_CONFIG`` describes, or None when it is unset or names a single task.
+
+    The stages call it before they remove or write anything, so a malformed ``TF_CONFIG``, or a
+    cluster on a Keras release :func:`multi_worker_fit` was not verified on, stops them there.
+    """
     text = environ.get("TF_CONFIG", "").strip()
     if not text:
         return None
@@ -84,6 +91,7 @@ def cluster_from_env(environ: Mapping[str, str] = os.environ) -> Cluster | None:
     workers = sum(len(cluster.get(job, [])) for job in TASK_TYPES)
     if workers < 2:
         return None
+    require_verified_keras()
     return Cluster(workers, task_type, index, "chief" in cluster)
 
 
@@ -128,44 +136,102 @@ def choose_strategy():
 # --------------------------------------------------------------------------- Keras under MultiWorkerMirroredStrategy
 
 
-def build_before_multi_worker_fit(model, dataset, strategy) -> None:
-    """Build the model, optimizer and metrics from a local batch, then let ``fit`` skip its own build.
-
-    Keras 3.15's ``fit`` builds them from a batch it averages across the workers (a collective
-    ``reduce`` of the input ids), which fails under ``MultiWorkerMirroredStrategy``
-    (keras-team/keras#20585). Building from this worker's first batch of ``dataset`` (a plain
-    ``(x, y)`` or ``(x, y, sample_weight)`` batch, ``x`` a tensor or a dict) creates the same variables.
-    """
-    batch = next(iter(dataset))
-    with strategy.scope():
-        model._symbolic_build(data_batch=batch)
-    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
-    patch_multi_worker_mean()
+# Keras 3.15's ``fit`` cannot run under MultiWorkerMirroredStrategy as shipped (keras-team/keras#20585), and
+# no public API avoids the failing reduction of the input batch. The workaround below touches only the one
+# model it is given, only inside ``with multi_worker_fit(...)``, and only on the Keras versions it was run on.
+VERIFIED_KERAS = ("3.15",)  # major.minor releases multi_worker_fit was verified on (tests/test_hardware.py)
 
 
-def patch_multi_worker_mean() -> None:
-    """Average a step's logged loss and metrics over the workers as a scalar.
+def keras_version() -> str:
+    """The installed Keras release, from its package metadata (what ``pip show keras`` prints)."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    Keras 3.15 averages them with ``strategy.reduce("MEAN", value, axis=0)``, which fails for the
-    scalars a step returns under ``MultiWorkerMirroredStrategy`` (keras-team/keras#20585); the
-    mean over workers of a scalar is ``reduce("MEAN", value, axis=None)``. Applied only when a
-    cluster is configured; every other path keeps Keras's own function.
-    """
+    try:
+        return version("keras")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def require_verified_keras() -> None:
+    """Refuse multi-worker training on a Keras release :func:`multi_worker_fit` was not verified on."""
+    installed = keras_version()
+    if ".".join(installed.split(".")[:2]) not in VERIFIED_KERAS:
+        raise PipelineError(
+            f"multi-worker training (TF_CONFIG names several tasks) is verified on Keras "
+            f"{', '.join(VERIFIED_KERAS)} only, and Keras {installed} is installed: pin "
+            f"keras=={VERIFIED_KERAS[-1]}.* or train single-worker (unset TF_CONFIG)")
+
+
+def in_multi_worker_mode(strategy) -> bool:
+    """Whether ``strategy`` is a MultiWorkerMirroredStrategy over a cluster of more than one task."""
     import tensorflow as tf
-    from keras.src.backend.tensorflow import trainer as tf_trainer
 
-    original = getattr(tf_trainer.reduce_per_replica, "__wrapped__", tf_trainer.reduce_per_replica)
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return False
+    spec = strategy.cluster_resolver.cluster_spec()
+    return sum(spec.num_tasks(job) for job in spec.jobs if job in TASK_TYPES) > 1
 
-    def reduce_per_replica(values, strategy, reduction):
-        multi_worker = tf_trainer._collective_all_reduce_multi_worker(strategy)
-        if multi_worker and reduction in ("auto", "mean"):
+
+# the model attributes multi_worker_fit replaces for one block, and the compiled steps it makes stale
+_REPLACED = ("train_step", "test_step", "_maybe_symbolic_build")
+_DERIVED = ("train_function", "test_function")
+_ABSENT = object()
+
+
+@contextlib.contextmanager
+def multi_worker_fit(model, dataset, strategy):
+    """Let ``model.fit`` / ``model.evaluate`` run inside the block under MultiWorkerMirroredStrategy.
+
+    Every other strategy (one device, MirroredStrategy) gets a no-op: nothing checked, nothing touched.
+    Under several workers, Keras 3.15 fails twice (keras-team/keras#20585), and for this ``model`` only:
+
+    - ``fit`` builds the model from the input batch averaged across workers (a ``reduce`` of the token
+      ids). The model, its optimizer and metrics are built here from this worker's first batch of
+      ``dataset`` instead (the same variables), and the model's ``_maybe_symbolic_build`` skips.
+    - Each step's scalar logs are averaged with ``reduce("MEAN", value, axis=0)``, which has no axis 0.
+      The model's ``train_step`` and ``test_step`` return them as 1-element vectors, whose axis-0 mean
+      over the workers is the scalar mean.
+
+    On exit, also on an exception, the model's own attributes and compiled steps are back; no module
+    is patched. Refused with a :class:`PipelineError` on a Keras release outside ``VERIFIED_KERAS``.
+    """
+    if not in_multi_worker_mode(strategy):
+        yield
+        return
+    require_verified_keras()
+    import tensorflow as tf
+
+    saved = {name: vars(model).get(name, _ABSENT) for name in _REPLACED + _DERIVED}
+
+    def scalars_as_vectors(step):
+        def vector_logs_step(data):
             return tf.nest.map_structure(
-                lambda v: strategy.reduce("MEAN", v, axis=None) if len(getattr(v, "shape", ())) == 0
-                else original(v, strategy, reduction), values)
-        return original(values, strategy, reduction)
+                lambda value: tf.reshape(value, [1]) if tf.is_tensor(value) and value.shape.rank == 0 else value,
+                step(data))
+        return vector_logs_step
 
-    reduce_per_replica.__wrapped__ = original
-    tf_trainer.reduce_per_replica = reduce_per_replica
+    try:
+        batch = next(iter(dataset))
+        with strategy.scope():
+            model._symbolic_build(data_batch=batch)
+        model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+        model.train_step = scalars_as_vectors(model.train_step)
+        model.test_step = scalars_as_vectors(model.test_step)
+        model.train_function = model.test_function = None  # made again from the steps above
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is _ABSENT:
+                vars(model).pop(name, None)
+            else:
+                setattr(model, name, value)
+
+
+def build_before_multi_worker_fit(model, dataset, strategy) -> None:
+    """Removed: it patched Keras for the whole process. Kept only so callers import until they use
+    ``with multi_worker_fit(model, dataset, strategy): model.fit(...)``."""
+    raise RuntimeError("build_before_multi_worker_fit was replaced by the context manager "
+                       "pipeline.hardware.multi_worker_fit(model, dataset, strategy) around model.fit")
 
 
 def already_sharded(dataset):

@@ -1,7 +1,9 @@
 """Training on several devices and several workers, on this machine's CPU.
 
 MirroredStrategy runs on the CPU split into 2 logical devices; MultiWorkerMirroredStrategy runs as
-two worker processes on 127.0.0.1 ports. Both train the smoke model for one epoch.
+two worker processes on 127.0.0.1 ports. Both train the smoke model for one epoch. The Keras
+workaround that multi-worker fitting needs is checked in-process: scoped to one model and one block,
+and refused on Keras releases it was not verified on.
 """
 
 import json
@@ -17,8 +19,9 @@ import pytest
 from pipeline.stages import ingest, tokenize
 from pipeline.__main__ import main as cli_main
 from pipeline.config import load_config
-from pipeline.hardware import Cluster, cluster_from_env
-from pipeline.errors import ConfigError
+from pipeline import hardware
+from pipeline.hardware import Cluster, cluster_from_env, multi_worker_fit
+from pipeline.errors import ConfigError, PipelineError
 from pipeline.stages.train import make_dataset
 from pipeline.servers import free_port
 from tests.conftest import PROJECT_ROOT, inside, make_archive, write_imdb_tree
@@ -180,3 +183,128 @@ def test_malformed_tf_config_stops_training_with_one_line(trained_run, monkeypat
                      "--set", f"tracking.tracking_uri={config.tracking.tracking_uri}"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("error: TF_CONFIG task.index must be") and "\n" not in err
+
+
+# --------------------------------------------------------------------------- the scoped Keras workaround
+
+TWO_WORKERS = tf_config([1, 2], 0)
+
+
+def tiny_model():
+    import keras
+
+    inputs = keras.Input((8,), dtype="int32")
+    pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(20, 4)(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(pooled))
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def tiny_dataset():
+    import tensorflow as tf
+
+    ids = np.arange(64, dtype=np.int32).reshape(8, 8) % 20
+    return tf.data.Dataset.from_tensor_slices((ids, np.arange(8) % 2)).batch(4)
+
+
+class UntouchableDataset:
+    """A dataset stand-in that fails the test if anything reads a batch from it."""
+
+    def __iter__(self):
+        raise AssertionError("the dataset was read")
+
+
+def keras_state(model) -> dict:
+    """What multi_worker_fit may change: the model's own attributes, and the Keras function it must never patch."""
+    from keras.src.backend.tensorflow import trainer as tf_trainer
+
+    names = ("train_step", "test_step", "_maybe_symbolic_build", "train_function", "test_function")
+    return {**{name: vars(model).get(name, "absent") for name in names},
+            "trainer.reduce_per_replica": tf_trainer.reduce_per_replica}
+
+
+@pytest.fixture
+def as_multi_worker(monkeypatch):
+    """Every strategy counts as a multi-worker one (a real cluster needs two processes: see the tests above)."""
+    monkeypatch.setattr(hardware, "in_multi_worker_mode", lambda strategy: True)
+
+
+def test_multi_worker_fit_changes_one_model_inside_the_block_only(as_multi_worker):
+    import tensorflow as tf
+
+    model, strategy = tiny_model(), tf.distribute.get_strategy()
+    original_step, before = model.train_step, keras_state(model)
+    with multi_worker_fit(model, tiny_dataset(), strategy):
+        inside = keras_state(model)
+        assert model.optimizer.built  # built here from a local batch, so fit has nothing to build
+        logs = model.train_step(next(iter(tiny_dataset())))
+        assert {k: v.shape for k, v in logs.items()} == {"loss": (1,), "accuracy": (1,)}  # averaged over axis 0
+    # control: the comparison sees the workaround while it is in place ...
+    assert inside["train_step"] != before["train_step"] and inside["_maybe_symbolic_build"] != "absent"
+    assert inside["trainer.reduce_per_replica"] is before["trainer.reduce_per_replica"]  # ... but no module patch
+    assert keras_state(model) == before and model.train_step == original_step
+    assert {k: v.shape for k, v in model.train_step(next(iter(tiny_dataset()))).items()} == {"loss": (), "accuracy": ()}
+
+
+def test_multi_worker_fit_restores_the_model_after_an_exception(as_multi_worker):
+    import tensorflow as tf
+
+    model = tiny_model()
+    before = keras_state(model)
+    with pytest.raises(KeyError, match="inside the block"):
+        with multi_worker_fit(model, tiny_dataset(), tf.distribute.get_strategy()):
+            assert keras_state(model) != before  # control: changed inside
+            raise KeyError("inside the block")
+    assert keras_state(model) == before
+
+
+@pytest.mark.parametrize("version, verified", [("3.15.1", True), ("3.15.0rc1", True), ("3.16.0", False),
+                                               ("3.1.5", False), ("4.15.0", False), ("unknown", False)])
+def test_an_unverified_keras_is_refused_with_one_line_naming_it(monkeypatch, as_multi_worker, version, verified):
+    import tensorflow as tf
+
+    monkeypatch.setattr(hardware, "keras_version", lambda: version)
+    model = tiny_model()
+    before = keras_state(model)
+    if verified:  # control: the same calls pass on a verified release
+        assert cluster_from_env({"TF_CONFIG": TWO_WORKERS}).workers == 2
+        return
+    with pytest.raises(PipelineError) as refused:
+        cluster_from_env({"TF_CONFIG": TWO_WORKERS})
+    message = str(refused.value)
+    assert f"Keras {version} is installed" in message and "verified on Keras 3.15 only" in message
+    assert "pin keras==3.15.*" in message and "unset TF_CONFIG" in message and "\n" not in message
+    with pytest.raises(PipelineError, match=f"Keras {re.escape(version)} is installed"):
+        with multi_worker_fit(model, UntouchableDataset(), tf.distribute.get_strategy()):
+            pytest.fail("the block ran")
+    assert keras_state(model) == before
+    assert cluster_from_env({"TF_CONFIG": tf_config([1], 0)}) is None  # one task: no check
+
+
+@pytest.mark.parametrize("strategy_name", ["default", "mirrored"])
+def test_single_process_strategies_never_enter_the_workaround(monkeypatch, strategy_name):
+    import tensorflow as tf
+
+    strategy = (tf.distribute.get_strategy() if strategy_name == "default"
+                else tf.distribute.MirroredStrategy(devices=["/cpu:0"]))
+    monkeypatch.setattr(hardware, "keras_version", lambda: "0.1.0")  # would be refused if it were checked
+    assert not hardware.in_multi_worker_mode(strategy)
+    with strategy.scope():
+        model = tiny_model()
+    before = keras_state(model)
+    with multi_worker_fit(model, UntouchableDataset(), strategy):
+        assert keras_state(model) == before
+    assert keras_state(model) == before
+
+
+@pytest.mark.parametrize("stage", ["train", "pretrain"])
+def test_an_unverified_keras_stops_a_cluster_before_anything_is_removed(trained_run, monkeypatch, capsys, stage):
+    config, _ = trained_run
+    monkeypatch.setattr(hardware, "keras_version", lambda: "3.99.0")
+    monkeypatch.setenv("TF_CONFIG", TWO_WORKERS)
+    files = {p: p.stat().st_mtime_ns for p in config.data_dir.rglob("*")}
+    code = cli_main([stage, "--config", SMOKE, "--set", f"paths.data_dir={config.data_dir}",
+                     "--set", f"tracking.tracking_uri={config.tracking.tracking_uri}"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error: multi-worker training") and "Keras 3.99.0" in err and "\n" not in err
+    assert {p: p.stat().st_mtime_ns for p in config.data_dir.rglob("*")} == files
