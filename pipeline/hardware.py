@@ -227,13 +227,6 @@ def multi_worker_fit(model, dataset, strategy):
                 setattr(model, name, value)
 
 
-def build_before_multi_worker_fit(model, dataset, strategy) -> None:
-    """Removed: it patched Keras for the whole process. Kept only so callers import until they use
-    ``with multi_worker_fit(model, dataset, strategy): model.fit(...)``."""
-    raise RuntimeError("build_before_multi_worker_fit was replaced by the context manager "
-                       "pipeline.hardware.multi_worker_fit(model, dataset, strategy) around model.fit")
-
-
 def already_sharded(dataset):
     """``dataset`` marked as this worker's share already, so ``tf.distribute`` does not shard it again."""
     import tensorflow as tf

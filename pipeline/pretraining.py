@@ -52,7 +52,7 @@ from pipeline.backbone import masked_lm_dataset, save_backbone
 from pipeline.config import Config
 from pipeline.tokenizer import TextEncoder
 from pipeline.errors import InputError
-from pipeline.hardware import any_worker, build_before_multi_worker_fit, choose_hardware, cluster_from_env
+from pipeline.hardware import any_worker, choose_hardware, cluster_from_env, multi_worker_fit
 from pipeline.catalog import require_output, stage_dir
 from pipeline.text import PAD_ID
 
@@ -234,14 +234,14 @@ def pretrain(config: Config, force: bool = False, extra_callbacks: Sequence = ()
                                     settings.seed + steps_done, settings.mask_rate, shard)  # and a new batch order
         agree = None
         if cluster is not None:
-            build_before_multi_worker_fit(model, dataset, strategy)
             agree = functools.partial(any_worker, strategy)
         epochs = math.ceil(settings.max_steps / settings.log_every_steps) if settings.max_steps else 10**6
 
         def fit(budget, backup: bool) -> None:
             callbacks = [keras.callbacks.BackupAndRestore(str(checkpoint / "backup"), delete_checkpoint=False)] if backup else []
-            model.fit(dataset, epochs=epochs, steps_per_epoch=settings.log_every_steps, verbose=2,
-                      callbacks=[*callbacks, budget, *extra_callbacks])
+            with multi_worker_fit(model, dataset, strategy):
+                model.fit(dataset, epochs=epochs, steps_per_epoch=settings.log_every_steps, verbose=2,
+                          callbacks=[*callbacks, budget, *extra_callbacks])
 
         if scratch is not None:
             atomic_write_json(state_path, {})

@@ -53,7 +53,7 @@ from pipeline.backbone import check_vocabulary, load_backbone, resolve_pretraine
 from pipeline.config import Config
 from pipeline.tokenizer import TextEncoder, load_split
 from pipeline.datasets import make_dataset, padding_fractions, subsample
-from pipeline.hardware import build_before_multi_worker_fit, choose_hardware, cluster_from_env
+from pipeline.hardware import choose_hardware, cluster_from_env, multi_worker_fit
 from pipeline.inference import SentimentClassifier
 from pipeline.model import build_model, load_backbone_weights
 from pipeline.pseudo_labels import load_pseudo_labels, one_hot
@@ -417,17 +417,17 @@ def train_model(config: Config, force: bool = False,
         shard = (0, 1) if cluster is None else (cluster.worker_index, cluster.workers)
         data = load_training_data(config, tokenize_dir, hardware.strategy.num_replicas_in_sync, shard)
         model, pretrained = build_and_compile(config, data, hardware, tokenize_dir, pretrained_dir)
-        if cluster is not None:
-            build_before_multi_worker_fit(model, data.train, hardware.strategy)
         if scratch is not None:
-            result = fit(model, data, config, scratch, None, extra_callbacks)
+            with multi_worker_fit(model, data.train, hardware.strategy):
+                result = fit(model, data, config, scratch, None, extra_callbacks)
             print(f"train: {hardware.device}: trained {len(result.history['loss'])} epochs with the chief; "
                   f"its run folder and MLflow run hold the result (scratch {scratch}/ removed)")
             return TrainedRun(None, run_dir, config)
         with start_or_resume_run(config, run_dir) as (run_id, resumed):
             if not resumed:
                 log_run_inputs(config, data, hardware, model, config_hash, inputs, tokenize_dir, pretrained)
-            result = fit(model, data, config, run_dir, run_id, extra_callbacks)
+            with multi_worker_fit(model, data.train, hardware.strategy):
+                result = fit(model, data, config, run_dir, run_id, extra_callbacks)
             save_outputs(config, run_dir, model, tokenize_dir, run_id, result, hardware, config_hash, inputs)
     finally:
         keras.mixed_precision.set_global_policy("float32")

@@ -22,7 +22,7 @@ from pipeline.config import load_config
 from pipeline import hardware
 from pipeline.hardware import Cluster, cluster_from_env, multi_worker_fit
 from pipeline.errors import ConfigError, PipelineError
-from pipeline.stages.train import make_dataset
+from pipeline.datasets import make_dataset
 from pipeline.servers import free_port
 from tests.conftest import PROJECT_ROOT, inside, make_archive, write_imdb_tree
 
