@@ -33,7 +33,7 @@ import pandas as pd
 from pipeline.artifacts import LABELS_FILE, TOKENIZER_SETTINGS_FILE, sha256_file
 from pipeline.batching import SCORING_LENGTH_MULTIPLE, batch_width, bucketed_batches
 from pipeline.encoder import TextEncoder
-from pipeline.errors import InputError
+from pipeline.errors import InputError, MissingInputError
 from pipeline.predictions import as_class_probabilities, check_shape, predicted_and_confidence, probability_columns
 from pipeline.text import PAD_ID, load_labels, text_problem
 
@@ -355,6 +355,9 @@ class FusedClassifier(PipelineModel):
 def load_classifier(model_uri: str) -> PipelineModel:
     """The pipeline's pyfunc model behind ``model_uri`` (models:/, runs:/ or a folder), unwrapped: a
     Transformer, a lexical model or a fused one."""
+    if ":" not in model_uri and not Path(model_uri).is_dir():  # a folder, not a URI (MLflow: "no such artifact")
+        raise MissingInputError(f"no model folder {model_uri} (a model is models:/NAME@ALIAS, runs:/RUN_ID/model or "
+                                "a folder)")
     saved_path = list(sys.path)
     try:
         model = mlflow.pyfunc.load_model(model_uri)
