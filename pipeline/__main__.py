@@ -3,8 +3,9 @@
 The sub-commands come from the stage table (:data:`pipeline.stages.STAGES`) and the experiments'
 (:data:`pipeline.experiments.EXPERIMENTS`): every one takes
 ``--config`` and ``--set``, ``--force`` where the stage honours it, and its own options. A
-user's mistake (a ``PipelineError`` or a missing file) prints one ``error:`` line naming the
-file, row or field and exits with status 2; any other exception is a bug and keeps its traceback.
+user's mistake (a ``PipelineError``: a bad config, input or model, ``MissingInputError`` for a file that
+is not there) prints one ``error:`` line naming the file, row or field and exits with status 2; any
+other exception is a bug and keeps its traceback, a bare ``FileNotFoundError`` included.
 Third-party start-up lines stay out of the output unless ``-v`` or ``PIPELINE_VERBOSE=1``
 (``pipeline.logs``).
 """
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config, args.overrides)
         module = importlib.import_module(args.module_name)
         module.main(config, args)
-    except (PipelineError, FileNotFoundError) as exc:
+    except PipelineError as exc:  # only the user-fixable family: a bug's FileNotFoundError keeps its traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -111,17 +111,45 @@ def code_version() -> str:
     return f"{__version__}+{commit}" if commit else __version__
 
 
+def current_umask() -> int:
+    """The process's umask, read from ``/proc/self/status`` where the kernel shows it (Linux 4.7+).
+
+    Elsewhere ``os.umask`` is the only reader and it sets while it reads: the value in between is the
+    strictest one, so a file another thread creates meanwhile is too private, never too open.
+    """
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def new_file_mode() -> int:
+    """The mode ``open(path, "w")`` gives a new file: ``0o666`` less the umask. ``tempfile.mkstemp``
+    makes its files ``0o600``, so a file written through one and renamed into place is chmod-ed to this."""
+    return 0o666 & ~current_umask()
+
+
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` to a temporary file beside ``path`` and rename it into place."""
     return atomic_replace(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
 def atomic_replace(path: str | Path, write) -> Path:
-    """Call ``write(temporary_path)``, then rename the temporary file beside ``path`` onto it."""
+    """Call ``write(temporary_path)``, then rename the temporary file beside ``path`` onto it.
+
+    The file gets the mode a plain ``open(path, "w")`` would give it (:func:`new_file_mode`), not
+    ``mkstemp``'s ``0o600``: reports and stage outputs stay readable for whoever the umask allows.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
+    try:
+        os.fchmod(handle, new_file_mode())
+    finally:
+        os.close(handle)
     try:
         write(tmp_name)
         os.replace(tmp_name, path)
@@ -154,6 +182,7 @@ def staged_directory(final_dir: str | Path) -> Iterator[Path]:
     final_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.staging-", dir=final_dir.parent))
     try:
+        staging.chmod(0o777 & ~current_umask())  # mkdtemp's folder is 0o700; the stage folder gets mkdir's mode
         yield staging
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

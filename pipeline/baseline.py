@@ -23,6 +23,8 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin
 
+from pipeline.errors import ConfigError, InputError
+
 NBSVM_TOKEN_PATTERN = r"(?u)\b\w+\b|[!?]"  # words, and ! and ? as tokens of their own
 
 
@@ -56,7 +58,7 @@ class NaiveBayesLogisticRegression(ClassifierMixin, BaseEstimator):
         y = np.asarray(y)
         self.classes_ = np.unique(y)
         if len(self.classes_) < 2:
-            raise ValueError(f"NBSVM needs two or more classes in the training labels, got {self.classes_.tolist()}")
+            raise InputError(f"NBSVM needs two or more classes in the training labels, got {self.classes_.tolist()}")
         targets = [self.classes_[1]] if len(self.classes_) == 2 else list(self.classes_)
         self.ratios_, self.regressions_ = [], []
         for target in targets:
@@ -109,7 +111,7 @@ class NgramCounts:
             by_order[len(parts)][1].append(column)
         self.base = max(1, len(self.token_ids))
         if self.base ** max(self.orders) >= 2 ** 62:
-            raise ValueError(f"{self.base:,} tokens and {max(self.orders)}-grams do not fit 64-bit keys")
+            raise ConfigError(f"{self.base:,} tokens and {max(self.orders)}-grams do not fit 64-bit keys")
         self.keys, self.columns = {}, {}
         for n, (ids, columns) in by_order.items():
             keys = self._keys(np.asarray(ids, dtype=np.int64).reshape(-1, n)) if ids else np.zeros(0, np.int64)
@@ -184,7 +186,7 @@ def nbsvm_baseline(train: pd.DataFrame, val: pd.DataFrame, c_values: Sequence[fl
     from sklearn.pipeline import Pipeline
 
     if not c_values:
-        raise ValueError("baseline.nbsvm_c needs at least one value")
+        raise ConfigError("baseline.nbsvm_c needs at least one value")
     started = time.perf_counter()
     vectorizer = nbsvm_vectorizer(ngram_max, max_features)
     train_features = vectorizer.fit_transform(train["text"])

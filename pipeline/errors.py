@@ -1,8 +1,8 @@
 """The mistakes a user can fix, as one exception family.
 
-``python -m pipeline`` turns a :class:`PipelineError` (and a missing file) into one ``error:``
-line and exit status 2. Anything else is a bug in this code or a library and keeps its
-traceback. Each class subclasses the built-in a caller would expect (``ValueError``, and
+``python -m pipeline`` turns a :class:`PipelineError` into one ``error:`` line and exit status 2.
+Anything else is a bug in this code or a library and keeps its traceback, a bare
+``FileNotFoundError`` included: a user's missing file is raised as :class:`MissingInputError`. Each class subclasses the built-in a caller would expect (``ValueError``, and
 ``FileNotFoundError`` for something that is not there), so ``except ValueError`` still works.
 """
 

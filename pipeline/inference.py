@@ -32,8 +32,7 @@ import pandas as pd
 
 from pipeline.artifacts import LABELS_FILE, TOKENIZER_SETTINGS_FILE, sha256_file
 from pipeline.batching import SCORING_LENGTH_MULTIPLE, batch_width, bucketed_batches
-from pipeline.tokenizer import TextEncoder
-from pipeline.errors import InputError
+from pipeline.errors import InputError, MissingInputError
 from pipeline.predictions import (
     as_class_probabilities,
     check_shape,
@@ -41,6 +40,7 @@ from pipeline.predictions import (
     predicted_and_confidence,
     probability_columns,
 )
+from pipeline.tokenizer import TextEncoder
 from pipeline.text import PAD_ID, load_labels, text_problem
 
 _COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -339,6 +339,9 @@ class FusedClassifier(PipelineModel):
 def load_classifier(model_uri: str) -> PipelineModel:
     """The pipeline's pyfunc model behind ``model_uri`` (models:/, runs:/ or a folder), unwrapped: a
     Transformer, a lexical model or a fused one."""
+    if ":" not in model_uri and not Path(model_uri).is_dir():  # a folder, not a URI (MLflow: "no such artifact")
+        raise MissingInputError(f"no model folder {model_uri} (a model is models:/NAME@ALIAS, runs:/RUN_ID/model or "
+                                "a folder)")
     saved_path = list(sys.path)
     try:
         model = mlflow.pyfunc.load_model(model_uri)

@@ -150,7 +150,7 @@ def build_model(config: ModelConfig, vocabulary_size: int, max_sequence_length: 
     trimmed of trailing padding columns; learned positions cover up to ``max_sequence_length``.
     """
     if num_classes < 2:
-        raise ValueError(f"a classifier needs at least 2 classes, got {num_classes}")
+        raise InputError(f"a classifier needs at least 2 classes, got {num_classes}")
     token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
     x, padding_mask, _ = encode_tokens(config, vocabulary_size, max_sequence_length, token_ids)
     pooled = POOLING_LAYERS[config.pooling](name=f"{config.pooling}_pooling")(x, padding_mask=padding_mask)

@@ -32,6 +32,7 @@ import pandas as pd
 import psutil
 from tqdm.auto import tqdm
 
+from pipeline.artifacts import new_file_mode
 from pipeline.config import Config
 from pipeline.errors import InputError, MissingInputError
 from pipeline.inference import ERROR_COLUMN, PipelineModel, load_classifier, output_columns, output_frame
@@ -141,6 +142,7 @@ def score_csv(config: Config, input_path: str | Path, output_path: str | Path, m
     handle, tmp_name = tempfile.mkstemp(prefix=f".{output_path.name}.", suffix=".tmp", dir=output_path.parent)
     counts = {"rows": 0, "scored": 0, "errors": 0, "positives": 0}
     try:
+        os.fchmod(handle, new_file_mode())  # the mode open(path, "w") gives, not mkstemp's 0o600
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as out, \
                 tqdm(unit=" rows", desc=f"scoring {input_path.name}", mininterval=0.5) as progress:
             # skip_blank_lines=False: in a one-column CSV a whitespace-only review is a line of spaces, still a row

@@ -1,0 +1,66 @@
+"""Command line: ``python -m pipeline <stage> [--config FILE] [--set section.key=value ...]``.
+
+The sub-commands come from the stage table (:data:`pipeline.stages.STAGES`): every stage takes
+``--config`` and ``--set``, ``--force`` where the stage honours it, and its own options. A
+user's mistake (a ``PipelineError`` or a missing file) prints one ``error:`` line naming the
+file, row or field and exits with status 2; any other exception is a bug and keeps its traceback.
+Third-party start-up lines stay out of the output unless ``-v`` or ``PIPELINE_VERBOSE=1``
+(``pipeline.logs``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from pipeline.config import load_config
+from pipeline.errors import PipelineError
+from pipeline.logs import VERBOSE_ENV, quiet_third_party, verbose_requested
+from pipeline.stages import STAGES
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also show TensorFlow's C++ start-up lines and known third-party warnings "
+                             f"(or {VERBOSE_ENV}=1)")
+    subparsers = parser.add_subparsers(dest="stage", required=True, metavar="STAGE")
+    for stage in STAGES.values():
+        sub = subparsers.add_parser(stage.name, help=stage.help, description=stage.help)
+        sub.add_argument("--config", default=None, help="YAML config file (default: built-in defaults)")
+        sub.add_argument(
+            "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+            help="override one config value, e.g. --set model.pooling=mean (repeatable)",
+        )
+        if stage.force:
+            sub.add_argument("--force", action="store_true", help="run even when outputs are up to date")
+        if stage.arguments is not None:
+            stage.arguments(sub)
+        sub.set_defaults(module_name=stage.module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    args = build_parser().parse_args(argv)
+    if args.verbose:
+        os.environ[VERBOSE_ENV] = "1"  # for the processes a stage starts, too
+    if not verbose_requested():
+        quiet_third_party()
+    try:
+        config = load_config(args.config, args.overrides)
+        module = importlib.import_module(args.module_name)
+        module.main(config, args)
+    except (PipelineError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; outputs already written are intact", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

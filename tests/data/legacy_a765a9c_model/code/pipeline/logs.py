@@ -1,0 +1,93 @@
+"""What a stage shows: its own progress and summary, not third-party start-up noise.
+
+On a machine without a GPU, TensorFlow's C++ side prints start-up lines at import and at its first
+device query (``failed call to cuInit: ... UNKNOWN ERROR (303)``, ``Could not find cuda drivers``,
+oneDNN and CPU-feature notices) that read like failures, and MLflow warns that the pyfunc model's
+``predict`` has no type hints (the pipeline validates its input itself). :func:`quiet_third_party`
+keeps them out of stage output; ``python -m pipeline -v`` or ``PIPELINE_VERBOSE=1`` shows them.
+Errors are never hidden: when TensorFlow fails to start, what it printed is shown before the error.
+Progress bars (Keras, tqdm) write through Python and are not touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+import warnings
+
+VERBOSE_ENV = "PIPELINE_VERBOSE"
+KNOWN_WARNINGS = (  # (message regex, category): third-party warnings that say nothing a user can act on
+    (r"(\x1b\[[0-9;]*m)?Add type hints to the `predict` method", UserWarning),  # MLflow colours its message
+    (r".*`build\(\)` was called on layer", UserWarning),
+    (r"Protobuf gencode version", UserWarning),
+    (r".* is experimental \(supported from v", Warning),  # Optuna's heartbeat API, used as documented
+    (r"Argument ``heartbeat_interval`` is an experimental feature", Warning),  # the same, as Optuna 4 words it
+)
+
+
+def verbose_requested(environ=os.environ) -> bool:
+    return environ.get(VERBOSE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+@contextlib.contextmanager
+def captured_stderr():
+    """Send file descriptor 2 (where C++ libraries log) to a temporary file; yields that file.
+
+    On an exception inside the block, what was captured is written to the real stderr first.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield captured
+        except BaseException:
+            os.dup2(saved, 2)
+            captured.seek(0)
+            sys.stderr.buffer.write(captured.read())
+            sys.stderr.flush()
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def is_known_warning(message, category) -> bool:
+    return any(issubclass(category, known) and re.match(pattern, str(message), re.IGNORECASE)
+               for pattern, known in KNOWN_WARNINGS)
+
+
+def ignore_known_warnings() -> None:
+    """Drop the warnings of :data:`KNOWN_WARNINGS`: as filters, and again where a warning is shown, because some
+    libraries put their own filter first (MLflow's ``filter_user_warnings_once`` shows its type-hint notice
+    "once" whatever filters the program set)."""
+    for message, category in KNOWN_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
+    show = warnings.showwarning
+    if getattr(show, "drops_known_warnings", False):
+        return
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if not is_known_warning(message, category):
+            show(message, category, filename, lineno, file, line)
+
+    showwarning.drops_known_warnings = True
+    warnings.showwarning = showwarning
+
+
+def quiet_third_party(environ=os.environ) -> None:
+    """Start TensorFlow with its C++ start-up lines captured, and drop the known third-party warnings.
+
+    Sets ``TF_CPP_MIN_LOG_LEVEL=3`` unless the user set it (child processes inherit it), imports
+    TensorFlow and lists its devices once inside :func:`captured_stderr`, so the lines it prints only
+    once per process go nowhere.
+    """
+    environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    ignore_known_warnings()
+    with captured_stderr():
+        import tensorflow as tf
+
+        tf.config.list_physical_devices()

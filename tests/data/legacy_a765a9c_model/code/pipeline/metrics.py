@@ -1,0 +1,178 @@
+"""Pure evaluation and comparison statistics (no files, no MLflow).
+
+Classification metrics come from scikit-learn; expected calibration error, the paired
+bootstrap (paired differences and percentile intervals) and McNemar's exact test are the few pieces
+scikit-learn does not provide.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.stats import binomtest
+from sklearn import metrics as skm
+
+from pipeline.predictions import predicted_and_confidence
+
+
+def cross_fitted_accuracy(correct: dict, seed: int = 0) -> float:
+    """The validation accuracy of *choosing* among options (a regularisation strength, a fusion weight) on the
+    same validation rows, estimated without the optimism of choosing and scoring on one set: the option with
+    the best accuracy on one half of the rows is scored on the other half, both ways, and the two averaged.
+
+    ``correct``: option -> boolean array, one entry per validation row (the same rows for every option);
+    ties go to the option listed first.
+    """
+    options = list(correct)
+    rows = len(correct[options[0]])
+    first = np.zeros(rows, dtype=bool)
+    first[np.random.default_rng(seed).permutation(rows)[: rows // 2]] = True
+
+    def chosen_on(mask: np.ndarray):
+        return max(options, key=lambda option: np.asarray(correct[option])[mask].mean())
+
+    right = np.asarray(correct[chosen_on(first)])[~first].sum() + np.asarray(correct[chosen_on(~first)])[first].sum()
+    return float(right / rows)
+
+
+def expected_calibration_error(labels: np.ndarray, probabilities: np.ndarray, bins: int = 15) -> float:
+    """Weighted mean |accuracy - confidence| over equal-width bins of the predicted class's probability.
+
+    ``probabilities`` is ``[N, k]``; the bins span ``[1/k, 1]``, the range a top-label
+    confidence can take (``[0.5, 1]`` for two classes).
+    """
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    predicted, confidence = predicted_and_confidence(probabilities)
+    correct = (predicted == np.asarray(labels)).astype(np.float64)
+    edges = np.linspace(1.0 / probabilities.shape[1], 1.0, bins + 1)
+    which = np.clip(np.digitize(confidence, edges[1:-1], right=True), 0, bins - 1)
+    error = 0.0
+    for b in range(bins):
+        in_bin = which == b
+        if in_bin.any():
+            error += in_bin.mean() * abs(correct[in_bin].mean() - confidence[in_bin].mean())
+    return float(error)
+
+
+def _normalised(probabilities: np.ndarray) -> np.ndarray:
+    """float64 rows that sum to 1 (float32 softmax sums drift from 1 in the last digits)."""
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    return probabilities / probabilities.sum(axis=1, keepdims=True)
+
+
+def binary_metrics(labels: np.ndarray, probabilities: np.ndarray) -> dict[str, float]:
+    """Accuracy, precision, recall, F1, ROC AUC, PR AUC, log loss, Brier score and ECE; class 1 is positive."""
+    labels = np.asarray(labels).astype(int)
+    probabilities = _normalised(probabilities)
+    positive = np.clip(probabilities[:, 1], 1e-7, 1 - 1e-7)
+    predictions, _ = predicted_and_confidence(probabilities)
+    both_classes = len(np.unique(labels)) == 2
+    return {
+        "accuracy": float(skm.accuracy_score(labels, predictions)),
+        "precision": float(skm.precision_score(labels, predictions, zero_division=0)),
+        "recall": float(skm.recall_score(labels, predictions, zero_division=0)),
+        "f1": float(skm.f1_score(labels, predictions, zero_division=0)),
+        "roc_auc": float(skm.roc_auc_score(labels, positive)) if both_classes else float("nan"),
+        "pr_auc": float(skm.average_precision_score(labels, positive)) if both_classes else float("nan"),
+        "log_loss": float(skm.log_loss(labels, positive, labels=[0, 1])),
+        "brier": float(skm.brier_score_loss(labels, positive)),
+        "ece": expected_calibration_error(labels, probabilities),
+    }
+
+
+def multiclass_metrics(labels: np.ndarray, probabilities: np.ndarray, names: list[str]) -> dict[str, float]:
+    """Accuracy, macro/weighted F1 (``f1`` is macro), one-vs-rest ROC AUC, log loss, ECE, per-class P/R/F1."""
+    labels = np.asarray(labels).astype(int)
+    probabilities = _normalised(probabilities)
+    classes = list(range(len(names)))
+    predictions, _ = predicted_and_confidence(probabilities)
+    present = np.unique(labels)
+    result = {
+        "accuracy": float(skm.accuracy_score(labels, predictions)),
+        "f1": float(skm.f1_score(labels, predictions, average="macro", labels=classes, zero_division=0)),
+        "macro_f1": float(skm.f1_score(labels, predictions, average="macro", labels=classes, zero_division=0)),
+        "weighted_f1": float(skm.f1_score(labels, predictions, average="weighted", labels=classes, zero_division=0)),
+        "roc_auc": (float(skm.roc_auc_score(labels, probabilities, multi_class="ovr", labels=classes))
+                    if len(present) == len(classes) else float("nan")),
+        "log_loss": float(skm.log_loss(labels, probabilities, labels=classes)),
+        "ece": expected_calibration_error(labels, probabilities),
+    }
+    precision, recall, f1, _ = skm.precision_recall_fscore_support(labels, predictions, labels=classes, zero_division=0)
+    for index, name in enumerate(names):
+        result[f"precision_{name}"] = float(precision[index])
+        result[f"recall_{name}"] = float(recall[index])
+        result[f"f1_{name}"] = float(f1[index])
+    return result
+
+
+def classification_metrics(labels: np.ndarray, probabilities: np.ndarray, names: list[str]) -> dict[str, float]:
+    """The binary report (positive = the second class) for two classes, else the multi-class one."""
+    if len(names) == 2:
+        return binary_metrics(labels, probabilities)
+    return multiclass_metrics(labels, probabilities, names)
+
+
+def mcnemar_exact(correct_a: np.ndarray, correct_b: np.ndarray) -> dict[str, float]:
+    """McNemar's exact test on paired per-example correctness of two models.
+
+    ``b`` counts examples only A got right, ``c`` those only B got right; under the null
+    hypothesis of equal error rates the discordant pairs split 50/50 (two-sided binomial).
+    """
+    correct_a, correct_b = np.asarray(correct_a, bool), np.asarray(correct_b, bool)
+    if correct_a.shape != correct_b.shape:
+        raise ValueError(f"paired predictions differ in length: {correct_a.shape} vs {correct_b.shape}")
+    b = int((correct_a & ~correct_b).sum())
+    c = int((~correct_a & correct_b).sum())
+    p_value = 1.0 if b + c == 0 else float(binomtest(b, b + c, 0.5, alternative="two-sided").pvalue)
+    return {"only_a_correct": b, "only_b_correct": c, "p_value": p_value}
+
+
+def paired_bootstrap_difference(correct_a: np.ndarray, correct_b: np.ndarray, samples: int = 2000,
+                                seed: int = 0, confidence: float = 0.95) -> dict[str, float]:
+    """Bootstrap CI of accuracy(A) - accuracy(B), resampling test examples with both models paired.
+
+    ``correct_a``/``correct_b`` are ``[seeds, examples]`` (or ``[examples]``) booleans; each
+    resample draws the same example indices for every seed and both models and takes the
+    mean difference over seeds.
+    """
+    a = np.atleast_2d(np.asarray(correct_a, dtype=np.float64))
+    b = np.atleast_2d(np.asarray(correct_b, dtype=np.float64))
+    if a.shape != b.shape:
+        raise ValueError(f"paired predictions differ in shape: {a.shape} vs {b.shape}")
+    per_example = (a - b).mean(axis=0)  # seed-averaged difference per test example
+    rng = np.random.default_rng(seed)
+    n = per_example.shape[0]
+    draws = np.empty(samples)
+    for i in range(samples):
+        draws[i] = per_example[rng.integers(0, n, n)].mean()
+    tail = (1.0 - confidence) / 2
+    return {"difference": float(per_example.mean()), "ci_low": float(np.quantile(draws, tail)),
+            "ci_high": float(np.quantile(draws, 1 - tail)), "samples": samples}
+
+
+def bootstrap_intervals(labels: np.ndarray, probabilities: np.ndarray, names: list[str], samples: int = 500,
+                        seed: int = 0, confidence: float = 0.95) -> dict[str, dict[str, float]]:
+    """Percentile bootstrap CIs (test examples resampled) of accuracy, F1 and ROC AUC.
+
+    F1 and ROC AUC as in :func:`classification_metrics`: of the positive class for two classes,
+    macro-averaged (ROC AUC one-vs-rest) for more. Returns ``{metric: {"low", "high"}}``.
+    """
+    labels = np.asarray(labels)
+    probabilities = _normalised(probabilities)
+    predicted = probabilities.argmax(axis=1)
+    binary = len(names) == 2
+
+    def scores(rows: np.ndarray) -> tuple[float, float, float]:
+        y, p, hat = labels[rows], probabilities[rows], predicted[rows]
+        f1 = skm.f1_score(y, hat, zero_division=0) if binary else skm.f1_score(y, hat, average="macro", zero_division=0)
+        try:
+            auc = skm.roc_auc_score(y, p[:, 1]) if binary else skm.roc_auc_score(y, p, multi_class="ovr",
+                                                                                   labels=list(range(len(names))))
+        except ValueError:  # a resample holding one class only
+            auc = np.nan
+        return float((hat == y).mean()), float(f1), float(auc)
+
+    rng = np.random.default_rng(seed)
+    draws = np.array([scores(rng.integers(0, len(labels), len(labels))) for _ in range(samples)])
+    tail = (1.0 - confidence) / 2
+    return {name: {"low": float(np.nanquantile(draws[:, i], tail)), "high": float(np.nanquantile(draws[:, i], 1 - tail))}
+            for i, name in enumerate(("accuracy", "f1", "roc_auc"))}

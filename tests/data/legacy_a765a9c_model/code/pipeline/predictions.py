@@ -1,0 +1,75 @@
+"""One prediction shape: class probabilities ``[N, k]`` for every class count, two included.
+
+The classifier ends in a ``k``-way softmax for every ``k`` (as KerasHub's ``TextClassifier``
+does), so training, metrics and scoring have one loss, one target type and one prediction
+rule. A two-class model is not special inside the package; ``positive_probability`` (the
+probability of the second label) is a name given only where a result leaves it: scored
+tables (:func:`probability_columns`) and reports.
+
+Models logged before this convention end in one sigmoid unit; :func:`as_class_probabilities`
+turns their ``[N, 1]`` output into ``[1 - p, p]``, the only place that knows about them.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+
+def as_class_probabilities(raw) -> np.ndarray:
+    """A model's output as float32 ``[N, k]``; a legacy one-unit sigmoid ``p`` becomes ``[1 - p, p]``."""
+    probabilities = np.asarray(raw, dtype=np.float32)
+    if probabilities.ndim != 2:
+        raise ValueError(f"expected class probabilities of shape [N, k], got shape {probabilities.shape}")
+    if probabilities.shape[1] == 1:  # saved before every head became a softmax
+        return np.concatenate([1.0 - probabilities, probabilities], axis=1)
+    return probabilities
+
+
+def predicted_and_confidence(probabilities: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(predicted class index, probability of that class) per row: the arg-max rule.
+
+    For two classes this is the 0.5 threshold on the second class's probability (ties go to
+    the first class, as ``argmax`` does; an exact 0.5 is vanishingly rare in float32).
+    """
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    predicted = probabilities.argmax(axis=1)
+    return predicted, probabilities[np.arange(len(predicted)), predicted]
+
+
+def check_shape(probabilities: np.ndarray, num_classes: int) -> np.ndarray:
+    """``probabilities`` as float64 ``[N, num_classes]``; anything else is an error, never reshaped."""
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    if probabilities.ndim != 2 or probabilities.shape[1] != num_classes:
+        raise ValueError(f"expected probabilities of shape [N, {num_classes}], got shape {probabilities.shape}")
+    return probabilities
+
+
+def probability_columns(probabilities: np.ndarray, labels: Sequence[str]) -> dict[str, np.ndarray]:
+    """Named columns for a table leaving the package.
+
+    Two classes: ``positive_probability`` (the second label's probability); more:
+    ``probability_<label>`` for every class.
+    """
+    probabilities = check_shape(probabilities, len(labels))
+    if len(labels) == 2:
+        return {"positive_probability": probabilities[:, 1]}
+    return {f"probability_{label}": probabilities[:, index] for index, label in enumerate(labels)}
+
+
+def from_probability_columns(frame, labels: Sequence[str]) -> np.ndarray:
+    """The ``[N, k]`` probabilities back from the columns :func:`probability_columns` named."""
+    if len(labels) == 2:
+        positive = np.asarray(frame["positive_probability"], dtype=np.float64)
+        return np.stack([1.0 - positive, positive], axis=1)
+    return np.stack([np.asarray(frame[f"probability_{label}"], dtype=np.float64) for label in labels], axis=1)
+
+
+def prediction_frame(source_files, labels: np.ndarray, probabilities: np.ndarray, names: list[str]) -> pd.DataFrame:
+    """The test predictions a stage hands on (``test_predictions.parquet``), one row per test example: label, prediction, correctness, confidence and the named probabilities."""
+    predicted, confidence = predicted_and_confidence(probabilities)
+    return pd.DataFrame({"source_file": list(source_files), "label": np.asarray(labels), "predicted": predicted,
+                         "correct": predicted == np.asarray(labels), "confidence": confidence,
+                         **probability_columns(probabilities, names)})

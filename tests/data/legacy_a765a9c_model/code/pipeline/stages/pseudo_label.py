@@ -1,0 +1,147 @@
+"""Pseudo-label stage: self-training data for the classifier from the unlabeled reviews.
+
+Reads:  ``data/ingest/`` (``train.parquet``, ``val.parquet``, ``unlabeled.parquet``, manifest).
+        Test texts are never read.
+Writes: ``data/pseudo_label/`` holding ``pseudo_labels.parquet`` (``row``: the review's row in
+        ``unlabeled.parquet`` and so in ``data/tokenize/unlabeled_ids.npy``;
+        ``label``: the class index; ``confidence``: the teacher's probability of it;
+        ``probability_<index>``: its probability of every class, the soft targets) for the
+        reviews the teacher is at least ``pseudo_label.min_confidence`` sure of,
+        ``teacher_confidence.png`` and ``manifest.json``; one MLflow run with the teacher's
+        validation accuracy, how many reviews were kept and the plot.
+
+The teacher is the comparison's NBSVM baseline (``pseudo_label.teacher: nbsvm``; ``tfidf`` for the
+TF-IDF + logistic regression one), fitted on the train split only. With ``training.pseudo_labels: true``
+the classifier trains on the train split plus these reviews, on the teacher's probabilities with
+``pseudo_label.soft`` (distillation) or its labels without, and is still chosen on the untouched
+validation split.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+
+from pipeline.artifacts import (
+    teacher_probability_column,
+    PSEUDO_LABELS_FILE,
+    UNLABELED_TABLE,
+    build_manifest,
+    is_up_to_date,
+    manifest_hash,
+    split_table,
+    staged_directory,
+    write_manifest,
+)
+from pipeline.baseline import class_probabilities, nbsvm_baseline, tfidf_baseline
+from pipeline.config import Config
+from pipeline.errors import MissingInputError
+from pipeline.stages import require_output, stage_dir
+from pipeline.tracking import PSEUDO_LABEL_STAGE, STAGE_TAG, flat_params, setup_tracking
+from pipeline.text import load_labels
+
+STAGE = "pseudo_label"
+PLOT_FILE = "teacher_confidence.png"
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def fit_teacher(config: Config, train: pd.DataFrame, val: pd.DataFrame):
+    """The teacher, fitted on the train split only: NBSVM (its C chosen on validation) or TF-IDF."""
+    if config.pseudo_label.teacher == "nbsvm":
+        settings = config.baseline
+        return nbsvm_baseline(train, val, settings.nbsvm_c, settings.ngram_max, settings.max_features,
+                              settings.seed).model
+    return tfidf_baseline(train, seed=config.pseudo_label.seed)
+
+
+
+def select_confident(probabilities: np.ndarray, min_confidence: float) -> pd.DataFrame:
+    """Rows whose top-class probability is at least ``min_confidence``: ``row``, ``label``, ``confidence``."""
+    probabilities = np.asarray(probabilities)
+    confidence = probabilities.max(axis=1)
+    rows = np.flatnonzero(confidence >= min_confidence)
+    return pd.DataFrame({"row": rows.astype(np.int64), "label": probabilities[rows].argmax(axis=1).astype(np.int32),
+                         "confidence": confidence[rows].astype(np.float32)})
+
+
+def plot_confidence(confidence: np.ndarray, min_confidence: float, title: str, path: Path) -> Path:
+    from pipeline.plots import new_figure, save_figure
+
+    figure, axis = new_figure()
+    axis.hist(confidence, bins=50, range=(confidence.min(initial=0.5), 1.0), color="tab:blue")
+    axis.axvline(min_confidence, color="tab:red", linestyle="--", label=f"kept from {min_confidence:g}")
+    axis.set(xlabel="teacher's probability of its label", ylabel="unlabeled reviews", title=title)
+    axis.legend()
+    return save_figure(figure, path)
+
+
+# --------------------------------------------------------------------------- stage entry point
+
+
+def run(config: Config, force: bool = False) -> Path:
+    """Label the unlabeled reviews with the teacher and keep the confident ones; returns ``data/pseudo_label``."""
+    started = time.perf_counter()
+    ingest_dir = require_output(config, "ingest")
+    out_dir = stage_dir(config, "pseudo-label")
+    unlabeled_path = ingest_dir / UNLABELED_TABLE
+    if not unlabeled_path.is_file():
+        raise MissingInputError(f"no unlabeled reviews in {ingest_dir}/ (set IMDB_UNSUP_ARCHIVE or "
+                                "data.unlabeled_archive and rerun `make ingest tokenize`)")
+    inputs = {"ingest_manifest_sha256": manifest_hash(ingest_dir)}
+    config_hash = config.section_hash("pseudo_label", *(("baseline",) if config.pseudo_label.teacher == "nbsvm" else ()))
+    if not force and is_up_to_date(out_dir, config_hash, inputs, [PSEUDO_LABELS_FILE]):
+        print(f"pseudo-label: up to date, nothing to do ({out_dir}/ with config {config_hash})")
+        return out_dir
+
+    settings = config.pseudo_label
+    train = pd.read_parquet(ingest_dir / split_table("train"), columns=["text", "label"])
+    val = pd.read_parquet(ingest_dir / split_table("val"), columns=["text", "label"])
+    unlabeled = pd.read_parquet(unlabeled_path, columns=["text"])
+    names = load_labels(ingest_dir)
+    print(f"pseudo-label: fitting the {settings.teacher} teacher on {len(train):,} train reviews")
+    teacher = fit_teacher(config, train, val)
+    val_accuracy = float((class_probabilities(teacher, val["text"].tolist(), len(names)).argmax(axis=1)
+                          == val["label"].to_numpy()).mean())
+    probabilities = class_probabilities(teacher, unlabeled["text"].tolist(), len(names))
+    kept = select_confident(probabilities, settings.min_confidence)
+    for index in range(len(names)):  # the teacher's probabilities: soft targets for distillation
+        kept[teacher_probability_column(index)] = probabilities[kept["row"].to_numpy(), index].astype(np.float32)
+    if kept.empty:
+        print(f"pseudo-label: warning: no unlabeled review reached pseudo_label.min_confidence "
+              f"{settings.min_confidence:g}; training with pseudo labels will refuse this empty set")
+    class_counts = {names[c]: int(n) for c, n in zip(*np.unique(kept["label"], return_counts=True))}
+    metrics = {"teacher_val_accuracy": val_accuracy, "pseudo_label_rows": len(kept),
+               "pseudo_label_fraction": len(kept) / max(1, len(unlabeled)),
+               "pseudo_label_mean_confidence": float(kept["confidence"].mean()) if len(kept) else 0.0}
+
+    setup_tracking(config)
+    with mlflow.start_run(run_name=f"pseudo-label-{settings.teacher}", nested=mlflow.active_run() is not None) as active:
+        mlflow.set_tags({STAGE_TAG: PSEUDO_LABEL_STAGE, "teacher": settings.teacher,
+                         "ingest_manifest": inputs["ingest_manifest_sha256"][:16]})
+        mlflow.log_params({k: v for k, v in flat_params(config).items() if k.startswith("pseudo_label.")})
+        mlflow.log_metrics(metrics)
+        with staged_directory(out_dir) as staging:
+            kept.to_parquet(staging / PSEUDO_LABELS_FILE, index=False)
+            plot = plot_confidence(probabilities.max(axis=1), settings.min_confidence,
+                                   f"{settings.teacher} teacher (val accuracy {val_accuracy:.4f}): "
+                                   f"{len(kept):,} of {len(unlabeled):,} kept", staging / PLOT_FILE)
+            mlflow.log_artifact(str(plot), "plots")
+            write_manifest(staging, build_manifest(
+                STAGE, config_hash, inputs, {"pseudo_label": config.to_dict()["pseudo_label"]},
+                mlflow_run_id=active.info.run_id, unlabeled_rows=len(unlabeled), class_counts=class_counts,
+                **{k: round(v, 6) if isinstance(v, float) else v for k, v in metrics.items()}))
+    print(f"pseudo-label: read {len(train):,} train / {len(val):,} val / {len(unlabeled):,} unlabeled reviews from "
+          f"{ingest_dir}/; teacher val accuracy {val_accuracy:.4f}; wrote {len(kept):,} pseudo labels "
+          f"({class_counts}) with confidence >= {settings.min_confidence:g} to {out_dir}/{PSEUDO_LABELS_FILE} and MLflow run "
+          f"{active.info.run_id} in {time.perf_counter() - started:.0f}s")
+    return out_dir
+
+
+def main(config: Config, args) -> None:
+    run(config, force=args.force)

@@ -1,0 +1,223 @@
+"""Register the best model of the latest comparison and point alias ``champion`` at it.
+
+Reads:  MLflow: the newest comparison whose runs are deployment candidates (the pooling
+        comparison; ablations are not) and the model runs it lists.
+Writes: MLflow model registry: a version of ``tracking.registered_model_name`` from the
+        run with the highest ``best_val_accuracy`` (validation, never test), and the
+        ``champion`` alias on it, with a model card as the version's description (also
+        ``reports/<run_id>/model_card.md``): data, splits, test metrics with bootstrap confidence
+        intervals, calibration, behaviour-test pass rates, limits and intended use, all read from
+        the run's own parameters, metrics and evaluation artifacts. Re-running when the alias
+        already points there registers nothing (the card is refreshed); ``--force`` registers a
+        new version anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+
+from pipeline import behaviour
+from pipeline.artifacts import METRICS_FILE, TEST_PREDICTIONS_FILE, atomic_write_text
+
+from pipeline.config import Config
+from pipeline.errors import PipelineError
+from pipeline.metrics import bootstrap_intervals
+from pipeline.predictions import from_probability_columns
+from pipeline.tracking import (
+    CHAMPION_ALIAS,
+    MODEL_KIND_TAG,
+    VARIANT_TAG,
+    champion_uri,
+    comparison_members,
+    latest_champion_comparison,
+    member_candidates,
+    setup_tracking,
+    tag_champion_version,
+)
+
+
+def best_run(runs: list, candidates: dict[str, str] | None = None) -> "mlflow.entities.Run":
+    """The champion: of the candidate with the highest mean validation accuracy over its runs (its seeds), the run
+    with the highest validation accuracy (ties: the earliest started). A candidate is what the comparison
+    recorded for the run (``candidates``: run id -> name), else the run's ``variant`` tag (a Transformer variant,
+    ``nbsvm``, a fused variant); runs without either stand alone. Test accuracy is never read."""
+    candidates = candidates or {}
+    scored = [run for run in runs if "best_val_accuracy" in run.data.metrics]
+    if not scored:
+        raise PipelineError("the latest comparison has no finished model runs with best_val_accuracy")
+    groups: dict[str, list] = {}
+    for run in scored:
+        name = candidates.get(run.info.run_id) or run.data.tags.get(VARIANT_TAG) or run.info.run_id
+        groups.setdefault(name, []).append(run)
+    mean = {name: float(np.mean([r.data.metrics["best_val_accuracy"] for r in group])) for name, group in groups.items()}
+    best_group = max(groups, key=lambda name: (mean[name], -min(r.info.start_time for r in groups[name])))
+    return max(groups[best_group], key=lambda run: (run.data.metrics["best_val_accuracy"], -run.info.start_time))
+
+
+CARD_SAMPLES = 500  # bootstrap resamples of the test set for the card's intervals
+WEAK_PASS_RATE = 0.8   # behaviour capabilities below this pass rate are named as limitations
+
+
+def transformer_lines(params: dict, tags: dict, prefix: str = "") -> list[str]:
+    get = params.get
+    pretrained = tags.get("pretrained_from")
+    return [f"- {prefix}Transformer encoder (Keras 3 / KerasHub): {get('model.num_layers')} block(s), width "
+            f"{get('model.hidden_dim')}, {get('model.num_heads')} heads, feed-forward {get('model.intermediate_dim')}, "
+            f"{get('model.position')} positions, **{get('model.pooling')} pooling**, {get('parameters')} parameters; "
+            f"initialisation {get('model.init')}"
+            + (f" (masked-LM pretrained backbone from MLflow run `{pretrained}`)" if pretrained else "")
+            + (f", token embedding {get('model.token_embedding')}" if get("model.token_embedding") else "") + ".",
+            f"- Tokenizer: WordPiece, {get('vocabulary_size')} tokens learned on the training texts; reviews are "
+            f"cut to **{get('tokenizer.max_sequence_length')} tokens** ({get('tokenizer.truncation')} truncation)."]
+
+
+def lexical_lines(params: dict, prefix: str = "") -> list[str]:
+    get = params.get
+    return [f"- {prefix}NBSVM: binary {get('nbsvm.ngram_range', '1,3').replace(',', '-')}-gram counts "
+            f"({get('nbsvm.vocabulary')} n-grams), scaled by the naive-Bayes log-count ratio, liblinear logistic "
+            f"regression with C={get('nbsvm.C')} (chosen on validation from {get('nbsvm.C_grid')}). It reads the "
+            "whole review, however long."]
+
+
+def model_lines(run, client) -> tuple[str, list[str], dict]:
+    """What the model is (its kind, lines for the card) and the params of its Transformer, if it has one."""
+    kind = run.data.tags.get(MODEL_KIND_TAG, "transformer")
+    params = run.data.params
+    if kind == "lexical":
+        return kind, lexical_lines(params), params
+    if kind == "fusion":
+        transformer = client.get_run(params["fusion.transformer_run"])
+        lexical = client.get_run(params["fusion.lexical_run"])
+        weight = float(params["fusion.transformer_weight"])
+        lines = [f"- A fused model in one artifact: the weighted average of two models' logits, **{weight:g} on the "
+                 f"Transformer** and {1 - weight:g} on NBSVM (the weight chosen on validation). Runs "
+                 f"`{transformer.info.run_id}` and `{lexical.info.run_id}`."]
+        lines += transformer_lines(transformer.data.params, transformer.data.tags, "Part one: ")
+        lines += lexical_lines(lexical.data.params, "Part two: ")
+        return kind, lines, transformer.data.params
+    return kind, transformer_lines(params, run.data.tags), params
+
+
+def model_card(name: str, version: str, run, evaluation: dict, intervals: dict, candidates: int,
+               comparison_id: str) -> str:
+    """The model card (Markdown) of a registered version, from its run and that run's evaluation."""
+    client = mlflow.tracking.MlflowClient()
+    kind, description, transformer_params = model_lines(run, client)
+    metrics = run.data.metrics
+    get = transformer_params.get
+    test = evaluation["metrics"]
+    n_test = evaluation["test_rows"]
+
+    def with_ci(key: str) -> str:
+        value = test[f"test_{key}"]
+        ci = intervals.get(key)
+        return f"{value:.4f}" + (f" (95% CI {ci['low']:.4f} to {ci['high']:.4f})" if ci else "")
+
+    validation = evaluation.get("val_rows") or next(
+        (json.loads(d.dataset.profile).get("num_rows") for d in run.inputs.dataset_inputs
+         if any(t.key == "mlflow.data.context" and t.value == "validation" for t in d.tags)), None)
+    source = get("data.path") if get("data.source") not in (None, "imdb") else (
+        f"IMDB Large Movie Review Dataset ({get('data.download_url') or 'aclImdb v1'})")
+    found = evaluation.get("behaviour") or {}
+    rates = {c: found[c] for c in behaviour.CAPABILITIES if c in found}
+    weak = [c for c, rate in rates.items() if rate < WEAK_PASS_RATE]
+    train_rows = get("train_rows") or run.data.params.get("train_rows")
+    lines = [f"# Model card: {name} version {version}", "",
+             f"Sentiment classifier for English movie reviews: labels {', '.join(evaluation['labels'])}. "
+             f"MLflow run `{run.info.run_id}` ({run.data.tags.get(VARIANT_TAG, kind)}), chosen as the candidate with "
+             f"the highest mean validation accuracy among {candidates} model runs of comparison `{comparison_id}` "
+             f"(this run: {metrics.get('best_val_accuracy', float('nan')):.4f}).", "",
+             "## Model", "", *description,
+             "", "## Data", "",
+             f"- Source: {source}.",
+             f"- Splits: {f'{int(train_rows):,}' if train_rows else '?'} training reviews, "
+             f"{f'{validation:,}' if validation is not None else '?'} "
+             f"validation reviews (model selection and early stopping), {n_test:,} test reviews (only for the "
+             "numbers below; never for choosing a model).",
+             "", f"## Test metrics ({n_test:,} reviews; bootstrap 95% intervals, {CARD_SAMPLES} resamples)", "",
+             f"- accuracy {with_ci('accuracy')}", f"- F1 {with_ci('f1')}", f"- ROC AUC {with_ci('roc_auc')}",
+             f"- log loss {test['test_log_loss']:.4f}",
+             "", "## Calibration", "",
+             f"- expected calibration error {test['test_ece']:.4f}"
+             + (f", Brier score {test['test_brier']:.4f}" if "test_brier" in test else "")
+             + "; reliability diagram: run artifact `evaluation/reliability.png`.",
+             "", "## Behaviour tests", ""]
+    if rates:
+        lines += ["CheckList-style tests on sentences the project writes (failures: run artifact "
+                  "`evaluation/behaviour.md`).", "", "| capability | pass rate |", "| --- | --- |"]
+        lines += [f"| {capability} | {rate:.0%} |" for capability, rate in rates.items()]
+    else:
+        lines.append("Not run (the labels are not negative/positive).")
+    lines += ["", "## Intended use and limits", "",
+              "- Intended use: scoring the overall sentiment of English reviews of films (and similar reviews) in "
+              "bulk, with `make score`, `make serve` or Spark; the probability is calibrated as above.",
+              *([f"- Reviews longer than {get('tokenizer.max_sequence_length')} tokens are cut for the Transformer: "
+                 "text in the cut part does not count" + (" for that part of the model." if kind == "fusion" else ".")]
+                if kind != "lexical" else []),
+              "- English only; trained on IMDB movie reviews. Other languages, domains or very short texts are "
+              "out of scope and untested.",
+              "- Not for decisions about people. Missing, blank or numeric texts get no score (a `score_error`)."]
+    if weak:
+        lines.append(f"- Weak capabilities (pass rate under {WEAK_PASS_RATE:.0%}): {', '.join(weak)}.")
+    return "\n".join(lines) + "\n"
+
+
+def run_evaluation(run_id: str) -> tuple[dict, pd.DataFrame]:
+    """The run's ``evaluation/metrics.json`` and test predictions, from its MLflow artifacts."""
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            files = {name: Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=f"evaluation/{name}",
+                                                                    dst_path=folder))
+                     for name in (METRICS_FILE, TEST_PREDICTIONS_FILE)}
+        except (mlflow.exceptions.MlflowException, OSError):
+            raise PipelineError(f"run {run_id} has no evaluation artifacts: run `make evaluate RUN={run_id}`") from None
+        return json.loads(files[METRICS_FILE].read_text()), pd.read_parquet(files[TEST_PREDICTIONS_FILE])
+
+
+def write_model_card(config: Config, name: str, version: str, run, candidates: int, comparison_id: str) -> Path:
+    """Set the version's description to its model card and write ``reports/<run_id>/model_card.md``."""
+    evaluation, predictions = run_evaluation(run.info.run_id)
+    probabilities = from_probability_columns(predictions, evaluation["labels"])
+    intervals = bootstrap_intervals(predictions["label"].to_numpy(), probabilities, evaluation["labels"],
+                                    samples=CARD_SAMPLES)
+    card = model_card(name, version, run, evaluation, intervals, candidates, comparison_id)
+    mlflow.tracking.MlflowClient().update_model_version(name, version, description=card)
+    return atomic_write_text(config.reports_dir / run.info.run_id / "model_card.md", card)
+
+
+def run(config: Config, force: bool = False) -> str:
+    """Register the champion; returns ``models:/<name>@champion``."""
+    setup_tracking(config)
+    comparison = latest_champion_comparison(config)
+    members = comparison_members(comparison)
+    best = best_run(members, member_candidates(comparison))
+    client = mlflow.tracking.MlflowClient()
+    name = config.tracking.registered_model_name
+    uri = champion_uri(config)
+    try:
+        current = client.get_model_version_by_alias(name, CHAMPION_ALIAS)
+    except mlflow.exceptions.MlflowException:
+        current = None
+    if not force and current is not None and current.run_id == best.info.run_id:
+        card = write_model_card(config, name, current.version, best, len(members), comparison.info.run_id)
+        print(f"register: up to date, {uri} is already version {current.version} (run {best.info.run_id}); "
+              f"refreshed its model card {card}")
+        return uri
+    version = mlflow.register_model(f"runs:/{best.info.run_id}/model", name)
+    client.set_registered_model_alias(name, CHAMPION_ALIAS, version.version)
+    tag_champion_version(name, version.version, best, comparison.info.run_id)
+    card = write_model_card(config, name, version.version, best, len(members), comparison.info.run_id)
+    print(f"register: read {len(members)} runs of comparison {comparison.info.run_id}; {uri} -> version "
+          f"{version.version} (run {best.info.run_id}, {best.data.tags.get(VARIANT_TAG, 'transformer')}, "
+          f"best_val_accuracy {best.data.metrics['best_val_accuracy']:.4f}); wrote its model card {card}")
+    return uri
+
+
+def main(config: Config, args) -> None:
+    run(config, force=args.force)

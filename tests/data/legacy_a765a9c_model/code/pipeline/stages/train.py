@@ -1,0 +1,528 @@
+"""``make train``: the Transformer classifier on tokenized reviews, tracked in MLflow.
+
+Reads:  ``data/tokenize/`` (ids, labels, vocabulary, manifest) and ``data/ingest/`` (logged as
+        the run's datasets).
+Writes: ``data/train/<pooling>-<position>[-pretrained]-seed<seed>-<config hash>-<tokenize hash>/`` holding ``model.keras``,
+        the tokenizer files, ``history.json``, ``training_curves.png`` and ``manifest.json``
+        (with the MLflow run id); the same run in MLflow with params, tags, per-epoch
+        metrics, the curves, the dataset inputs and a pyfunc model scoring raw strings.
+
+``run`` reads top to bottom like this: skip when up to date; choose the hardware; load the
+data; build and compile the model; start (or resume) the MLflow run and log what goes in;
+fit; save the outputs. A killed run resumes from its last finished epoch
+(``keras.callbacks.BackupAndRestore``) and continues the same MLflow run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import keras
+import mlflow
+import numpy as np
+import pandas as pd
+import tensorflow as tf
+
+from pipeline.artifacts import (
+    teacher_probability_column,
+    BACKBONE_WEIGHTS_FILE,
+    HISTORY_FILE,
+    KERAS_MODEL_FILE,
+    LABELS_FILE,
+    PSEUDO_LABELS_FILE,
+    TOKEN_LENGTHS_PLOT,
+    TOKENIZER_DIR,
+    TOKENIZER_SETTINGS_FILE,
+    UNLABELED_IDS_FILE,
+    VOCABULARY_FILE,
+    atomic_write_json,
+    build_manifest,
+    is_up_to_date,
+    manifest_hash,
+    read_manifest,
+    sha256_file,
+    split_table,
+    write_manifest,
+)
+from pipeline.backbone import check_vocabulary, load_backbone, resolve_pretrained
+from pipeline.batching import TRAINING_LENGTH_MULTIPLE, batch_width, bucketed_batches, padding_fraction, worker_share
+from pipeline.config import Config
+from pipeline.encoder import TextEncoder, load_split
+from pipeline.errors import InputError, MissingInputError
+from pipeline.hardware import already_sharded, build_before_multi_worker_fit, choose_hardware, cluster_from_env
+from pipeline.inference import SentimentClassifier
+from pipeline.model import build_model, load_backbone_weights
+from pipeline.stages import require_output, stage_dir
+from pipeline.text import PAD_ID, load_labels
+from pipeline.tracking import (
+    PRETRAINED_FROM_TAG,
+    PSEUDO_LABELS_FROM_TAG,
+    TRAIN_STAGE,
+    MLflowEpochLogger,
+    flat_params,
+    log_pipeline_model,
+    setup_tracking,
+    standard_tags,
+)
+
+STAGE = TRAIN_STAGE
+RUN_ID_FILE = "mlflow_run_id.txt"
+EXAMPLE_TEXTS = ["A wonderful, moving film.", "Dull and far too long."]  # the logged model's input example
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def run_name(config: Config) -> str:
+    init = "-pretrained" if config.model.init == "pretrained" else ""
+    pseudo = "-pseudo" if config.training.pseudo_labels else ""
+    return f"{config.model.pooling}-{config.model.position}{init}{pseudo}-seed{config.training.seed}"
+
+
+def learning_rate_schedule(config: Config, steps_per_epoch: int):
+    """Linear warm-up to the peak rate then cosine decay to zero over the whole budget.
+
+    Fine-tuning a pretrained backbone uses its own (lower) rate and warm-up.
+    """
+    training = config.training
+    pretrained = config.model.init == "pretrained"
+    peak = training.fine_tune_learning_rate if pretrained else training.learning_rate
+    total = max(1, steps_per_epoch * training.epochs)
+    warmup = int(total * (training.fine_tune_warmup_fraction if pretrained else training.warmup_fraction))
+    return keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=0.0 if warmup else peak,
+        decay_steps=max(1, total - warmup),
+        warmup_target=peak if warmup else None,
+        warmup_steps=warmup,
+    )
+
+
+def subsample(rows: int, size: int, seed: int) -> np.ndarray:
+    """``size`` of ``rows`` row positions drawn at random (seeded), in their original order.
+
+    Not the first ``size`` rows: a split may be ordered by label (IMDB's train split is), and its
+    head would then hold one class only.
+    """
+    if size >= rows:
+        return np.arange(rows)
+    return np.sort(np.random.default_rng(seed).choice(rows, size, replace=False))
+
+
+def make_dataset(ids: np.ndarray, labels: np.ndarray, batch_size: int, shuffle_seed: int | None = None,
+                 length_multiple: int = TRAINING_LENGTH_MULTIPLE, shard: tuple[int, int] = (0, 1)) -> tf.data.Dataset:
+    """Length-bucketed ``(ids, class index)`` batches, each trimmed to its own width (``pipeline.batching``).
+
+    With ``shuffle_seed`` every epoch draws a new order (seed, seed + 1, ...); without, rows are
+    sorted by length. Widths are multiples of ``length_multiple``, so a compiled step sees a
+    small fixed set of shapes. ``shard=(index, count)``: every worker of a cluster draws the same
+    global batches and keeps its ``index``-th share of each (rows ``index::count``), so all workers
+    run the same number of steps and together see each example once per epoch.
+    """
+    index, count = shard
+    ids, labels = np.asarray(ids), np.asarray(labels)
+    labels = labels.astype(np.float32 if labels.ndim == 2 else np.int32)  # soft targets, or class indices
+    lengths = (ids != PAD_ID).sum(axis=1)
+    epochs = itertools.count()
+
+    def batches():
+        seed = None if shuffle_seed is None else shuffle_seed + next(epochs)
+        for rows in bucketed_batches(lengths, batch_size, seed):
+            rows = worker_share(rows, index, count)
+            width = batch_width(lengths[rows].max(), length_multiple, ids.shape[1])
+            yield ids[rows, :width], labels[rows]
+
+    dataset = tf.data.Dataset.from_generator(batches, output_signature=(
+        tf.TensorSpec((None, None), tf.int32),
+        tf.TensorSpec((None, labels.shape[1]), tf.float32) if labels.ndim == 2 else tf.TensorSpec((None,), tf.int32)))
+    if count > 1:
+        dataset = already_sharded(dataset)
+    return dataset.apply(tf.data.experimental.assert_cardinality(-(-len(ids) // batch_size))).prefetch(2)
+
+
+def padding_fractions(ids: np.ndarray, batch_size: int, seed: int, length_multiple: int) -> dict[str, float]:
+    """Padded share of computed positions: every batch at full width vs length-bucketed."""
+    lengths = (np.asarray(ids) != PAD_ID).sum(axis=1)
+    width = int(np.asarray(ids).shape[1])
+    return {"padding_fraction_full_width": padding_fraction(lengths, [np.arange(len(lengths))], width, width),
+            "padding_fraction": padding_fraction(lengths, bucketed_batches(lengths, batch_size, seed),
+                                                 length_multiple, width)}
+
+
+def compile_model(model: keras.Model, config: Config, steps_per_epoch: int, soft_targets: bool = False) -> keras.Model:
+    """AdamW + schedule; cross-entropy on the softmax, for any number of classes: sparse on class indices,
+    categorical on soft targets (a teacher's probabilities; gold labels then one-hot).
+
+    ``jit_compile`` stays off: `make bench` measured XLA training steps about 10x slower on this CPU.
+    """
+    optimizer = keras.optimizers.AdamW(learning_rate=learning_rate_schedule(config, steps_per_epoch),
+                                       weight_decay=config.training.weight_decay, clipnorm=1.0)
+    if soft_targets:
+        loss, accuracy = "categorical_crossentropy", keras.metrics.CategoricalAccuracy(name="accuracy")
+    else:
+        loss, accuracy = "sparse_categorical_crossentropy", keras.metrics.SparseCategoricalAccuracy(name="accuracy")
+    model.compile(optimizer=optimizer, loss=loss, metrics=[accuracy], jit_compile=False)
+    return model
+
+
+def balanced_class_weights(labels: np.ndarray, num_classes: int) -> dict[int, float]:
+    """``n_samples / (n_classes * count)`` per class (scikit-learn's "balanced")."""
+    from sklearn.utils.class_weight import compute_class_weight
+
+    classes = np.arange(num_classes)
+    present = np.unique(labels)
+    weights = compute_class_weight("balanced", classes=present, y=np.asarray(labels))
+    by_class = dict(zip(present.tolist(), weights.tolist()))
+    return {int(c): float(by_class.get(c, 1.0)) for c in classes}
+
+
+def plot_training_curves(history: dict[str, list[float]], path: Path, title: str) -> Path:
+    from pipeline.plots import new_figure, save_figure
+
+    figure, (loss_axis, accuracy_axis) = new_figure(width=10, height=4, ncols=2)
+    epochs = np.arange(1, len(history.get("loss", [])) + 1)
+    for key, axis in (("loss", loss_axis), ("accuracy", accuracy_axis)):
+        axis.plot(epochs, history.get(key, []), marker="o", label=f"train {key}")
+        axis.plot(epochs, history.get(f"val_{key}", []), marker="o", label=f"validation {key}")
+        axis.set(xlabel="epoch", ylabel=key, title=f"{title}: {key}")
+        axis.legend()
+    return save_figure(figure, path)
+
+
+def history_from_mlflow(run_id: str) -> dict[str, list[float]]:
+    """Per-epoch metrics of a run as logged (covers epochs from before a resume too)."""
+    client = mlflow.tracking.MlflowClient()
+    history = {}
+    for key in ("loss", "accuracy", "val_loss", "val_accuracy"):
+        points = sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)
+        by_step = {m.step: m.value for m in points}
+        history[key] = [by_step[s] for s in sorted(by_step)]
+    return history
+
+
+# --------------------------------------------------------------------------- pseudo labels
+
+
+def load_pseudo_labels(config: Config, tokenize_dir: Path, num_classes: int) -> tuple[np.ndarray, np.ndarray, dict]:
+    """``(token ids, labels, manifest)`` of the pseudo-labelled reviews, for the training stage.
+
+    Labels are class indices, or with ``pseudo_label.soft`` the teacher's ``[N, k]`` probabilities.
+    Refuses labels made from another ingestion than the tokenized one, or for other classes.
+    """
+    directory = require_output(config, "pseudo-label")
+    manifest = read_manifest(directory)
+    tokenized_from = read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"]
+    if manifest["inputs"]["ingest_manifest_sha256"] != tokenized_from:
+        raise InputError(f"{directory}/: the pseudo labels were made from another ingestion than {tokenize_dir}/; "
+                         "rerun `make pseudo-label`")
+    unlabeled_path = tokenize_dir / UNLABELED_IDS_FILE
+    if not unlabeled_path.is_file():
+        raise MissingInputError(f"no {unlabeled_path}: rerun `make tokenize` after ingesting the unlabeled reviews")
+    frame = pd.read_parquet(directory / PSEUDO_LABELS_FILE)
+    if frame.empty:
+        raise InputError(f"{directory / PSEUDO_LABELS_FILE}: no pseudo labels (none reached pseudo_label.min_confidence "
+                         f"{manifest['config']['pseudo_label']['min_confidence']}); lower it or turn "
+                         "training.pseudo_labels off")
+    ids = np.load(unlabeled_path, mmap_mode="r")
+    labels = frame["label"].to_numpy(np.int32)
+    if frame["row"].max() >= len(ids) or labels.max() >= num_classes:
+        raise InputError(f"{directory / PSEUDO_LABELS_FILE}: rows or labels out of range for {unlabeled_path} "
+                         f"({len(ids)} reviews, {num_classes} classes); rerun `make pseudo-label`")
+    if config.pseudo_label.soft:
+        columns = [teacher_probability_column(c) for c in range(num_classes)]
+        missing = [c for c in columns if c not in frame.columns]
+        if missing:
+            raise InputError(f"{directory / PSEUDO_LABELS_FILE}: no teacher probabilities {missing} for "
+                             "pseudo_label.soft; rerun `make pseudo-label FORCE=1`")
+        labels = frame[columns].to_numpy(np.float32)
+    return np.asarray(ids[frame["row"].to_numpy()]), labels, manifest
+
+
+
+def one_hot(labels: np.ndarray, num_classes: int) -> np.ndarray:
+    return np.eye(num_classes, dtype=np.float32)[np.asarray(labels, dtype=np.int64)]
+
+
+# --------------------------------------------------------------------------- stage steps
+
+
+@dataclass(frozen=True)
+class Hardware:
+    strategy: tf.distribute.Strategy
+    policy: str                 # Keras dtype policy
+    device: str                 # what is used, for people
+    devices: tuple[str, ...]    # every device TensorFlow sees
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    encoder: TextEncoder
+    labels: list[str]
+    train_rows: int             # including pseudo-labelled rows
+    val_rows: int
+    pseudo_label_rows: int
+    pseudo_label_run_id: str | None
+    train: tf.data.Dataset
+    val: tf.data.Dataset
+    steps_per_epoch: int
+    class_weight: dict[int, float] | None
+    tokens_per_epoch: int       # non-padding tokens in one pass over train
+    soft_targets: bool          # labels are [N, k] probabilities (distillation), not class indices
+    padding: dict[str, float]   # padded share of computed positions, full width vs bucketed
+
+
+@dataclass(frozen=True)
+class FitResult:
+    history: dict[str, list[float]]
+    val_loss: float
+    val_accuracy: float
+    train_seconds: float
+
+
+def run_directory(config: Config, tokenize_dir: Path, pretrained_dir: Path | None = None
+                  ) -> tuple[Path, str, dict[str, str]]:
+    inputs = {"tokenize_manifest_sha256": manifest_hash(tokenize_dir)}
+    if config.training.pseudo_labels:  # the labels themselves: a rerun that writes the same ones changes nothing
+        inputs["pseudo_labels_sha256"] = sha256_file(require_output(config, "pseudo-label") / PSEUDO_LABELS_FILE)
+        inputs["pseudo_label_targets"] = "soft" if config.pseudo_label.soft else "hard"  # the same file, read two ways
+    if pretrained_dir is not None:
+        load_backbone(pretrained_dir, check_only=True)  # a clear error when the folder holds no backbone
+        inputs["pretrained_weights_sha256"] = sha256_file(pretrained_dir / BACKBONE_WEIGHTS_FILE)
+    config_hash = config.section_hash("model", "training")
+    key = f"{run_name(config)}-{config_hash[:8]}-{inputs['tokenize_manifest_sha256'][:8]}"
+    if "pseudo_labels_sha256" in inputs:  # runs on different pseudo labels (or read other ways) get other folders
+        key += f"-{inputs['pseudo_labels_sha256'][:8]}" + ("-soft" if config.pseudo_label.soft else "")
+    return stage_dir(config, STAGE) / key, config_hash, inputs
+
+
+def prepare_run_directory(run_dir: Path, force: bool) -> None:
+    """Start clean when forced, unless a killed run left a backup to resume from."""
+    if force and not (run_dir / "backup").exists():
+        shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def prepare_hardware(config: Config) -> Hardware:
+    """Seed everything, pick the strategy and dtype policy, and say what was picked."""
+    keras.utils.set_random_seed(config.training.seed)
+    strategy, policy, device = choose_hardware(config.training.precision, config.model.hidden_dim)
+    keras.mixed_precision.set_global_policy(policy)
+    devices = tuple(d.name.replace("/physical_device:", "") for d in tf.config.list_logical_devices())
+    print(f"train: devices {list(devices)}; using {device}, precision {policy}")
+    return Hardware(strategy, policy, device, devices)
+
+
+def load_training_data(config: Config, tokenize_dir: Path, replicas: int, shard: tuple[int, int] = (0, 1)
+                       ) -> TrainingData:
+    """The tokenized train and validation splits as shuffled/batched datasets (``shard``: see ``make_dataset``)."""
+    labels = load_labels(tokenize_dir)
+    train_ids, train_labels = load_split(tokenize_dir, "train")
+    val_ids, val_labels = load_split(tokenize_dir, "val")
+    if config.training.max_train_samples:
+        keep = subsample(len(train_ids), config.training.max_train_samples, config.training.seed)
+        train_ids, train_labels = train_ids[keep], train_labels[keep]
+    pseudo_rows, pseudo_run_id = 0, None
+    if config.training.pseudo_labels:
+        pseudo_ids, pseudo_labels, pseudo_manifest = load_pseudo_labels(config, tokenize_dir, len(labels))
+        if pseudo_labels.ndim == 2:  # soft targets: every row a probability vector, gold rows one-hot
+            train_labels, val_labels = one_hot(train_labels, len(labels)), one_hot(val_labels, len(labels))
+        train_ids = np.concatenate([np.asarray(train_ids), pseudo_ids])
+        train_labels = np.concatenate([np.asarray(train_labels, dtype=pseudo_labels.dtype), pseudo_labels])
+        pseudo_rows, pseudo_run_id = len(pseudo_labels), pseudo_manifest.get("mlflow_run_id")
+    batch_size = config.training.batch_size * replicas
+    return TrainingData(
+        encoder=TextEncoder.load(tokenize_dir), labels=labels, train_rows=len(train_ids), val_rows=len(val_ids),
+        pseudo_label_rows=pseudo_rows, pseudo_label_run_id=pseudo_run_id,
+        train=make_dataset(train_ids, train_labels, batch_size, config.training.seed, config.training.length_multiple,
+                           shard=shard),
+        val=make_dataset(val_ids, val_labels, batch_size * 4, length_multiple=config.training.length_multiple,
+                         shard=shard),
+        steps_per_epoch=-(-len(train_ids) // batch_size),
+        class_weight=(balanced_class_weights(train_labels if train_labels.ndim == 1 else train_labels.argmax(axis=1),
+                                             len(labels)) if config.training.class_weights else None),
+        soft_targets=train_labels.ndim == 2,
+        tokens_per_epoch=int((np.asarray(train_ids) != PAD_ID).sum()),
+        padding=padding_fractions(train_ids, batch_size, config.training.seed, config.training.length_multiple),
+    )
+
+
+def build_and_compile(config: Config, data: TrainingData, hardware: Hardware, tokenize_dir: Path,
+                      pretrained_dir: Path | None) -> tuple[keras.Model, dict | None]:
+    """The compiled classifier, its backbone loaded from ``pretrained_dir`` when given; and that backbone's spec."""
+    with hardware.strategy.scope():
+        model = build_model(config.model, data.encoder.vocabulary_size, data.encoder.settings.max_sequence_length,
+                            len(data.labels))
+        spec = None
+        if config.model.token_embedding == "word2vec":
+            from pipeline.word_vectors import cached_embedding
+
+            matrix = np.load(cached_embedding(tokenize_dir, stage_dir(config, STAGE), data.encoder.vocabulary_size,
+                                              config.model.hidden_dim, seed=0))
+            model.get_layer("token_embedding").embeddings.assign(matrix)
+        if pretrained_dir is not None:
+            weights, spec = load_backbone(pretrained_dir)
+            check_vocabulary(spec, read_manifest(tokenize_dir)["vocabulary_sha256"], str(pretrained_dir))
+            loaded = load_backbone_weights(model, weights, str(pretrained_dir))
+            print(f"train: started from the pretrained backbone in {pretrained_dir}/ ({len(loaded)} layers, "
+                  f"MLflow run {spec.get('mlflow_run_id')})")
+        return compile_model(model, config, data.steps_per_epoch, data.soft_targets), spec
+
+
+@contextlib.contextmanager
+def start_or_resume_run(config: Config, run_dir: Path) -> Iterator[tuple[str, bool]]:
+    """The MLflow run of ``run_dir``: the one a killed run left (with its backup), else a new one.
+
+    Yields ``(run_id, resumed)``; nested under the active run when there is one (a comparison).
+    """
+    setup_tracking(config)
+    run_id_path = run_dir / RUN_ID_FILE
+    resume_run_id = run_id_path.read_text().strip() if run_id_path.is_file() and (run_dir / "backup").exists() else None
+    with mlflow.start_run(run_id=resume_run_id, run_name=None if resume_run_id else run_name(config),
+                          nested=mlflow.active_run() is not None) as active:
+        run_id_path.write_text(active.info.run_id)
+        if resume_run_id:
+            print(f"train: resuming MLflow run {resume_run_id} from {run_dir}/backup")
+        yield active.info.run_id, resume_run_id is not None
+
+
+def log_run_inputs(config: Config, data: TrainingData, hardware: Hardware, model: keras.Model, config_hash: str,
+                   inputs: dict[str, str], tokenize_dir: Path, pretrained: dict | None) -> None:
+    """Params, tags, the datasets and the token-length plot of a new run (and which pretraining it started from)."""
+    if pretrained is not None:
+        mlflow.set_tags({PRETRAINED_FROM_TAG: str(pretrained.get("mlflow_run_id")),
+                         "pretrained_steps": str(pretrained.get("steps"))})
+    if data.pseudo_label_rows:
+        mlflow.set_tag(PSEUDO_LABELS_FROM_TAG, str(data.pseudo_label_run_id))
+    mlflow.log_params({**flat_params(config), "device": hardware.device, "precision_policy": hardware.policy,
+                       "vocabulary_size": data.encoder.vocabulary_size, "train_rows": data.train_rows,
+                       "pseudo_label_rows": data.pseudo_label_rows,
+                       "num_classes": len(data.labels), "class_weight": str(data.class_weight),
+                       "parameters": model.count_params()})
+    mlflow.log_metrics(data.padding)
+    mlflow.set_tags(standard_tags(config, config_hash, STAGE, model_kind="transformer", device=hardware.device,
+                                  precision=hardware.policy,
+                                  devices=",".join(hardware.devices),
+                                  tokenize_manifest=inputs["tokenize_manifest_sha256"][:16],
+                                  ingest_manifest=read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"][:16]))
+    ingest_dir = stage_dir(config, "ingest")
+    for split, context in (("train", "training"), ("val", "validation")):
+        frame = pd.read_parquet(ingest_dir / split_table(split), columns=["review_id", "label", "rating"])
+        mlflow.log_input(mlflow.data.from_pandas(frame, source=str(ingest_dir / split_table(split)),
+                                                 name=f"imdb-{split}", targets="label"), context=context)
+    mlflow.log_artifact(str(tokenize_dir / TOKEN_LENGTHS_PLOT), "data")
+
+
+def fit(model: keras.Model, data: TrainingData, config: Config, run_dir: Path, run_id: str | None,
+        extra_callbacks: Sequence[keras.callbacks.Callback] = ()) -> FitResult:
+    """Train with resume, early stopping (best weights restored) and per-epoch MLflow metrics.
+
+    ``run_id`` None: a non-chief worker of a cluster, which trains and evaluates (every worker
+    takes part in each step) but logs nothing.
+    """
+    callbacks = [
+        keras.callbacks.BackupAndRestore(str(run_dir / "backup"), delete_checkpoint=True),
+        keras.callbacks.EarlyStopping(monitor="val_loss", patience=config.training.early_stopping_patience,
+                                      restore_best_weights=True),
+        *([MLflowEpochLogger(data.tokens_per_epoch)] if run_id else []),
+        *extra_callbacks,
+    ]
+    fit_started = time.perf_counter()
+    keras_history = model.fit(data.train, validation_data=data.val, epochs=config.training.epochs, callbacks=callbacks,
+                              class_weight=data.class_weight, shuffle=False,  # data.train is shuffled by tf.data
+                              verbose=1 if os.environ.get("PIPELINE_QUIET") is None else 2)
+    train_seconds = time.perf_counter() - fit_started
+    val_loss, val_accuracy = model.evaluate(data.val, verbose=0)
+    if run_id is None:
+        return FitResult({k: list(map(float, v)) for k, v in keras_history.history.items()}, float(val_loss),
+                         float(val_accuracy), train_seconds)
+    history = history_from_mlflow(run_id)
+    best_epoch = int(np.argmin(history["val_loss"])) if history["val_loss"] else 0
+    mlflow.log_metrics({"best_val_loss": float(val_loss), "best_val_accuracy": float(val_accuracy),
+                        "train_seconds": train_seconds, "best_epoch": best_epoch})
+    return FitResult(history, float(val_loss), float(val_accuracy), train_seconds)
+
+
+def save_outputs(config: Config, run_dir: Path, model: keras.Model, tokenize_dir: Path, run_id: str,
+                 result: FitResult, hardware: Hardware, config_hash: str, inputs: dict[str, str]) -> dict:
+    """``model.keras``, the tokenizer copy, history and curves, the pyfunc model, then the manifest last."""
+    model_path = run_dir / KERAS_MODEL_FILE
+    tmp_path = run_dir / f".{KERAS_MODEL_FILE}.tmp.keras"
+    model.save(tmp_path)
+    os.replace(tmp_path, model_path)
+    tokenizer_dir = run_dir / TOKENIZER_DIR
+    tokenizer_dir.mkdir(exist_ok=True)
+    for name in (VOCABULARY_FILE, TOKENIZER_SETTINGS_FILE, LABELS_FILE):
+        shutil.copy2(tokenize_dir / name, tokenizer_dir / name)
+    curves = plot_training_curves(result.history, run_dir / "training_curves.png", run_name(config))
+    mlflow.log_artifact(str(curves), "plots")
+    atomic_write_json(run_dir / HISTORY_FILE, result.history)
+    model_uri = log_pipeline_model(SentimentClassifier(), SentimentClassifier.artifacts(run_dir / KERAS_MODEL_FILE,
+                                                                                        tokenizer_dir), EXAMPLE_TEXTS)
+    manifest = build_manifest(
+        STAGE, config_hash, inputs, {k: v for k, v in config.to_dict().items() if k in ("model", "training")},
+        mlflow_run_id=run_id, model_uri=model_uri, tracking_uri=mlflow.get_tracking_uri(),
+        device=hardware.device, precision=hardware.policy, train_seconds=round(result.train_seconds, 1),
+        best_val_accuracy=result.val_accuracy, best_val_loss=result.val_loss,
+        epochs_run=len(result.history["loss"]), parameters=model.count_params(),
+    )
+    write_manifest(run_dir, manifest)
+    return manifest
+
+
+# --------------------------------------------------------------------------- stage entry point
+
+
+def run(config: Config, force: bool = False, extra_callbacks: Sequence[keras.callbacks.Callback] = ()) -> Path:
+    """Train one model; returns its folder. Skips when an identical finished run exists."""
+    started = time.perf_counter()
+    tokenize_dir = require_output(config, "tokenize")
+    require_output(config, "ingest")  # its splits are logged as the run's datasets
+    pretrained_dir = resolve_pretrained(config) if config.model.init == "pretrained" else None
+    run_dir, config_hash, inputs = run_directory(config, tokenize_dir, pretrained_dir)
+    cluster = cluster_from_env()
+    if cluster is None and not force and is_up_to_date(run_dir, config_hash, inputs, [KERAS_MODEL_FILE]):
+        print(f"train: up to date, nothing to do ({run_dir}/, MLflow run {read_manifest(run_dir)['mlflow_run_id']})")
+        return run_dir
+    # In a cluster every worker must train (each step needs them all), so nobody skips, and the chief
+    # alone writes the stage folder and the MLflow run; the others work in a scratch folder.
+    scratch = None if cluster is None or cluster.is_chief else Path(tempfile.mkdtemp(prefix="train-worker-"))
+    if scratch is None:
+        prepare_run_directory(run_dir, force or cluster is not None)
+    hardware = prepare_hardware(config)
+    try:
+        shard = (0, 1) if cluster is None else (cluster.worker_index, cluster.workers)
+        data = load_training_data(config, tokenize_dir, hardware.strategy.num_replicas_in_sync, shard)
+        model, pretrained = build_and_compile(config, data, hardware, tokenize_dir, pretrained_dir)
+        if cluster is not None:
+            build_before_multi_worker_fit(model, data.train, hardware.strategy)
+        if scratch is not None:
+            result = fit(model, data, config, scratch, None, extra_callbacks)
+            print(f"train: {hardware.device}: trained {len(result.history['loss'])} epochs with the chief; "
+                  f"its run folder and MLflow run hold the result (scratch {scratch}/ removed)")
+            return run_dir
+        with start_or_resume_run(config, run_dir) as (run_id, resumed):
+            if not resumed:
+                log_run_inputs(config, data, hardware, model, config_hash, inputs, tokenize_dir, pretrained)
+            result = fit(model, data, config, run_dir, run_id, extra_callbacks)
+            save_outputs(config, run_dir, model, tokenize_dir, run_id, result, hardware, config_hash, inputs)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    pseudo = f" (of which {data.pseudo_label_rows:,} pseudo-labelled)" if data.pseudo_label_rows else ""
+    print(f"train: read {data.train_rows:,} train{pseudo} / {data.val_rows:,} val rows from {tokenize_dir}/; wrote "
+          f"{run_dir}/{KERAS_MODEL_FILE} and MLflow run {run_id}: val_accuracy {result.val_accuracy:.4f} after "
+          f"{len(result.history['loss'])} epochs in {time.perf_counter() - started:.0f}s on {hardware.device} "
+          f"({hardware.policy})")
+    return run_dir
+
+
+def main(config: Config, args) -> None:
+    run(config, force=args.force)

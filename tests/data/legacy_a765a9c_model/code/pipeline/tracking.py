@@ -1,0 +1,273 @@
+"""MLflow conventions: where runs go, what every run logs, the tags that tie runs together and the queries.
+
+The tracking URI is ``tracking.tracking_uri`` if set, else ``$MLFLOW_TRACKING_URI``, else the
+embedded SQLite store ``sqlite:///mlflow.db`` in the working directory (the project root
+when run from ``make``).
+
+Tag names and values are defined here and nowhere else, and this is the only module that
+writes an MLflow filter string; stages call the named queries below.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import keras
+import mlflow
+
+from pipeline.artifacts import code_version
+from pipeline.config import Config
+from pipeline.errors import PipelineError
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+CHAMPION_ALIAS = "champion"
+
+
+def champion_uri(config: Config) -> str:
+    """``models:/<registered name>@champion``: what `make register` sets and `make score` uses by default."""
+    return f"models:/{config.tracking.registered_model_name}@{CHAMPION_ALIAS}"
+
+
+def tracking_uri(config: Config) -> str:
+    return config.tracking.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def absolute_tracking_uri(uri: str) -> str:
+    """``uri`` with a relative SQLite path made absolute, for a process started in another folder."""
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
+        return prefix + str(Path(uri[len(prefix):]).resolve())
+    return uri
+
+
+# Warnings MLflow prints on every run that do not apply here: the logged datasets are local
+# Parquet files (their source is unambiguous) and their integer columns never hold missing values.
+_IGNORED_MLFLOW_WARNINGS = (
+    r"The specified dataset source can be interpreted in multiple ways",
+    r"Hint: Inferred schema contains integer column",
+)
+
+
+# MLflow's experiment kind: a model-training experiment, not a GenAI one (traces, judges, prompts).
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+DESCRIPTION_TAG = "mlflow.note.content"  # MLflow's own: the run's description (Markdown) in the UI
+
+
+def setup_tracking(config: Config) -> str:
+    """Point MLflow at the configured store and experiment; returns the experiment id.
+
+    The experiment is tagged as a model-training experiment. MLflow 3.17's UI decides what an
+    experiment page shows from its GenAI / model-training switch (the ``workflowType`` URL
+    parameter, else the browser's last choice) and reads the tag only where that switch is off;
+    ``pipeline.mlflow_ui`` therefore also makes links that carry the parameter.
+    """
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    for message in _IGNORED_MLFLOW_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
+    mlflow.set_tracking_uri(tracking_uri(config))
+    experiment = mlflow.set_experiment(config.tracking.experiment_name)
+    if experiment.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+        mlflow.tracking.MlflowClient().set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG,
+                                                          EXPERIMENT_KIND)
+    return experiment.experiment_id
+
+
+def describe_run(run_id: str, text: str) -> None:
+    """Set the run's description, shown on its page in the MLflow UI."""
+    mlflow.tracking.MlflowClient().set_tag(run_id, DESCRIPTION_TAG, text)
+
+
+def flat_params(config: Config) -> dict[str, Any]:
+    """Every resolved config value as ``section.key`` -> value (lists as comma-joined text)."""
+    params = {}
+    for section, values in config.to_dict().items():
+        for key, value in values.items():
+            params[f"{section}.{key}"] = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+    return params
+
+
+# --------------------------------------------------------------------------- tags
+
+STAGE_TAG = "pipeline_stage"             # which stage made a run: one of the values below
+TRAIN_STAGE, COMPARE_STAGE, BASELINE_STAGE, PRETRAIN_STAGE = "train", "compare", "baseline", "pretrain"
+FUSION_STAGE = "fusion"                  # a fused model: a Transformer run and the NBSVM run, one pyfunc
+PSEUDO_LABEL_STAGE = "pseudo_label"
+PSEUDO_LABELS_FROM_TAG = "pseudo_labels_from"  # on a classifier run: the pseudo-label run its extra data came from
+PRETRAINED_FROM_TAG = "pretrained_from"  # on a classifier run: the pretraining run its backbone came from
+COMPARE_KEY_TAG = "compare_key"          # a comparison's identity: factor, config hash, tokenizer hash
+FACTOR_TAG = "factor"                    # on a comparison: its design (main, position; "pooling" before)
+VARIANT_TAG = "variant"                  # on a comparison's child: the candidate it is a run of
+MODEL_KIND_TAG = "model_kind"            # on a run with a pipeline model: transformer, lexical or fusion
+FUSED_FROM_TAGS = ("fused_transformer_run", "fused_lexical_run")  # on a fused run: the runs it combines
+CHAMPION_DESIGNS = ("main", "tuned", "pooling")  # designs whose runs `make register` chooses from ("pooling":
+                                                  # stores written before the factors came from the config)
+PIPELINE_REQUIREMENTS = ["tensorflow", "tensorflow-text", "keras>=3", "keras-hub", "mlflow", "pandas", "numpy",
+                         "scikit-learn", "scipy", "joblib"]
+MEMBERS_TAG = "model_run_ids"            # on a comparison: its model runs, comma-separated
+CANDIDATES_TAG = "model_run_candidates"  # on a comparison: JSON run id -> the candidate it is a run of
+PARENT_RUN_TAG = "mlflow.parentRunId"    # MLflow's own: shows a run under its parent in the UI
+VERSION_POOLING_TAG = "pooling"          # on a registered model version: the champion's pooling
+VERSION_KIND_TAG = "model_kind"          # on a registered model version: transformer, lexical or fusion
+VERSION_COMPARISON_TAG = "comparison_run_id"  # on a registered model version: where it was chosen
+
+
+def standard_tags(config: Config, config_hash: str, stage: str, **extra: str) -> dict[str, str]:
+    return {STAGE_TAG: stage, "pooling": config.model.pooling, "position": config.model.position,
+            "init": config.model.init, "config_hash": config_hash, "code_version": code_version(), **extra}
+
+
+def comparison_tags(key: str, factor: str, variants, seeds) -> dict[str, str]:
+    return {STAGE_TAG: COMPARE_STAGE, COMPARE_KEY_TAG: key, FACTOR_TAG: factor, "variants": ",".join(variants),
+            "seeds": ",".join(map(str, seeds))}
+
+
+def tag_champion_version(name: str, version: str, run, comparison_id: str) -> None:
+    client = mlflow.tracking.MlflowClient()
+    client.set_model_version_tag(name, version, VERSION_POOLING_TAG, run.data.params.get("model.pooling")
+                                 or run.data.params.get("fused.model.pooling", ""))
+    client.set_model_version_tag(name, version, VERSION_KIND_TAG, run.data.tags.get(MODEL_KIND_TAG, "transformer"))
+    client.set_model_version_tag(name, version, VERSION_COMPARISON_TAG, comparison_id)
+
+
+def baseline_tags(key: str, variant: str) -> dict[str, str]:
+    return {STAGE_TAG: BASELINE_STAGE, VARIANT_TAG: variant, COMPARE_KEY_TAG: key}
+
+
+def fusion_tags(key: str, variant: str, transformer_run_id: str, lexical_run_id: str) -> dict[str, str]:
+    return {STAGE_TAG: FUSION_STAGE, VARIANT_TAG: variant, COMPARE_KEY_TAG: key, MODEL_KIND_TAG: "fusion",
+            FUSED_FROM_TAGS[0]: transformer_run_id, FUSED_FROM_TAGS[1]: lexical_run_id}
+
+
+def log_pipeline_model(python_model, artifacts: dict[str, str], example_texts) -> str:
+    """Log one of the pipeline's pyfunc models (``pipeline.inference``) on the active run; returns its URI.
+
+    The logged instance is empty: MLflow pickles it, and its parts are loaded from ``artifacts`` by
+    ``load_context``. The package travels with it (``code_paths``), so the model loads without an install.
+    """
+    import pandas as pd
+
+    example = pd.DataFrame({"text": list(example_texts)})
+    loaded = type(python_model).from_artifacts(artifacts)
+    info = mlflow.pyfunc.log_model(
+        name="model", python_model=python_model, artifacts=artifacts,
+        code_paths=[str(Path(__file__).resolve().parent)],
+        signature=mlflow.models.infer_signature(example, loaded.predict(None, example)),
+        input_example=example, pip_requirements=PIPELINE_REQUIREMENTS)
+    return info.model_uri
+
+
+def set_members(members: dict[str, str]) -> None:
+    """Record on the active comparison run which model runs belong to it, and the candidate each is a run of
+    (``run id -> candidate``; runs shared with another comparison keep this comparison's name here)."""
+    import json
+
+    mlflow.set_tags({MEMBERS_TAG: ",".join(members), CANDIDATES_TAG: json.dumps(members, separators=(",", ":"))})
+
+
+def member_candidates(comparison) -> dict[str, str]:
+    """``run id -> candidate`` of a comparison (empty for one written before it was recorded)."""
+    import json
+
+    return json.loads(comparison.data.tags.get(CANDIDATES_TAG, "{}"))
+
+
+def adopt_child(run_id: str, parent_id: str) -> str:
+    """Show ``run_id`` under ``parent_id`` unless it already has a parent; returns the parent it shows under.
+
+    A run trained on its own (`make train`) joins the comparison. A run already under another
+    comparison (runs shared by the pooling comparison and the position ablation) keeps its
+    parent; the ``MEMBERS_TAG`` of each comparison lists all of its runs.
+    """
+    client = mlflow.tracking.MlflowClient()
+    current = client.get_run(run_id).data.tags.get(PARENT_RUN_TAG)
+    if current is None:
+        client.set_tag(run_id, PARENT_RUN_TAG, parent_id)
+    return current or parent_id
+
+
+# --------------------------------------------------------------------------- queries
+
+
+def _find_runs(config: Config, tags: dict[str, str], finished: bool = False) -> list:
+    """The newest run of the experiment carrying every tag in ``tags`` (a list of one, or empty)."""
+    clauses = [f"tags.`{name}` = '{value}'" for name, value in tags.items()]
+    if finished:
+        clauses.append("attributes.status = 'FINISHED'")
+    return mlflow.search_runs(experiment_names=[config.tracking.experiment_name], output_format="list",
+                              filter_string=" and ".join(clauses), order_by=["attributes.start_time DESC"],
+                              max_results=1)
+
+
+def latest_training_run_id(config: Config) -> str:
+    """The newest finished training run of the experiment."""
+    runs = _find_runs(config, {STAGE_TAG: TRAIN_STAGE}, finished=True)
+    if not runs:
+        raise PipelineError(f"no finished training run in MLflow experiment {config.tracking.experiment_name!r}: "
+                            "run `make train` first (or pass --run RUN_ID)")
+    return runs[0].info.run_id
+
+
+def find_comparison_run_id(config: Config, key: str) -> str | None:
+    """The comparison run with this key, to resume or extend; None when there is none yet."""
+    runs = _find_runs(config, {STAGE_TAG: COMPARE_STAGE, COMPARE_KEY_TAG: key})
+    return runs[0].info.run_id if runs else None
+
+
+def find_baseline_run(config: Config, key: str, variant: str):
+    """The finished baseline child (``variant``: nbsvm, tfidf) of the comparison with this key, or None."""
+    runs = _find_runs(config, {STAGE_TAG: BASELINE_STAGE, COMPARE_KEY_TAG: key, VARIANT_TAG: variant}, finished=True)
+    return runs[0] if runs else None
+
+
+def find_fusion_run(config: Config, key: str, transformer_run_id: str, lexical_run_id: str):
+    """The finished fused run of these two runs in the comparison with this key, or None."""
+    runs = _find_runs(config, {STAGE_TAG: FUSION_STAGE, COMPARE_KEY_TAG: key, FUSED_FROM_TAGS[0]: transformer_run_id,
+                               FUSED_FROM_TAGS[1]: lexical_run_id}, finished=True)
+    return runs[0] if runs else None
+
+
+def latest_champion_comparison(config: Config):
+    """The comparison that finished last among those whose model runs are candidates for `make register`
+    (``CHAMPION_DESIGNS``): a rerun comparison continues its old run, so its start time says nothing."""
+    runs = [run for name in CHAMPION_DESIGNS
+            for run in _find_runs(config, {STAGE_TAG: COMPARE_STAGE, FACTOR_TAG: name}, finished=True)]
+    runs.sort(key=lambda run: run.info.end_time or run.info.start_time, reverse=True)
+    if not runs:
+        raise PipelineError(f"no finished comparison in MLflow experiment {config.tracking.experiment_name!r}: "
+                            "run `make compare` first (finished runs are reused)")
+    return runs[0]
+
+
+def comparison_members(comparison) -> list:
+    """The model runs a comparison lists in ``MEMBERS_TAG``."""
+    member_ids = [i for i in comparison.data.tags.get(MEMBERS_TAG, "").split(",") if i]
+    if not member_ids:
+        raise PipelineError(f"comparison run {comparison.info.run_id} lists no model runs: it did not finish; "
+                            "rerun `make compare`")
+    client = mlflow.tracking.MlflowClient()
+    return [client.get_run(run_id) for run_id in member_ids]
+
+
+class MLflowEpochLogger(keras.callbacks.Callback):
+    """Logs Keras epoch metrics plus learning rate, epoch seconds and tokens per second."""
+
+    def __init__(self, tokens_per_epoch: int):
+        super().__init__()
+        self.tokens_per_epoch = tokens_per_epoch
+        self._started = 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._started = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        seconds = time.perf_counter() - self._started
+        metrics = {name: float(value) for name, value in (logs or {}).items()}
+        # With a schedule, Keras evaluates it at the optimizer's current step.
+        metrics["learning_rate"] = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+        metrics["epoch_seconds"] = seconds
+        metrics["tokens_per_second"] = self.tokens_per_epoch / max(seconds, 1e-9)
+        mlflow.log_metrics(metrics, step=epoch)
