@@ -336,12 +336,19 @@ class FusedClassifier(PipelineModel):
                                   transformer if lexical is None else lexical, self.weight)
 
 
+def check_model_uri(model_uri: str) -> str:
+    """``model_uri`` as given; an error naming it when it is a folder (no ``scheme:``) that is not there
+    (MLflow would say "no such artifact", or a server process would print its own traceback)."""
+    if ":" not in model_uri and not Path(model_uri).is_dir():
+        raise MissingInputError(f"no model folder {model_uri} (a model is models:/NAME@ALIAS, runs:/RUN_ID/model or "
+                                "a folder)")
+    return model_uri
+
+
 def load_classifier(model_uri: str) -> PipelineModel:
     """The pipeline's pyfunc model behind ``model_uri`` (models:/, runs:/ or a folder), unwrapped: a
     Transformer, a lexical model or a fused one."""
-    if ":" not in model_uri and not Path(model_uri).is_dir():  # a folder, not a URI (MLflow: "no such artifact")
-        raise MissingInputError(f"no model folder {model_uri} (a model is models:/NAME@ALIAS, runs:/RUN_ID/model or "
-                                "a folder)")
+    check_model_uri(model_uri)
     saved_path = list(sys.path)
     try:
         model = mlflow.pyfunc.load_model(model_uri)

@@ -57,6 +57,13 @@ def test_a_missing_model_folder_is_one_line_naming_it(tmp_path, capsys):
     assert f"no model folder {missing}" in line
 
 
+def test_serve_names_a_missing_model_folder_before_starting_a_server(tmp_path, capsys):
+    missing = tmp_path / "no-model"
+    assert cli_main(["serve", "--config", SMOKE, "--model", str(missing), "--port", "5199"]) == 2
+    captured = capsys.readouterr()
+    assert f"no model folder {missing}" in one_error_line(captured.err) and "serve:" not in captured.out
+
+
 def test_a_missing_archive_is_one_line_naming_it(tmp_path, capsys):
     missing = tmp_path / "missing.tar.gz"
     assert cli_main(["ingest", "--set", f"data.archive={missing}", "--set", f"paths.data_dir={tmp_path / 'd'}"]) == 2
@@ -128,6 +135,7 @@ def test_python_m_pipeline_prints_a_bugs_traceback_and_one_line_for_a_user_error
 def missing_file_calls(tmp_path, smoke_config):
     """(what, call) pairs: a library reading a user's file or folder at ``tmp_path / 'missing'``."""
     from pipeline.backbone import load_backbone, resolve_pretrained
+    from pipeline.comparison.designs import design_for
     from pipeline.config import load_config
     from pipeline.inference import load_classifier
     from pipeline.scoring import score_csv
@@ -138,7 +146,7 @@ def missing_file_calls(tmp_path, smoke_config):
     missing = tmp_path / "missing"
     return {
         "config file": lambda: load_config(missing),
-        "tuned config": lambda: smoke_config.replace(compare={"tuned": str(missing)}).tuned_design(),
+        "tuned config": lambda: design_for(smoke_config.replace(compare={"tuned": str(missing)}), "tuned"),
         "data.path table": lambda: find_table_files(str(missing)),
         "score --input": lambda: score_csv(smoke_config, missing, tmp_path / "out.csv"),
         "spark --input": lambda: resolve_inputs(str(missing)),

@@ -62,9 +62,10 @@ def invoke(base: str, records: list[dict]) -> list[dict]:
 
 
 def main(config: Config, args) -> None:
+    from pipeline.inference import check_model_uri
     from pipeline.tracking import champion_uri, tracking_uri
 
-    model_uri = args.model or champion_uri(config)
+    model_uri = check_model_uri(args.model or champion_uri(config))
     environment = serve_environment(tracking_uri(config))
     print(f"serve: {model_uri} from {tracking_uri(config)} at http://127.0.0.1:{args.port}/invocations "
           f"(Ctrl-C to stop); try:\n  {curl_line(args.port)}")
