@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from pipeline import imdb
 from pipeline.stages import ingest
 from pipeline.__main__ import main as cli_main
 from pipeline.config import load_config
@@ -29,15 +30,15 @@ def test_clean_text_turns_breaks_into_newlines_and_normalises():
 
 
 def test_decode_review_replaces_bad_bytes():
-    text, bad = ingest.decode_review(b"ok \xff\xfe end")
+    text, bad = imdb.decode_review(b"ok \xff\xfe end")
     assert bad and "\ufffd" in text and text.startswith("ok")
-    assert ingest.decode_review("fine é".encode()) == ("fine é", False)
+    assert imdb.decode_review("fine é".encode()) == ("fine é", False)
 
 
 @pytest.mark.parametrize("name,expected", [("12_8.txt", (12, 8)), ("0_1.txt", (0, 1)),
                                            ("12-8.txt", None), ("x_8.txt", None), ("12_8.text", None)])
 def test_parse_file_name(name, expected):
-    assert ingest.parse_file_name(name) == expected
+    assert imdb.parse_file_name(name) == expected
 
 
 def test_ingest_writes_splits_labels_ratings_and_manifest(smoke_config):
@@ -45,7 +46,7 @@ def test_ingest_writes_splits_labels_ratings_and_manifest(smoke_config):
     splits = read_splits(out_dir)
     assert {n: len(s) for n, s in splits.items()} == {"train": 64, "val": 16, "test": 40}
     for split in splits.values():
-        assert list(split.columns) == list(ingest.COLUMNS)
+        assert list(split.columns) == list(imdb.COLUMNS)
         pos = split[split["label"] == 1]
         neg = split[split["label"] == 0]
         assert pos["rating"].between(7, 10).all() and neg["rating"].between(1, 4).all()
@@ -106,17 +107,17 @@ def test_rerun_skips_when_unchanged_and_reruns_on_change(smoke_config, capsys):
 def test_environment_variable_selects_archive(tiny_imdb_archive, tmp_path, monkeypatch):
     monkeypatch.setenv("IMDB_ARCHIVE", str(tiny_imdb_archive))
     config = load_config(None, [f"paths.data_dir={tmp_path / 'data'}"])
-    assert ingest.resolve_source(config) == tiny_imdb_archive
+    assert imdb.resolve_source(config) == tiny_imdb_archive
 
 
 def test_download_verifies_md5_and_renames(tiny_imdb_archive, tmp_path):
     url = tiny_imdb_archive.as_uri()
-    md5 = ingest.md5_file(tiny_imdb_archive)
+    md5 = imdb.md5_file(tiny_imdb_archive)
     config = load_config(None, [f"paths.data_dir={tmp_path / 'data'}", f"data.download_url={url}",
                                 f"data.download_md5={md5}"])
-    source = ingest.resolve_source(config)
-    assert source == tmp_path / "data" / "raw" / ingest.CANONICAL_ARCHIVE_NAME
-    assert ingest.md5_file(source) == md5
+    source = imdb.resolve_source(config)
+    assert source == tmp_path / "data" / "raw" / imdb.CANONICAL_ARCHIVE_NAME
+    assert imdb.md5_file(source) == md5
     assert not list(source.parent.glob("*.part"))
 
 
@@ -124,7 +125,7 @@ def test_download_with_wrong_md5_keeps_nothing(tiny_imdb_archive, tmp_path):
     config = load_config(None, [f"paths.data_dir={tmp_path / 'data'}",
                                 f"data.download_url={tiny_imdb_archive.as_uri()}", "data.download_md5=0"])
     with pytest.raises(ValueError, match="expected 0"):
-        ingest.resolve_source(config)
+        imdb.resolve_source(config)
     assert not list((tmp_path / "data" / "raw").iterdir())
 
 
@@ -132,7 +133,7 @@ def test_offline_error_names_the_environment_variable(tmp_path):
     config = load_config(None, [f"paths.data_dir={tmp_path / 'data'}",
                                 "data.download_url=http://127.0.0.1:9/aclImdb_v1.tar.gz"])
     with pytest.raises(PipelineError, match="IMDB_ARCHIVE"):
-        ingest.resolve_source(config)
+        imdb.resolve_source(config)
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -176,14 +177,14 @@ def test_not_gzip(smoke_config, tmp_path):
 
 
 def test_checksum_mismatch_prints_expected_and_actual(smoke_config, tiny_imdb_archive):
-    actual = ingest.sha256_file(tiny_imdb_archive)
+    actual = imdb.sha256_file(tiny_imdb_archive)
     config = smoke_config.replace(data={"archive_sha256": "ab" * 32})
     assert_fails_cleanly(config, f"expected {'ab' * 32}, actual {actual}")
     ingest.run(smoke_config.replace(data={"archive_sha256": actual}))  # the right checksum passes
 
 
 def test_corrupted_canonical_download_is_detected(smoke_config, tiny_imdb_archive):
-    raw = smoke_config.data_dir / "raw" / ingest.CANONICAL_ARCHIVE_NAME
+    raw = smoke_config.data_dir / "raw" / imdb.CANONICAL_ARCHIVE_NAME
     raw.parent.mkdir(parents=True)
     shutil.copy(tiny_imdb_archive, raw)
     assert_fails_cleanly(smoke_config.replace(data={"archive": None}), "md5 mismatch: expected 7c2ac02c")
