@@ -12,8 +12,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -21,6 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import yaml
 
 from pipeline.errors import ConfigError, MissingInputError
+from pipeline.typed_values import build_sections
 
 CANONICAL_IMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
 CANONICAL_IMDB_MD5 = "7c2ac02c03563afcf9b574c7e56c153a"
@@ -421,68 +420,7 @@ class Config:
         raw = self.to_dict()
         for section, changes in section_changes.items():
             raw[section].update(changes)
-        return _build(raw, source="<replace>")
-
-
-def _check_type(value: Any, annotation: Any, where: str) -> Any:
-    """Return ``value`` coerced to ``annotation`` or raise ValueError naming ``where``."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(annotation)
-        if value is None and type(None) in options:
-            return None
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _check_type(value, option, where)
-            except ValueError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0])
-    if origin is tuple:
-        (item_type, _ellipsis) = typing.get_args(annotation)
-        if not isinstance(value, (list, tuple)) or not value:
-            raise ConfigError(f"{where} must be a non-empty list, got {value!r}")
-        return tuple(_check_type(item, item_type, where) for item in value)
-    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if annotation is str and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)  # YAML reads an all-digit checksum or name as a number
-    if annotation is bool and not isinstance(value, bool):
-        raise ConfigError(f"{where} must be true or false, got {value!r}")
-    if annotation is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ConfigError(f"{where} must be an integer, got {value!r}")
-    if not isinstance(value, annotation):
-        raise ConfigError(f"{where} must be of type {annotation.__name__}, got {value!r}")
-    return value
-
-
-def _build(raw: Mapping[str, Any], source: str) -> Config:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{source}: the top level must be a mapping of sections")
-    sections = {f.name: f for f in dataclasses.fields(Config)}
-    built: dict[str, Any] = {}
-    for name, values in raw.items():
-        if name not in sections:
-            raise ConfigError(f"{source}: unknown section {name!r} (known: {', '.join(sections)})")
-        section_type = sections[name].default_factory  # type: ignore[misc]
-        values = values or {}
-        if not isinstance(values, Mapping):
-            raise ConfigError(f"{source}: section {name!r} must be a mapping")
-        hints = typing.get_type_hints(section_type)
-        kwargs = {}
-        for key, value in values.items():
-            if key not in hints:
-                raise ConfigError(
-                    f"{source}: unknown key {name}.{key} (known: {', '.join(sorted(hints))})"
-                )
-            kwargs[key] = _check_type(value, hints[key], f"{source}: {name}.{key}")
-        try:
-            built[name] = section_type(**kwargs)
-        except ValueError as exc:
-            raise ConfigError(f"{source}: {exc}") from None
-    return Config(**built)
+        return build_sections(Config, raw, source="<replace>")
 
 
 def parse_override(text: str) -> tuple[str, str, Any]:
@@ -514,4 +452,4 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
         section_values = raw.setdefault(section, {}) or {}
         raw[section] = {**section_values, key: value}
         source = f"{source} (with --set overrides)" if "--set" not in source else source
-    return _build(raw, source)
+    return build_sections(Config, raw, source)

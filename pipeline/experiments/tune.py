@@ -30,7 +30,8 @@ import mlflow
 import yaml
 
 from pipeline.artifacts import MANIFEST_NAME, atomic_write_json, atomic_write_text, read_manifest
-from pipeline.config import Config, _check_type
+from pipeline.config import Config
+from pipeline.typed_values import check_type
 from pipeline.errors import ConfigError, InputError, MissingInputError, PipelineError
 from pipeline.catalog import require_output
 from pipeline.tokenization import own_tokenization
@@ -89,7 +90,7 @@ def parse_space(raw: Any, config: Config, source: str) -> list[Parameter]:
             choices = spec["choices"]
             if not isinstance(choices, list) or not choices or set(spec) != {"choices"}:
                 raise ConfigError(f"{where}: choices must be a non-empty list (and alone), got {spec!r}")
-            checked = tuple(_check_type(choice, annotation, where) for choice in choices)
+            checked = tuple(check_type(choice, annotation, where) for choice in choices)
             for choice, value in zip(choices, checked):
                 if type(choice) is not type(value) and not (isinstance(choice, int) and isinstance(value, float)):
                     raise ConfigError(f"{where}: choice {choice!r} is not of the setting's type")
@@ -97,7 +98,7 @@ def parse_space(raw: Any, config: Config, source: str) -> list[Parameter]:
             continue
         if "low" not in spec or "high" not in spec:
             raise ConfigError(f"{where}: a range needs low and high, got {spec!r}")
-        low, high = (_check_type(spec[bound], annotation, f"{where}.{bound}") for bound in ("low", "high"))
+        low, high = (check_type(spec[bound], annotation, f"{where}.{bound}") for bound in ("low", "high"))
         if isinstance(low, bool) or not isinstance(low, (int, float)):
             raise ConfigError(f"{where}: a range needs a numeric setting; use choices for {annotation}")
         if not low < high:
