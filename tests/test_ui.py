@@ -19,9 +19,9 @@ SMOKE = str(PROJECT_ROOT / "configs" / "smoke.yaml")
 def test_setup_tracking_makes_any_experiment_a_model_training_one(smoke_config):
     """An experiment made elsewhere (the control: it lacks the tag) gets it from setup_tracking; so does the
     comparison's, which setup_tracking created."""
-    from pipeline.tracking import setup_tracking
+    from pipeline.tracking import setup_tracking, tracking_uri
 
-    client = mlflow.tracking.MlflowClient()
+    client = mlflow.tracking.MlflowClient(tracking_uri(smoke_config))  # the store setup_tracking points at
     made_elsewhere = client.create_experiment("made-elsewhere")
     assert EXPERIMENT_KIND_TAG not in client.get_experiment(made_elsewhere).tags
     assert setup_tracking(smoke_config.replace(tracking={"experiment_name": "made-elsewhere"})) == made_elsewhere
