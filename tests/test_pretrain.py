@@ -7,7 +7,7 @@ import mlflow
 import numpy as np
 import pytest
 
-from pipeline import backbone
+from pipeline import backbone, pretraining
 from pipeline.artifacts import BACKBONE_SPEC_FILE
 from pipeline.stages import ingest, pretrain, tokenize, train
 from pipeline.errors import InputError, MissingInputError
@@ -95,8 +95,8 @@ class StopAfterPeriod(keras.callbacks.Callback):
 def test_a_killed_pretraining_resumes_from_its_checkpoint(unsup_config, capsys):
     config = prepared(unsup_config)
     with pytest.raises(KeyboardInterrupt):
-        pretrain.run(config, extra_callbacks=[StopAfterPeriod()])
-    assert (config.data_dir / "pretrain" / pretrain.CHECKPOINT_DIR).is_dir()
+        pretraining.pretrain(config, extra_callbacks=[StopAfterPeriod()])
+    assert (config.data_dir / "pretrain" / pretraining.CHECKPOINT_DIR).is_dir()
     out_dir = pretrain.run(config)
     assert "resuming MLflow run" in capsys.readouterr().out
     history = json.loads((out_dir / "history.json").read_text())
@@ -104,7 +104,7 @@ def test_a_killed_pretraining_resumes_from_its_checkpoint(unsup_config, capsys):
     spec = json.loads((out_dir / BACKBONE_SPEC_FILE).read_text())
     steps = [m.step for m in mlflow.tracking.MlflowClient().get_metric_history(spec["mlflow_run_id"], "mlm_loss")]
     assert steps == [10, 20, 30, 40]
-    assert not (out_dir / pretrain.CHECKPOINT_DIR).exists()
+    assert not (out_dir / pretraining.CHECKPOINT_DIR).exists()
 
 
 def test_fine_tuning_refuses_another_vocabulary_or_width(unsup_config):

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pipeline import pseudo_labels, training
 from pipeline.artifacts import PSEUDO_LABELS_FILE
 from pipeline.tokenizer import load_split
 from pipeline.stages import ingest, pseudo_label, tokenize, train
@@ -36,12 +37,12 @@ def cue_label(text: str) -> int:
 
 def test_select_confident_keeps_rows_at_or_above_the_threshold():
     probabilities = np.array([[0.1, 0.9], [0.55, 0.45], [0.8, 0.2], [0.3, 0.7]])
-    kept = pseudo_label.select_confident(probabilities, 0.8)
+    kept = pseudo_labels.select_confident(probabilities, 0.8)
     assert kept["row"].tolist() == [0, 2]
     assert kept["label"].tolist() == [1, 0]
     np.testing.assert_allclose(kept["confidence"], [0.9, 0.8])
-    assert len(pseudo_label.select_confident(probabilities, 0.0)) == 4
-    assert pseudo_label.select_confident(probabilities, 0.95).empty
+    assert len(pseudo_labels.select_confident(probabilities, 0.0)) == 4
+    assert pseudo_labels.select_confident(probabilities, 0.95).empty
 
 
 def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(unsup_config, capsys):
@@ -57,7 +58,7 @@ def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(unsup_
     texts = unlabeled["text"].to_numpy()[kept["row"].to_numpy()]
     agreement = np.mean([cue_label(t) == label for t, label in zip(texts, kept["label"])])
     assert agreement >= 0.95, agreement  # the teacher reads the cue words; labels are real, not noise
-    assert (out_dir / pseudo_label.PLOT_FILE).stat().st_size > 1000
+    assert (out_dir / pseudo_labels.PLOT_FILE).stat().st_size > 1000
     client = mlflow.tracking.MlflowClient()
     teacher_run = client.get_run(manifest["mlflow_run_id"])
     assert teacher_run.data.metrics["pseudo_label_rows"] == len(kept)
@@ -84,14 +85,14 @@ def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(unsup_
     assert train.run(config.replace(training={"pseudo_labels": True, "epochs": 1})) == run_dir
     assert "train: up to date" in capsys.readouterr().out
     pseudo_label.run(config.replace(pseudo_label={"min_confidence": 0.9}))
-    other_dir, _, _ = train.run_directory(config.replace(training={"pseudo_labels": True, "epochs": 1}),
+    other_dir, _, _ = training.run_directory(config.replace(training={"pseudo_labels": True, "epochs": 1}),
                                           config.data_dir / "tokenize")
     assert other_dir != run_dir
     pseudo_label.run(config)
 
     # one epoch holds every gold and every pseudo-labelled review exactly once, each with its label
     hard = config.replace(training={"pseudo_labels": True}, pseudo_label={"soft": False})  # class indices
-    data = train.load_training_data(hard, config.data_dir / "tokenize", 1)
+    data = training.load_training_data(hard, config.data_dir / "tokenize", 1)
     seen = Counter((tuple(row[row != PAD_ID]), int(label)) for x, y in data.train for row, label in zip(x.numpy(), y.numpy()))
     gold_ids, gold_labels = load_split(config.data_dir / "tokenize", "train")
     unlabeled_ids = np.load(config.data_dir / "tokenize" / "unlabeled_ids.npy")
@@ -112,7 +113,7 @@ def test_refusals_name_what_is_missing(unsup_config, tmp_path, capsys):
     pseudo_label.run(unsup_config.replace(pseudo_label={"min_confidence": 1.0}))
     assert "warning: no unlabeled review reached" in capsys.readouterr().out
     with pytest.raises(InputError, match="no pseudo labels .*min_confidence 1.0"):
-        train.load_training_data(unsup_config.replace(training={"pseudo_labels": True}),
+        training.load_training_data(unsup_config.replace(training={"pseudo_labels": True}),
                                  unsup_config.data_dir / "tokenize", 1)
 
     pseudo_label.run(unsup_config)
@@ -122,7 +123,7 @@ def test_refusals_name_what_is_missing(unsup_config, tmp_path, capsys):
     ingest.run(other)
     tokenize.run(other)
     with pytest.raises(InputError, match="another ingestion"):
-        train.load_training_data(other.replace(training={"pseudo_labels": True}), other.data_dir / "tokenize", 1)
+        training.load_training_data(other.replace(training={"pseudo_labels": True}), other.data_dir / "tokenize", 1)
 
 
 def test_without_unlabeled_reviews_the_stage_says_how_to_get_them(smoke_config, capsys):
@@ -157,7 +158,7 @@ def test_soft_targets_carry_the_nbsvm_teacher_probabilities_into_training(unsup_
     np.testing.assert_allclose(kept[columns].sum(axis=1), 1.0, rtol=1e-5)
     np.testing.assert_allclose(kept[columns].max(axis=1), kept["confidence"], rtol=1e-6)
     config = unsup_config.replace(training={"pseudo_labels": True, "epochs": 1})
-    data = train.load_training_data(config, config.data_dir / "tokenize", 1)
+    data = training.load_training_data(config, config.data_dir / "tokenize", 1)
     assert data.soft_targets and data.pseudo_label_rows == len(kept)
     targets = np.concatenate([labels.numpy() for _, labels in data.train])
     assert targets.shape[1] == 2 and np.allclose(targets.sum(axis=1), 1.0, atol=1e-5)
@@ -168,6 +169,6 @@ def test_soft_targets_carry_the_nbsvm_teacher_probabilities_into_training(unsup_
     assert manifest["inputs"]["pseudo_label_targets"] == "soft"
     hard = unsup_config.replace(pseudo_label={"soft": False}, training={"pseudo_labels": True})
     pseudo_label.run(hard)
-    assert not train.load_training_data(hard, hard.data_dir / "tokenize", 1).soft_targets
-    hard_dir, _, inputs = train.run_directory(hard.replace(training={"epochs": 1}), hard.data_dir / "tokenize")
+    assert not training.load_training_data(hard, hard.data_dir / "tokenize", 1).soft_targets
+    hard_dir, _, inputs = training.run_directory(hard.replace(training={"epochs": 1}), hard.data_dir / "tokenize")
     assert hard_dir != run_dir and inputs["pseudo_label_targets"] == "hard"  # the same file, another run

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pipeline import training
 from pipeline.stages import ingest, tokenize, train
 from pipeline.inference import load_keras_model, predict_probabilities
 from pipeline.tokenizer import TextEncoder
@@ -93,9 +94,9 @@ def test_killed_training_resumes_from_last_epoch(smoke_config, capsys):
     ingest.run(config)
     tokenize.run(config)
     with pytest.raises(KeyboardInterrupt):
-        train.run(config, extra_callbacks=[CrashAfterEpoch(0)])
+        training.train_model(config, extra_callbacks=[CrashAfterEpoch(0)])
     recorder = RecordEpochs()
-    run_dir = train.run(config, extra_callbacks=[recorder])
+    run_dir = training.train_model(config, extra_callbacks=[recorder]).run_dir
     assert recorder.epochs == [1, 2]  # did not start over
     assert "resuming MLflow run" in capsys.readouterr().out
     manifest = json.loads((run_dir / "manifest.json").read_text())
