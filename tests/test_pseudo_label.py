@@ -13,21 +13,9 @@ from pipeline.artifacts import PSEUDO_LABELS_FILE
 from pipeline.tokenizer import load_split
 from pipeline.stages import ingest, pseudo_label, tokenize, train
 from pipeline.__main__ import main as cli_main
-from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputError, MissingInputError
 from pipeline.text import PAD_ID
 from tests.conftest import POSITIVE_WORDS, PROJECT_ROOT, make_archive, write_imdb_tree
-
-
-@pytest.fixture
-def unsup_config(tmp_path):
-    write_imdb_tree(tmp_path / "source", per_class={"train": 40, "test": 10}, seed=3, unlabeled=150)
-    archive = make_archive(tmp_path / "source", tmp_path / "with_unsup.tar.gz")
-    config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
-        f"data.archive={archive}", f"paths.data_dir={tmp_path / 'data'}", f"paths.reports_dir={tmp_path / 'reports'}"])
-    ingest.run(config)
-    tokenize.run(config)
-    return config
 
 
 def cue_label(text: str) -> int:
@@ -45,8 +33,8 @@ def test_select_confident_keeps_rows_at_or_above_the_threshold():
     assert pseudo_labels.select_confident(probabilities, 0.95).empty
 
 
-def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(unsup_config, capsys):
-    config = unsup_config.replace(pseudo_label={"min_confidence": 0.6})
+def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(prepared_config, capsys):
+    config = prepared_config.replace(pseudo_label={"min_confidence": 0.6})
     out_dir = pseudo_label.run(config)
     summary = capsys.readouterr().out.strip().splitlines()[-1]
     assert summary.startswith("pseudo-label: read 64 train / 16 val / 150 unlabeled reviews")
@@ -102,24 +90,24 @@ def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(unsup_
     assert seen == expected
 
 
-def test_refusals_name_what_is_missing(unsup_config, tmp_path, capsys):
+def test_refusals_name_what_is_missing(prepared_config, tmp_path, capsys):
     with pytest.raises(MissingInputError, match="make pseudo-label"):
-        train.run(unsup_config.replace(training={"pseudo_labels": True}))
+        train.run(prepared_config.replace(training={"pseudo_labels": True}))
     with pytest.raises(ConfigError, match="pseudo_label.teacher"):
-        unsup_config.replace(pseudo_label={"teacher": "bert"})
+        prepared_config.replace(pseudo_label={"teacher": "bert"})
     with pytest.raises(ConfigError, match="training.pseudo_labels and training.max_train_samples"):
-        unsup_config.replace(training={"pseudo_labels": True, "max_train_samples": 20})
+        prepared_config.replace(training={"pseudo_labels": True, "max_train_samples": 20})
 
-    pseudo_label.run(unsup_config.replace(pseudo_label={"min_confidence": 1.0}))
+    pseudo_label.run(prepared_config.replace(pseudo_label={"min_confidence": 1.0}))
     assert "warning: no unlabeled review reached" in capsys.readouterr().out
     with pytest.raises(InputError, match="no pseudo labels .*min_confidence 1.0"):
-        training.load_training_data(unsup_config.replace(training={"pseudo_labels": True}),
-                                 unsup_config.data_dir / "tokenize", 1)
+        training.load_training_data(prepared_config.replace(training={"pseudo_labels": True}),
+                                 prepared_config.data_dir / "tokenize", 1)
 
-    pseudo_label.run(unsup_config)
+    pseudo_label.run(prepared_config)
     # tokenized from another ingestion than the one the pseudo labels were made from
     write_imdb_tree(tmp_path / "other", per_class={"train": 30, "test": 10}, seed=9, unlabeled=20)
-    other = unsup_config.replace(data={"archive": str(make_archive(tmp_path / "other", tmp_path / "other.tar.gz"))})
+    other = prepared_config.replace(data={"archive": str(make_archive(tmp_path / "other", tmp_path / "other.tar.gz"))})
     ingest.run(other)
     tokenize.run(other)
     with pytest.raises(InputError, match="another ingestion"):
@@ -136,28 +124,28 @@ def test_without_unlabeled_reviews_the_stage_says_how_to_get_them(smoke_config, 
     assert not (smoke_config.data_dir / "pseudo_label").exists()
 
 
-def test_the_comparison_key_follows_the_teacher_settings_only_when_training_uses_them(unsup_config):
+def test_the_comparison_key_follows_the_teacher_settings_only_when_training_uses_them(prepared_config):
     from pipeline.stages.compare import comparison_key
 
-    off, stricter_off = unsup_config, unsup_config.replace(pseudo_label={"min_confidence": 0.9})
+    off, stricter_off = prepared_config, prepared_config.replace(pseudo_label={"min_confidence": 0.9})
     assert comparison_key(off, "pooling") == comparison_key(stricter_off, "pooling")
-    on = unsup_config.replace(training={"pseudo_labels": True})
+    on = prepared_config.replace(training={"pseudo_labels": True})
     assert comparison_key(on, "pooling") != comparison_key(off, "pooling")
     assert comparison_key(on, "pooling") != comparison_key(on.replace(pseudo_label={"min_confidence": 0.9}), "pooling")
 
 
-def test_soft_targets_carry_the_nbsvm_teacher_probabilities_into_training(unsup_config):
+def test_soft_targets_carry_the_nbsvm_teacher_probabilities_into_training(prepared_config):
     """Distillation: pseudo_label.soft trains on the teacher's probabilities (gold rows one-hot), and the
     default teacher is NBSVM."""
     from pipeline.artifacts import teacher_probability_column
 
-    assert unsup_config.pseudo_label.teacher == "nbsvm" and unsup_config.pseudo_label.soft
-    out_dir = pseudo_label.run(unsup_config)
+    assert prepared_config.pseudo_label.teacher == "nbsvm" and prepared_config.pseudo_label.soft
+    out_dir = pseudo_label.run(prepared_config)
     kept = pd.read_parquet(out_dir / PSEUDO_LABELS_FILE)
     columns = [teacher_probability_column(i) for i in range(2)]
     np.testing.assert_allclose(kept[columns].sum(axis=1), 1.0, rtol=1e-5)
     np.testing.assert_allclose(kept[columns].max(axis=1), kept["confidence"], rtol=1e-6)
-    config = unsup_config.replace(training={"pseudo_labels": True, "epochs": 1})
+    config = prepared_config.replace(training={"pseudo_labels": True, "epochs": 1})
     data = training.load_training_data(config, config.data_dir / "tokenize", 1)
     assert data.soft_targets and data.pseudo_label_rows == len(kept)
     targets = np.concatenate([labels.numpy() for _, labels in data.train])
@@ -167,7 +155,7 @@ def test_soft_targets_carry_the_nbsvm_teacher_probabilities_into_training(unsup_
     run_dir = train.run(config)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["inputs"]["pseudo_label_targets"] == "soft"
-    hard = unsup_config.replace(pseudo_label={"soft": False}, training={"pseudo_labels": True})
+    hard = prepared_config.replace(pseudo_label={"soft": False}, training={"pseudo_labels": True})
     pseudo_label.run(hard)
     assert not training.load_training_data(hard, hard.data_dir / "tokenize", 1).soft_targets
     hard_dir, _, inputs = training.run_directory(hard.replace(training={"epochs": 1}), hard.data_dir / "tokenize")

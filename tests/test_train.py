@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from pipeline import training
-from pipeline.stages import ingest, tokenize, train
+from pipeline.stages import train
 from pipeline.inference import load_keras_model, predict_probabilities
 from pipeline.tokenizer import TextEncoder
 
@@ -89,10 +89,8 @@ class RecordEpochs(keras.callbacks.Callback):
         self.epochs.append(epoch)
 
 
-def test_killed_training_resumes_from_last_epoch(smoke_config, capsys):
-    config = smoke_config.replace(training={"epochs": 3, "early_stopping_patience": 5})
-    ingest.run(config)
-    tokenize.run(config)
+def test_killed_training_resumes_from_last_epoch(prepared_config, capsys):
+    config = prepared_config.replace(training={"epochs": 3, "early_stopping_patience": 5})
     with pytest.raises(KeyboardInterrupt):
         training.train_model(config, extra_callbacks=[CrashAfterEpoch(0)])
     recorder = RecordEpochs()
