@@ -11,6 +11,7 @@ import contextlib
 import io
 import os
 import random
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -139,6 +140,38 @@ def smoke_config(tmp_path: Path, tiny_imdb_archive: Path):
         [f"data.archive={tiny_imdb_archive}", f"paths.data_dir={tmp_path / 'data'}",
          f"paths.reports_dir={tmp_path / 'reports'}"],
     )
+
+
+# The reviews of the prepared data set: the unlabeled ones are what pretraining and pseudo-labelling read.
+PREPARED_PER_CLASS = {"train": 40, "test": 10}
+PREPARED_UNLABELED = 150
+
+
+@pytest.fixture(scope="session")
+def prepared_data(tmp_path_factory):
+    """The smoke config over a tiny archive with ``train/unsup`` (as the canonical one has), ingested and
+    tokenized once per session. Read-only: tests take ``prepared_config``, a copy in their own folder."""
+    from pipeline.stages import ingest, tokenize
+
+    root = tmp_path_factory.mktemp("prepared")
+    write_imdb_tree(root / "source", per_class=PREPARED_PER_CLASS, seed=3, unlabeled=PREPARED_UNLABELED)
+    archive = make_archive(root / "source", root / "with_unsup.tar.gz")
+    config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
+        f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}"])
+    with inside(root), pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+        ingest.run(config)
+        tokenize.run(config)
+    return config
+
+
+@pytest.fixture
+def prepared_config(prepared_data, tmp_path: Path):
+    """``prepared_data``'s ingested and tokenized folders copied into this test's folder, and the config
+    pointing at the copy (reports and MLflow: the test's own)."""
+    data_dir = tmp_path / "data"
+    shutil.copytree(prepared_data.data_dir, data_dir)
+    return prepared_data.replace(paths={"data_dir": str(data_dir), "reports_dir": str(tmp_path / "reports")})
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,56 @@ SEARCH_SPACE = "tune.yaml"  # `make tune`'s search space, not a config (tests/te
 SHIPPED = sorted(path.name for path in (PROJECT_ROOT / "configs").glob("*.yaml") if path.name != SEARCH_SPACE)
 
 
-def test_every_shipped_config_is_tested():
-    assert {"default.yaml", "smoke.yaml", "gpu.yaml", "example_multiclass.yaml"} <= set(SHIPPED)
+def build_from(path: Path, num_classes: int = 3, vocabulary_size: int = 300):
+    """What a config file must be good for: it loads (every section validated), a batch its training section
+    would make from full-length ids is ``max_sequence_length`` wide, and its model section builds a classifier
+    that maps that batch to ``[rows, num_classes]`` probabilities.
+
+    A small vocabulary (the shapes that matter are the encoder's), two rows and no compiled step keep gpu.yaml
+    cheap on a CPU (test_gpu_config_loads_and_each_model_takes_a_step_on_cpu trains it).
+    """
+    import numpy as np
+
+    from pipeline.datasets import make_dataset
+    from pipeline.model import build_model
+
+    config = load_config(path)
+    rows, length = 2, config.tokenizer.max_sequence_length
+    ids = np.random.default_rng(0).integers(5, vocabulary_size, (rows, length)).astype("int32")
+    batch_ids, batch_labels = next(iter(make_dataset(ids, np.arange(rows) % num_classes, batch_size=rows)))
+    assert batch_ids.shape == (rows, length) and batch_labels.shape == (rows,)
+    classifier = build_model(config.model, vocabulary_size, length, num_classes)
+    probabilities = np.asarray(classifier(batch_ids, training=False))
+    assert probabilities.shape == (rows, num_classes)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+    return config
+
+
+def test_shipped_configs_are_the_yaml_files_beside_the_search_space():
+    """SHIPPED, which the tests below parametrize over, holds every config in configs/ (none skipped)."""
+    assert (PROJECT_ROOT / "configs" / SEARCH_SPACE).is_file()
+    assert SHIPPED == sorted(p.name for p in (PROJECT_ROOT / "configs").iterdir() if p.suffix in (".yaml", ".yml")
+                             and p.name != SEARCH_SPACE)
+    assert {"default.yaml", "smoke.yaml"} <= set(SHIPPED)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_each_shipped_config_builds_a_classifier_of_its_shape(name):
+    build_from(PROJECT_ROOT / "configs" / name)
+
+
+@pytest.mark.parametrize("typo, message", [
+    ("hidden_dim: 16", "hidden_dimm"),
+    ("max_sequence_length: 32", "max_sequence_lenght"),
+])
+def test_the_shipped_config_check_fails_on_a_broken_copy(tmp_path, typo, message):
+    """The control: the check above fails on smoke.yaml with one key misspelt."""
+    text = (PROJECT_ROOT / "configs" / "smoke.yaml").read_text()
+    assert typo in text
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(text.replace(typo, typo.replace(typo.split(":")[0], message)))
+    with pytest.raises(ConfigError, match=message):
+        build_from(broken)
 
 
 @pytest.mark.parametrize("name", SHIPPED)

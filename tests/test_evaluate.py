@@ -76,12 +76,9 @@ def test_evaluate_logs_test_metrics_plots_and_report(trained_run):
         assert f'"{failed.iloc[0]["text"]}"' in text
 
 
-def test_evaluate_without_runs_says_train_first(smoke_config):
-    from pipeline.stages import ingest
-
-    ingest.run(smoke_config)
+def test_evaluate_without_runs_says_train_first(prepared_config):
     with pytest.raises(ValueError, match="make train"):
-        evaluate.run(smoke_config)
+        evaluate.run(prepared_config)
 
 
 def test_unreadable_model_uri_is_named(trained_run):

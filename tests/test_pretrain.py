@@ -7,39 +7,36 @@ import mlflow
 import numpy as np
 import pytest
 
-from pipeline import backbone
+from pipeline import backbone, pretraining
 from pipeline.artifacts import BACKBONE_SPEC_FILE
 from pipeline.stages import ingest, pretrain, tokenize, train
 from pipeline.errors import InputError, MissingInputError
 from pipeline.tokenizer import TextEncoder
 from pipeline.text import MASK_ID
-from tests.conftest import PROJECT_ROOT, make_archive, write_imdb_tree
-from pipeline.config import load_config
+from tests.conftest import PREPARED_UNLABELED, make_archive, write_imdb_tree
 
 
 @pytest.fixture
-def unsup_config(tmp_path):
-    """The smoke config over a tiny archive that also holds train/unsup, as the canonical one does."""
-    write_imdb_tree(tmp_path / "source", per_class={"train": 40, "test": 10}, seed=2, unlabeled=120)
-    archive = make_archive(tmp_path / "source", tmp_path / "with_unsup.tar.gz")
-    return load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
-        f"data.archive={archive}", f"paths.data_dir={tmp_path / 'data'}", f"paths.reports_dir={tmp_path / 'reports'}"])
+def unsup_config(prepared_data, tmp_path):
+    """The prepared data set's config (a tiny archive that also holds train/unsup, as the canonical one does),
+    writing under this test's folder, nothing ingested yet."""
+    return prepared_data.replace(paths={"data_dir": str(tmp_path / "data"), "reports_dir": str(tmp_path / "reports")})
 
 
-def prepared(config):
-    ingest.run(config)
-    tokenize.run(config)
-    return config
-
-
-def test_unlabeled_reviews_are_ingested_and_tokenized_for_pretraining_only(unsup_config):
-    config = prepared(unsup_config)
+def test_unlabeled_reviews_are_ingested_and_tokenized_for_pretraining_only(prepared_config, capsys):
+    config = prepared_config
     manifest = json.loads((config.data_dir / "ingest" / "manifest.json").read_text())
-    assert manifest["unlabeled_rows"] == 120
+    assert manifest["unlabeled_rows"] == PREPARED_UNLABELED
     assert (config.data_dir / "tokenize" / "unlabeled_ids.npy").is_file()
     assert not (config.data_dir / "tokenize" / "unlabeled_labels.npy").exists()
     encoder = TextEncoder.load(config.data_dir / "tokenize")
     assert encoder.can_mask and encoder.vocabulary[MASK_ID] == "[MASK]"
+    # the copy in this test's folder is a prepared data folder of its own: neither stage runs again there
+    ingest.run(config)
+    tokenize.run(config)
+    out = capsys.readouterr().out
+    assert f"ingest: up to date, nothing to do ({config.data_dir / 'ingest'}/" in out
+    assert f"tokenize: up to date, nothing to do ({config.data_dir / 'tokenize'}/" in out
 
 
 def test_masking_follows_bert_and_never_touches_padding_or_cls():
@@ -58,8 +55,8 @@ def test_masking_follows_bert_and_never_touches_padding_or_cls():
     np.testing.assert_array_equal(masked["mask_ids"][weights], ids[rows, chosen])
 
 
-def test_loss_falls_weights_transfer_and_the_run_records_its_pretraining(unsup_config, capsys):
-    config = prepared(unsup_config.replace(pretrain={"max_steps": 60}))
+def test_loss_falls_weights_transfer_and_the_run_records_its_pretraining(prepared_config, capsys):
+    config = prepared_config.replace(pretrain={"max_steps": 60})
     out_dir = pretrain.run(config)
     history = json.loads((out_dir / "history.json").read_text())
     assert history["step"] == [10, 20, 30, 40, 50, 60]
@@ -92,11 +89,11 @@ class StopAfterPeriod(keras.callbacks.Callback):
             raise KeyboardInterrupt("simulated kill")
 
 
-def test_a_killed_pretraining_resumes_from_its_checkpoint(unsup_config, capsys):
-    config = prepared(unsup_config)
+def test_a_killed_pretraining_resumes_from_its_checkpoint(prepared_config, capsys):
+    config = prepared_config
     with pytest.raises(KeyboardInterrupt):
-        pretrain.run(config, extra_callbacks=[StopAfterPeriod()])
-    assert (config.data_dir / "pretrain" / pretrain.CHECKPOINT_DIR).is_dir()
+        pretraining.pretrain(config, extra_callbacks=[StopAfterPeriod()])
+    assert (config.data_dir / "pretrain" / pretraining.CHECKPOINT_DIR).is_dir()
     out_dir = pretrain.run(config)
     assert "resuming MLflow run" in capsys.readouterr().out
     history = json.loads((out_dir / "history.json").read_text())
@@ -104,11 +101,11 @@ def test_a_killed_pretraining_resumes_from_its_checkpoint(unsup_config, capsys):
     spec = json.loads((out_dir / BACKBONE_SPEC_FILE).read_text())
     steps = [m.step for m in mlflow.tracking.MlflowClient().get_metric_history(spec["mlflow_run_id"], "mlm_loss")]
     assert steps == [10, 20, 30, 40]
-    assert not (out_dir / pretrain.CHECKPOINT_DIR).exists()
+    assert not (out_dir / pretraining.CHECKPOINT_DIR).exists()
 
 
-def test_fine_tuning_refuses_another_vocabulary_or_width(unsup_config):
-    config = prepared(unsup_config)
+def test_fine_tuning_refuses_another_vocabulary_or_width(prepared_config):
+    config = prepared_config
     pretrain.run(config)
     wider = config.replace(model={"init": "pretrained", "hidden_dim": 32}, training={"epochs": 1})
     with pytest.raises(InputError, match="width"):
@@ -137,8 +134,8 @@ def test_unlabeled_archive_missing_corrupt_or_empty_is_named(unsup_config, tmp_p
     assert not (unsup_config.data_dir / "ingest").exists()
 
 
-def test_pretraining_needs_the_mask_token(unsup_config):
-    config = prepared(unsup_config)
+def test_pretraining_needs_the_mask_token(prepared_config):
+    config = prepared_config
     settings = json.loads((config.data_dir / "tokenize" / "tokenizer.json").read_text())
     vocabulary = (config.data_dir / "tokenize" / "vocabulary.txt").read_text().split("\n")[:-1]
     vocabulary[MASK_ID] = "[OLD]"
@@ -151,10 +148,10 @@ def test_pretraining_needs_the_mask_token(unsup_config):
         pretrain.run(config)
 
 
-def test_budget_curve_fine_tunes_from_scratch_and_from_the_pretrained_backbone(unsup_config):
+def test_budget_curve_fine_tunes_from_scratch_and_from_the_pretrained_backbone(prepared_config):
     from pipeline.experiments import pretrain_budget
 
-    config = prepared(unsup_config).replace(training={"epochs": 1})
+    config = prepared_config.replace(training={"epochs": 1}, pretrain={"max_steps": 20})  # one snapshot is enough
     report = pretrain_budget.run(config, seeds=(1,), baseline=0.9)
     payload = json.loads((config.reports_dir / "pretraining_budget.json").read_text())
     minutes = [row["pretrain_minutes"] for row in payload["rows"]]

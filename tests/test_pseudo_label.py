@@ -8,25 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pipeline import pseudo_labels, training
 from pipeline.artifacts import PSEUDO_LABELS_FILE
 from pipeline.tokenizer import load_split
 from pipeline.stages import ingest, pseudo_label, tokenize, train
 from pipeline.__main__ import main as cli_main
-from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputError, MissingInputError
 from pipeline.text import PAD_ID
 from tests.conftest import POSITIVE_WORDS, PROJECT_ROOT, make_archive, write_imdb_tree
-
-
-@pytest.fixture
-def unsup_config(tmp_path):
-    write_imdb_tree(tmp_path / "source", per_class={"train": 40, "test": 10}, seed=3, unlabeled=150)
-    archive = make_archive(tmp_path / "source", tmp_path / "with_unsup.tar.gz")
-    config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
-        f"data.archive={archive}", f"paths.data_dir={tmp_path / 'data'}", f"paths.reports_dir={tmp_path / 'reports'}"])
-    ingest.run(config)
-    tokenize.run(config)
-    return config
 
 
 def cue_label(text: str) -> int:
@@ -36,16 +25,16 @@ def cue_label(text: str) -> int:
 
 def test_select_confident_keeps_rows_at_or_above_the_threshold():
     probabilities = np.array([[0.1, 0.9], [0.55, 0.45], [0.8, 0.2], [0.3, 0.7]])
-    kept = pseudo_label.select_confident(probabilities, 0.8)
+    kept = pseudo_labels.select_confident(probabilities, 0.8)
     assert kept["row"].tolist() == [0, 2]
     assert kept["label"].tolist() == [1, 0]
     np.testing.assert_allclose(kept["confidence"], [0.9, 0.8])
-    assert len(pseudo_label.select_confident(probabilities, 0.0)) == 4
-    assert pseudo_label.select_confident(probabilities, 0.95).empty
+    assert len(pseudo_labels.select_confident(probabilities, 0.0)) == 4
+    assert pseudo_labels.select_confident(probabilities, 0.95).empty
 
 
-def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(unsup_config, capsys):
-    config = unsup_config.replace(pseudo_label={"min_confidence": 0.6})
+def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(prepared_config, capsys):
+    config = prepared_config.replace(pseudo_label={"min_confidence": 0.6})
     out_dir = pseudo_label.run(config)
     summary = capsys.readouterr().out.strip().splitlines()[-1]
     assert summary.startswith("pseudo-label: read 64 train / 16 val / 150 unlabeled reviews")
@@ -57,7 +46,7 @@ def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(unsup_
     texts = unlabeled["text"].to_numpy()[kept["row"].to_numpy()]
     agreement = np.mean([cue_label(t) == label for t, label in zip(texts, kept["label"])])
     assert agreement >= 0.95, agreement  # the teacher reads the cue words; labels are real, not noise
-    assert (out_dir / pseudo_label.PLOT_FILE).stat().st_size > 1000
+    assert (out_dir / pseudo_labels.PLOT_FILE).stat().st_size > 1000
     client = mlflow.tracking.MlflowClient()
     teacher_run = client.get_run(manifest["mlflow_run_id"])
     assert teacher_run.data.metrics["pseudo_label_rows"] == len(kept)
@@ -84,14 +73,14 @@ def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(unsup_
     assert train.run(config.replace(training={"pseudo_labels": True, "epochs": 1})) == run_dir
     assert "train: up to date" in capsys.readouterr().out
     pseudo_label.run(config.replace(pseudo_label={"min_confidence": 0.9}))
-    other_dir, _, _ = train.run_directory(config.replace(training={"pseudo_labels": True, "epochs": 1}),
+    other_dir, _, _ = training.run_directory(config.replace(training={"pseudo_labels": True, "epochs": 1}),
                                           config.data_dir / "tokenize")
     assert other_dir != run_dir
     pseudo_label.run(config)
 
     # one epoch holds every gold and every pseudo-labelled review exactly once, each with its label
     hard = config.replace(training={"pseudo_labels": True}, pseudo_label={"soft": False})  # class indices
-    data = train.load_training_data(hard, config.data_dir / "tokenize", 1)
+    data = training.load_training_data(hard, config.data_dir / "tokenize", 1)
     seen = Counter((tuple(row[row != PAD_ID]), int(label)) for x, y in data.train for row, label in zip(x.numpy(), y.numpy()))
     gold_ids, gold_labels = load_split(config.data_dir / "tokenize", "train")
     unlabeled_ids = np.load(config.data_dir / "tokenize" / "unlabeled_ids.npy")
@@ -101,28 +90,28 @@ def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(unsup_
     assert seen == expected
 
 
-def test_refusals_name_what_is_missing(unsup_config, tmp_path, capsys):
+def test_refusals_name_what_is_missing(prepared_config, tmp_path, capsys):
     with pytest.raises(MissingInputError, match="make pseudo-label"):
-        train.run(unsup_config.replace(training={"pseudo_labels": True}))
+        train.run(prepared_config.replace(training={"pseudo_labels": True}))
     with pytest.raises(ConfigError, match="pseudo_label.teacher"):
-        unsup_config.replace(pseudo_label={"teacher": "bert"})
+        prepared_config.replace(pseudo_label={"teacher": "bert"})
     with pytest.raises(ConfigError, match="training.pseudo_labels and training.max_train_samples"):
-        unsup_config.replace(training={"pseudo_labels": True, "max_train_samples": 20})
+        prepared_config.replace(training={"pseudo_labels": True, "max_train_samples": 20})
 
-    pseudo_label.run(unsup_config.replace(pseudo_label={"min_confidence": 1.0}))
+    pseudo_label.run(prepared_config.replace(pseudo_label={"min_confidence": 1.0}))
     assert "warning: no unlabeled review reached" in capsys.readouterr().out
     with pytest.raises(InputError, match="no pseudo labels .*min_confidence 1.0"):
-        train.load_training_data(unsup_config.replace(training={"pseudo_labels": True}),
-                                 unsup_config.data_dir / "tokenize", 1)
+        training.load_training_data(prepared_config.replace(training={"pseudo_labels": True}),
+                                 prepared_config.data_dir / "tokenize", 1)
 
-    pseudo_label.run(unsup_config)
+    pseudo_label.run(prepared_config)
     # tokenized from another ingestion than the one the pseudo labels were made from
     write_imdb_tree(tmp_path / "other", per_class={"train": 30, "test": 10}, seed=9, unlabeled=20)
-    other = unsup_config.replace(data={"archive": str(make_archive(tmp_path / "other", tmp_path / "other.tar.gz"))})
+    other = prepared_config.replace(data={"archive": str(make_archive(tmp_path / "other", tmp_path / "other.tar.gz"))})
     ingest.run(other)
     tokenize.run(other)
     with pytest.raises(InputError, match="another ingestion"):
-        train.load_training_data(other.replace(training={"pseudo_labels": True}), other.data_dir / "tokenize", 1)
+        training.load_training_data(other.replace(training={"pseudo_labels": True}), other.data_dir / "tokenize", 1)
 
 
 def test_without_unlabeled_reviews_the_stage_says_how_to_get_them(smoke_config, capsys):
@@ -135,29 +124,29 @@ def test_without_unlabeled_reviews_the_stage_says_how_to_get_them(smoke_config, 
     assert not (smoke_config.data_dir / "pseudo_label").exists()
 
 
-def test_the_comparison_key_follows_the_teacher_settings_only_when_training_uses_them(unsup_config):
+def test_the_comparison_key_follows_the_teacher_settings_only_when_training_uses_them(prepared_config):
     from pipeline.stages.compare import comparison_key
 
-    off, stricter_off = unsup_config, unsup_config.replace(pseudo_label={"min_confidence": 0.9})
+    off, stricter_off = prepared_config, prepared_config.replace(pseudo_label={"min_confidence": 0.9})
     assert comparison_key(off, "pooling") == comparison_key(stricter_off, "pooling")
-    on = unsup_config.replace(training={"pseudo_labels": True})
+    on = prepared_config.replace(training={"pseudo_labels": True})
     assert comparison_key(on, "pooling") != comparison_key(off, "pooling")
     assert comparison_key(on, "pooling") != comparison_key(on.replace(pseudo_label={"min_confidence": 0.9}), "pooling")
 
 
-def test_soft_targets_carry_the_nbsvm_teacher_probabilities_into_training(unsup_config):
+def test_soft_targets_carry_the_nbsvm_teacher_probabilities_into_training(prepared_config):
     """Distillation: pseudo_label.soft trains on the teacher's probabilities (gold rows one-hot), and the
     default teacher is NBSVM."""
     from pipeline.artifacts import teacher_probability_column
 
-    assert unsup_config.pseudo_label.teacher == "nbsvm" and unsup_config.pseudo_label.soft
-    out_dir = pseudo_label.run(unsup_config)
+    assert prepared_config.pseudo_label.teacher == "nbsvm" and prepared_config.pseudo_label.soft
+    out_dir = pseudo_label.run(prepared_config)
     kept = pd.read_parquet(out_dir / PSEUDO_LABELS_FILE)
     columns = [teacher_probability_column(i) for i in range(2)]
     np.testing.assert_allclose(kept[columns].sum(axis=1), 1.0, rtol=1e-5)
     np.testing.assert_allclose(kept[columns].max(axis=1), kept["confidence"], rtol=1e-6)
-    config = unsup_config.replace(training={"pseudo_labels": True, "epochs": 1})
-    data = train.load_training_data(config, config.data_dir / "tokenize", 1)
+    config = prepared_config.replace(training={"pseudo_labels": True, "epochs": 1})
+    data = training.load_training_data(config, config.data_dir / "tokenize", 1)
     assert data.soft_targets and data.pseudo_label_rows == len(kept)
     targets = np.concatenate([labels.numpy() for _, labels in data.train])
     assert targets.shape[1] == 2 and np.allclose(targets.sum(axis=1), 1.0, atol=1e-5)
@@ -166,8 +155,8 @@ def test_soft_targets_carry_the_nbsvm_teacher_probabilities_into_training(unsup_
     run_dir = train.run(config)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["inputs"]["pseudo_label_targets"] == "soft"
-    hard = unsup_config.replace(pseudo_label={"soft": False}, training={"pseudo_labels": True})
+    hard = prepared_config.replace(pseudo_label={"soft": False}, training={"pseudo_labels": True})
     pseudo_label.run(hard)
-    assert not train.load_training_data(hard, hard.data_dir / "tokenize", 1).soft_targets
-    hard_dir, _, inputs = train.run_directory(hard.replace(training={"epochs": 1}), hard.data_dir / "tokenize")
+    assert not training.load_training_data(hard, hard.data_dir / "tokenize", 1).soft_targets
+    hard_dir, _, inputs = training.run_directory(hard.replace(training={"epochs": 1}), hard.data_dir / "tokenize")
     assert hard_dir != run_dir and inputs["pseudo_label_targets"] == "hard"  # the same file, another run

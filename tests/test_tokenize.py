@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import tokenizer as encoding
+from pipeline import tokenization, tokenizer as encoding
 from pipeline.stages import ingest, tokenize
 from pipeline.config import load_config
 from pipeline.text import CLS_ID, PAD_ID, UNK_ID
@@ -39,7 +39,7 @@ def small_encoder():
     texts = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(200)]
     config = load_config(None, ["tokenizer.vocabulary_size=120", "tokenizer.min_frequency=1",
                                 "tokenizer.max_sequence_length=16", "tokenizer.head_tokens=4"])
-    vocabulary = tokenize.learn_vocabulary(texts, config.tokenizer)
+    vocabulary = tokenization.learn_vocabulary(texts, config.tokenizer)
     return TextEncoder(vocabulary, EncoderSettings.from_config(config.tokenizer))
 
 

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.stages import ingest, tokenize, train
+from pipeline import training
+from pipeline.stages import train
 from pipeline.inference import load_keras_model, predict_probabilities
 from pipeline.tokenizer import TextEncoder
 
@@ -88,14 +89,12 @@ class RecordEpochs(keras.callbacks.Callback):
         self.epochs.append(epoch)
 
 
-def test_killed_training_resumes_from_last_epoch(smoke_config, capsys):
-    config = smoke_config.replace(training={"epochs": 3, "early_stopping_patience": 5})
-    ingest.run(config)
-    tokenize.run(config)
+def test_killed_training_resumes_from_last_epoch(prepared_config, capsys):
+    config = prepared_config.replace(training={"epochs": 3, "early_stopping_patience": 5})
     with pytest.raises(KeyboardInterrupt):
-        train.run(config, extra_callbacks=[CrashAfterEpoch(0)])
+        training.train_model(config, extra_callbacks=[CrashAfterEpoch(0)])
     recorder = RecordEpochs()
-    run_dir = train.run(config, extra_callbacks=[recorder])
+    run_dir = training.train_model(config, extra_callbacks=[recorder]).run_dir
     assert recorder.epochs == [1, 2]  # did not start over
     assert "resuming MLflow run" in capsys.readouterr().out
     manifest = json.loads((run_dir / "manifest.json").read_text())

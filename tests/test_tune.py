@@ -47,6 +47,63 @@ def cli_args(config) -> list[str]:
             "--set", "tune.pruner_startup_trials=1", "--set", "tune.heartbeat_seconds=1"]
 
 
+# --------------------------------------------------------------------------- a cheap objective for the storage tests
+
+CHEAP_TRIAL_SECONDS = "TEST_CHEAP_TRIAL_SECONDS"  # how long a cheap trial lasts (a subprocess reads it)
+CHEAP_TRIAL_STARTED = "cheap trial: running"
+
+
+def cheap_value(values: dict) -> float:
+    """A deterministic objective over SPACE's parameters, in (0.5, 1): what a trial would score, without training."""
+    import math
+
+    return round(0.6 + 0.2 * (values["model.pooling"] == "mean") + values["model.dropout"]
+                 - 0.05 * abs(math.log10(values["training.learning_rate"]) + 2.5), 6)
+
+
+def cheap_trial(trial, base, parameters) -> float:
+    """Stands in for ``tune.run_trial``: the same suggestions and user attributes, a value from ``cheap_value``."""
+    values = {parameter.name: parameter.suggest(trial) for parameter in parameters}
+    trial.set_user_attr("process", os.getpid())
+    trial.set_user_attr("seconds", 0.0)
+    print(CHEAP_TRIAL_STARTED, flush=True)
+    time.sleep(float(os.environ.get(CHEAP_TRIAL_SECONDS, "0")))
+    return cheap_value(values)
+
+
+@pytest.fixture
+def cheap_trials(monkeypatch):
+    monkeypatch.setattr(tune, "run_trial", cheap_trial)
+
+
+def main_with_cheap_trials(argv: list[str]) -> int:
+    """``python -m pipeline tune ARGV`` with ``cheap_trial`` in place of training (for the subprocess tests)."""
+    tune.run_trial = cheap_trial
+    return cli_main(["tune", *argv])
+
+
+def cheap_tune_process(config, trials: int, seconds: float) -> subprocess.Popen:
+    """``make tune`` in a new process, each trial a cheap one lasting ``seconds``; this checkout's code (not
+    whichever the environment has installed) and output unbuffered."""
+    command = [sys.executable, "-c", "import sys; from tests.test_tune import main_with_cheap_trials; "
+               "sys.exit(main_with_cheap_trials(sys.argv[1:]))", *cli_args(config), "--trials", str(trials)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", CHEAP_TRIAL_SECONDS: str(seconds),
+           "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    return subprocess.Popen(command, cwd=config.data_dir.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)
+
+
+def test_the_cheap_objective_is_deterministic_and_separates_the_parameters(study_config, cheap_trials):
+    """The control for the storage tests below: their trials run ``cheap_trial``, not training, and the study
+    still sees values that differ by parameter, so "best" means something there."""
+    tune.run(study_config)
+    study = optuna.load_study(study_name=study_config.tune.study_name, storage=study_config.tune.storage)
+    assert [t.value for t in study.trials] == [cheap_value(t.params) for t in study.trials]
+    assert len({t.value for t in study.trials}) == 3 and all(0.5 < t.value < 1 for t in study.trials)
+    assert all("mlflow_run_id" not in t.user_attrs for t in study.trials)  # nothing was trained
+    assert not (study_config.data_dir / "train").exists()
+
+
 @pytest.mark.parametrize("space, message", [
     ({"model.hiden_dim": {"choices": [32]}}, "model.hiden_dim: unknown setting"),
     ({"training.learning_rate": {"low": 0.01, "high": 0.001}}, "training.learning_rate: empty range"),
@@ -82,6 +139,7 @@ def test_bad_input_is_one_error_line_before_any_trial(study_config, tmp_path, ca
 
 
 def test_a_study_logs_every_trial_and_hands_its_best_parameters_to_the_comparison(study_config, capsys):
+    """The one test whose trials really train (tiny models, two epochs): the others use ``cheap_trial``."""
     best_file = tune.run(study_config)
     output = capsys.readouterr().out
     assert output.count("tune: trial ") == 3 and "best so far" in output
@@ -122,14 +180,11 @@ def test_a_study_logs_every_trial_and_hands_its_best_parameters_to_the_compariso
         tune.run(study_config, trial=99)
 
 
-def test_a_killed_study_resumes_and_its_interrupted_trial_is_failed_not_lost(study_config):
+def test_a_killed_study_resumes_and_its_interrupted_trial_is_failed_not_lost(study_config, cheap_trials):
     assert tune.run(study_config.replace(tune={"trials": 1})).is_file()  # creates both stores before the kill
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "pipeline", "tune", *cli_args(study_config), "--trials", "3"],
-                               cwd=study_config.data_dir.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, env=env)
+    process = cheap_tune_process(study_config, trials=3, seconds=600)
     for line in process.stdout:
-        if line.startswith("train: devices"):  # a trial is training
+        if line.startswith(CHEAP_TRIAL_STARTED):  # a trial is running
             break
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=60)
@@ -143,18 +198,17 @@ def test_a_killed_study_resumes_and_its_interrupted_trial_is_failed_not_lost(stu
     assert len(states) == 3
 
 
-def test_two_processes_share_one_study(study_config):
+def test_two_processes_share_one_study(study_config, cheap_trials):
     config = study_config.replace(tune={"trials": 1})
     tune.run(config)  # both stores exist before two writers start
-    commands = [[sys.executable, "-m", "pipeline", "tune", *cli_args(study_config), "--trials", "5"]] * 2
-    processes = [subprocess.Popen(command, cwd=study_config.data_dir.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True) for command in commands]
+    processes = [cheap_tune_process(study_config, trials=5, seconds=2) for _ in range(2)]  # 2 s: as long as a trial
     outputs = [process.communicate(timeout=600)[0] for process in processes]
     assert all(process.returncode == 0 for process in processes), outputs
     study = optuna.load_study(study_name=study_config.tune.study_name, storage=study_config.tune.storage)
     finished = [t for t in study.trials if t.state.is_finished()]
     assert 5 <= len(finished) <= 6  # each process stops once 5 are finished; one may be mid-trial then
     assert len({t.user_attrs.get("process") for t in finished[1:]}) == 2  # both worked on it
+    assert {t.user_attrs.get("process") for t in finished[1:]} == {process.pid for process in processes}
 
 
 def test_optunas_experimental_heartbeat_notice_is_a_known_warning(tmp_path):

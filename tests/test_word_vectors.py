@@ -39,7 +39,7 @@ def test_training_with_word2vec_starts_from_the_cached_vectors(trained_run, tmp_
 
     from pipeline.model import build_model
     from pipeline.catalog import stage_dir
-    from pipeline.stages import train
+    from pipeline import training as train
 
     config, _ = trained_run
     shutil.copytree(config.data_dir / "tokenize", tmp_path / "data" / "tokenize")  # the fixture stays untouched
