@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipeline.comparison.designs import design_for
 from pipeline.config import load_config, parse_override
 from pipeline.errors import ConfigError
 from tests.conftest import PROJECT_ROOT
@@ -156,15 +157,15 @@ def test_gpu_config_loads_and_each_model_takes_a_step_on_cpu():
 
 
 def test_the_comparison_design_comes_from_the_compare_section():
-    design = load_config(None, ["compare.inits=[pretrained, scratch]"]).design()
+    design = design_for(load_config(None, ["compare.inits=[pretrained, scratch]"]))
     assert [key for key, _ in design.factors] == ["model.pooling", "model.init"]
     assert design.fixed == () and design.champion_pool  # the other settings: as the model section says
-    fixed = load_config(None, ["compare.token_embeddings=[word2vec]"]).design()
+    fixed = design_for(load_config(None, ["compare.token_embeddings=[word2vec]"]))
     assert fixed.fixed == (("model.token_embedding", "word2vec"),)
-    lever = load_config(None, ["compare.poolings=[first_token]", "compare.token_embeddings=[random, word2vec]"]).design()
+    lever = design_for(load_config(None, ["compare.poolings=[first_token]", "compare.token_embeddings=[random, word2vec]"]))
     assert lever.factors == (("model.token_embedding", ("random", "word2vec")),)
     assert ("model.pooling", "first_token") in lever.fixed
-    assert load_config().design("position").report_name == "ablation_position"
+    assert design_for(load_config(), "position").report_name == "ablation_position"
 
 
 @pytest.mark.parametrize("override, message", [
