@@ -125,7 +125,7 @@ def test_without_unlabeled_reviews_the_stage_says_how_to_get_them(smoke_config, 
 
 
 def test_the_comparison_key_follows_the_teacher_settings_only_when_training_uses_them(prepared_config):
-    from pipeline.stages.compare import comparison_key
+    from pipeline.comparison.runner import comparison_key
 
     off, stricter_off = prepared_config, prepared_config.replace(pseudo_label={"min_confidence": 0.9})
     assert comparison_key(off, "pooling") == comparison_key(stricter_off, "pooling")

@@ -122,16 +122,18 @@ def test_missing_java_is_one_line(monkeypatch):
     assert os.environ["PATH"] == "/nonexistent"
 
 
-def test_spark_answers_like_the_code_that_logged_a_model_before_the_layout_change(spark_setup, tmp_path):
-    from tests.test_upgrade import CSV_TEXTS, LEGACY_PYFUNC, assert_rows, expected_rows
+@pytest.mark.parametrize("commit", ["43f75dd", "a765a9c"])
+def test_spark_answers_like_the_code_that_logged_a_model_before_the_layout_change(spark_setup, tmp_path, commit):
+    from tests.test_upgrade import LEGACY, assert_rows
 
-    config = spark_setup[0]
-    pd.DataFrame({"id": range(len(CSV_TEXTS)), "text": CSV_TEXTS}).to_csv(tmp_path / "in.csv", index=False)
-    spark.score_table(config, str(tmp_path / "in.csv"), tmp_path / "out", model_uri=str(LEGACY_PYFUNC),
+    config, legacy = spark_setup[0], LEGACY[commit]
+    texts = legacy.csv_texts
+    pd.DataFrame({"id": range(len(texts)), "text": texts}).to_csv(tmp_path / "in.csv", index=False)
+    spark.score_table(config, str(tmp_path / "in.csv"), tmp_path / "out", model_uri=str(legacy.path),
                       output_format="csv")
     got = read_parts(tmp_path / "out", "csv")
-    assert got["id"].astype(int).tolist() == list(range(len(CSV_TEXTS)))  # every row, in order
-    assert_rows(got.fillna("").to_dict("records"), expected_rows(CSV_TEXTS))
+    assert got["id"].astype(int).tolist() == list(range(len(texts)))  # every row, in order
+    assert_rows(got.fillna("").to_dict("records"), legacy.rows(texts))
 
 
 def test_spark_scores_with_a_fused_model_like_make_score(spark_setup, comparison, tmp_path):
@@ -139,7 +141,7 @@ def test_spark_scores_with_a_fused_model_like_make_score(spark_setup, comparison
     config = spark_setup[0]
     compare_config, _ = comparison
     payload = json.loads((compare_config.reports_dir / "comparison.json").read_text())
-    run_id = payload["summary"]["nbsvm+first_token/scratch"]["run_ids"][0]
+    run_id = payload["summary"]["nbsvm+first_token"]["run_ids"][0]
     model_uri = f"runs:/{run_id}/model"
     config = config.replace(tracking={"tracking_uri": compare_config.tracking.tracking_uri})
     frame = pd.DataFrame({"id": [f"r{i}" for i in range(len(REVIEWS))], "text": REVIEWS})
