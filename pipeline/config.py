@@ -111,12 +111,14 @@ POSITIONS = ("learned", "sinusoidal", "none")
 INITS = ("scratch", "pretrained")
 TOKEN_EMBEDDINGS = ("random", "word2vec")
 BACKBONE_KEYS = ("position", "hidden_dim", "num_layers", "num_heads", "intermediate_dim", "dropout")
+NGRAM_KEYS = ("ngram_max", "ngram_buckets", "ngram_dropout")
 
 
 # What `make compare` can vary: the compare key holding its levels -> (the setting it sets, the levels it allows).
 COMPARE_FACTORS = {"poolings": ("model.pooling", POOLINGS), "inits": ("model.init", INITS),
                    "token_embeddings": ("model.token_embedding", TOKEN_EMBEDDINGS),
-                   "pseudo_labels": ("training.pseudo_labels", (False, True))}
+                   "pseudo_labels": ("training.pseudo_labels", (False, True)),
+                   "ngrams": ("model.ngram_max", (1, 2, 3, 4))}
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,9 @@ class ModelConfig:
     init: str = "scratch"           # scratch | pretrained (`make pretrain`'s backbone; -1.04 points here: docs/results.md)
     pretrained: str | None = None   # a pretrain output folder or runs:/<run_id>/backbone; default data/pretrain
     token_embedding: str = "random"  # random | word2vec (vectors learned on train + unlabeled, pipeline.word_vectors)
+    ngram_max: int = 1              # > 1: add hashed 2..ngram_max-gram vectors to each token's (pipeline.model)
+    ngram_buckets: int = 262_144    # rows of the hashed n-gram table shared by every n (2^18)
+    ngram_dropout: float = 0.0      # drop whole n-gram vectors while training
 
     def __post_init__(self) -> None:
         if self.init not in INITS:
@@ -148,7 +153,11 @@ class ModelConfig:
             raise ConfigError(
                 f"model.hidden_dim ({self.hidden_dim}) must be divisible by model.num_heads ({self.num_heads})"
             )
-        for name in ("dropout", "classifier_dropout"):
+        if not 1 <= self.ngram_max <= 8:
+            raise ConfigError(f"model.ngram_max must be between 1 (tokens only) and 8, got {self.ngram_max}")
+        if self.ngram_buckets < 2:
+            raise ConfigError(f"model.ngram_buckets must be at least 2, got {self.ngram_buckets}")
+        for name in ("dropout", "classifier_dropout", "ngram_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"model.{name} must be in [0, 1)")
 
@@ -288,6 +297,7 @@ class CompareConfig:
     inits: tuple[str, ...] | None = None        # configs/gpu.yaml compares [pretrained, scratch]
     token_embeddings: tuple[str, ...] | None = None
     pseudo_labels: tuple[bool, ...] | None = None
+    ngrams: tuple[int, ...] | None = None      # model.ngram_max levels, e.g. [1, 3]: tokens alone vs with n-grams
     fusion: bool = True            # also fuse every Transformer run with the NBSVM baseline (a candidate each)
     fusion_weights: int = 21       # weights 0, 0.05, ..., 1 on the Transformer, chosen on validation
     tfidf_baseline: bool = True    # the earlier TF-IDF + logistic regression baseline, a reference row
@@ -399,8 +409,10 @@ class Config:
         return dataclasses.asdict(self)
 
     def backbone(self) -> dict:
-        """The ``model`` keys that shape the encoder backbone (what pretraining depends on)."""
-        return {key: getattr(self.model, key) for key in BACKBONE_KEYS}
+        """The ``model`` keys that shape the encoder backbone (what pretraining depends on); the n-gram keys
+        only when n-grams are on, so a tokens-only backbone keeps the hash it had before they existed."""
+        keys = BACKBONE_KEYS + (NGRAM_KEYS if self.model.ngram_max > 1 else ())
+        return {key: getattr(self.model, key) for key in keys}
 
     def section_hash(self, *sections: str) -> str:
         """Stable hash of the named sections: a stage reruns only when what it reads changed."""

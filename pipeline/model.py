@@ -1,7 +1,7 @@
 """The Transformer encoder classifier: pure model construction, no file or MLflow I/O.
 
-Token ids (``[CLS]`` at position 0, ``[PAD]`` = 0 after the text) -> token embedding
-plus positional information -> KerasHub ``TransformerEncoder`` blocks, each given the
+Token ids (``[CLS]`` at position 0, ``[PAD]`` = 0 after the text) -> token embedding (plus, with
+``model.ngram_max`` > 1, the hashed n-grams ending at each position) plus positional information -> KerasHub ``TransformerEncoder`` blocks, each given the
 padding mask explicitly -> pooling (``first_token`` or masked ``mean``) -> dropout ->
 a ``num_classes``-way softmax in float32 for every class count, two included (see
 ``pipeline.predictions`` for why). The small custom layers are registered so a saved
@@ -72,6 +72,80 @@ class MaskedMeanPooling(keras.layers.Layer):
 
 POOLING_LAYERS = {"first_token": FirstTokenPooling, "mean": MaskedMeanPooling}
 
+# Odd multipliers of the polynomial hash, one per n (index n - 2): each n hashes into the shared table differently.
+NGRAM_HASH_MULTIPLIERS = (1_000_003, 998_244_353, 1_000_000_007, 754_974_721, 167_772_161, 469_762_049, 1_004_535_809)
+
+
+def hashed_ngram_ids(token_ids, ngram_max: int, buckets: int):
+    """``[batch, ngram_max - 1, length]`` bucket ids: entry ``n - 2`` at position ``i`` is the hash of the n-gram
+    of token ids ending at ``i`` (``i - n + 1 .. i``; before the start counts as ``[PAD]``).
+
+    A polynomial hash per n, reduced modulo ``buckets`` after every step (int64, so nothing overflows), with
+    the n folded in so a bigram and a trigram of the same ids rarely share a bucket. Pure: the same ids give
+    the same buckets on every machine and in every client, so nothing but the token ids travels with a model.
+    """
+    ids = ops.cast(token_ids, "int64")
+    length = ops.shape(ids)[1]
+    padded = ops.pad(ids, [[0, 0], [ngram_max - 1, 0]], constant_values=PAD_ID)
+    hashes, ngrams = ops.zeros_like(ids), []
+    for back in range(ngram_max):  # back = 0: the token at i, back = 1: the one before, ...
+        shifted = padded[:, ngram_max - 1 - back: ngram_max - 1 - back + length]
+        if back == 0:
+            hashes = shifted
+            continue
+        n = back + 1
+        multiplier = NGRAM_HASH_MULTIPLIERS[(n - 2) % len(NGRAM_HASH_MULTIPLIERS)]
+        hashes = ops.mod(hashes * (multiplier % buckets) + shifted + n, buckets)
+        ngrams.append(hashes)
+    return ops.stack(ngrams, axis=1)
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class HashedNgramEmbedding(keras.layers.Layer):
+    """The summed vectors of the hashed 2- to ``ngram_max``-grams of token ids ending at each position.
+
+    One table of ``buckets`` rows shared by every n (fastText's hashing trick; N-Grammer, Roy et al. 2022,
+    adds n-gram vectors to the token vectors the same way). Added to the token embedding, it gives every
+    position the local phrase it ends ("not good", "waste of time") before attention sees it. Positions
+    holding ``[PAD]`` get a zero vector, so padding changes nothing. ``dropout`` drops whole n-gram vectors
+    (each n-gram of a position independently) during training: the table has far more rows than the
+    training set has n-grams twice, and without it the model memorises them.
+    """
+
+    def __init__(self, ngram_max: int, buckets: int, output_dim: int, dropout: float = 0.0, pad_id: int = PAD_ID,
+                 embeddings_initializer="uniform", **kwargs):
+        super().__init__(**kwargs)
+        if ngram_max < 2:
+            raise ValueError(f"HashedNgramEmbedding needs ngram_max >= 2, got {ngram_max}")
+        if buckets < 2:
+            raise ValueError(f"HashedNgramEmbedding needs at least 2 buckets, got {buckets}")
+        self.ngram_max, self.buckets, self.output_dim = ngram_max, buckets, output_dim
+        self.dropout, self.pad_id = dropout, pad_id
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+
+    def build(self, input_shape):
+        self.table = keras.layers.Embedding(self.buckets, self.output_dim,
+                                            embeddings_initializer=self.embeddings_initializer, name="table")
+        self.table.build((None, None))
+        # one draw per (row, n, position): a whole n-gram vector is kept or dropped
+        self.vector_dropout = keras.layers.Dropout(self.dropout, noise_shape=(None, None, None, 1),
+                                                   name="vector_dropout")
+        self.built = True
+
+    def call(self, token_ids, training=None):
+        vectors = self.table(hashed_ngram_ids(token_ids, self.ngram_max, self.buckets))  # [batch, n-1, length, dim]
+        summed = ops.sum(self.vector_dropout(vectors, training=training), axis=1)
+        real = ops.cast(ops.expand_dims(ops.not_equal(token_ids, self.pad_id), -1), summed.dtype)
+        return summed * real
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape, self.output_dim)
+
+    def get_config(self):
+        return {**super().get_config(), "ngram_max": self.ngram_max, "buckets": self.buckets,
+                "output_dim": self.output_dim, "dropout": self.dropout, "pad_id": self.pad_id,
+                "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer)}
+
 
 def encode_tokens(config: ModelConfig, vocabulary_size: int, max_sequence_length: int, token_ids):
     """The encoder backbone applied to ``token_ids`` (a Keras input): embedding, positions, blocks.
@@ -86,6 +160,10 @@ def encode_tokens(config: ModelConfig, vocabulary_size: int, max_sequence_length
     embedding = keras_hub.layers.ReversibleEmbedding(vocabulary_size, config.hidden_dim, tie_weights=True,
                                                      name="token_embedding")
     x = embedding(token_ids)
+    if config.ngram_max > 1:
+        ngrams = HashedNgramEmbedding(config.ngram_max, config.ngram_buckets, config.hidden_dim,
+                                      dropout=config.ngram_dropout, name="ngram_embedding")(token_ids)
+        x = keras.layers.Add(name="add_ngrams")([x, ngrams])
     if config.position == "learned":
         positions = keras_hub.layers.PositionEmbedding(max_sequence_length, name="position_embedding")(x)
         x = keras.layers.Add(name="add_positions")([x, positions])
@@ -107,7 +185,7 @@ def encode_tokens(config: ModelConfig, vocabulary_size: int, max_sequence_length
 
 def backbone_layer_names(model: keras.Model) -> list[str]:
     """Names of the model's backbone layers that hold weights (what pretraining hands to fine-tuning)."""
-    fixed = {"token_embedding", "position_embedding", "embedding_norm"}
+    fixed = {"token_embedding", "ngram_embedding", "position_embedding", "embedding_norm"}
     return [layer.name for layer in model.layers
             if layer.weights and (layer.name in fixed or layer.name.startswith("encoder_"))]
 

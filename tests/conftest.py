@@ -10,6 +10,13 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs two pytest workers on two cores: one thread for each op's own work in each, not two
+    # (less wall time for the tiny models, measured side by side). Set before TensorFlow is imported. The
+    # inter-op pool keeps its size: collective ops of the multi-worker tests block threads of it.
+    for _name in ("TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS"):
+        os.environ.setdefault(_name, "1")
 import random
 import shutil
 import tarfile
@@ -89,6 +96,22 @@ def add_member(archive_path: Path, name: str, data: bytes = b"x", kind: bytes = 
         info.linkname = linkname
         info.size = len(data) if kind == tarfile.REGTYPE else 0
         new.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+
+
+# Session fixtures that cost a minute: under pytest-xdist (`make test` runs two workers, `--dist loadgroup`)
+# every test that reads one runs in the same worker, so each is built once. test_spark joins the comparison's
+# group because one of its tests scores a fused model of it and its Spark session is per module.
+SHARED_GROUPS = {"comparison": "comparison"}
+MODULE_GROUPS = {"test_spark": "comparison"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        group = MODULE_GROUPS.get(item.module.__name__.rsplit(".", 1)[-1])
+        group = group or next((SHARED_GROUPS[name] for name in item.fixturenames if name in SHARED_GROUPS), None)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -176,7 +199,8 @@ def prepared_config(prepared_data, tmp_path: Path):
 
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory):
-    """One tiny model trained end to end (ingest -> tokenize -> train) on separable generated data.
+    """One tiny model trained end to end (ingest -> tokenize -> train) on separable generated data, with hashed
+    bigram embeddings (the comparison's models have none), so score, serve, Spark and the legacy checks cover both.
 
     Session-scoped because several test modules need a trained run; it gets its own MLflow
     store and data folder, and tests must not modify it.
@@ -189,6 +213,7 @@ def trained_run(tmp_path_factory):
     config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
         f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}",
         f"tracking.tracking_uri=sqlite:///{root / 'mlflow.db'}", "training.epochs=12", "training.early_stopping_patience=3",
+        "model.ngram_max=2", "model.ngram_buckets=509",  # hashed bigrams: every client scores a model with them
     ])
     with inside(root):
         ingest.run(config)

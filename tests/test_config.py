@@ -145,9 +145,12 @@ def test_gpu_config_loads_and_each_model_takes_a_step_on_cpu():
 
     config = load_config(PROJECT_ROOT / "configs" / "gpu.yaml")
     assert config.model.init == "pretrained" and config.tokenizer.max_sequence_length == 512
-    vocabulary, length = 300, config.tokenizer.max_sequence_length  # a small vocabulary: the shapes that matter are the encoder's
-    ids = np.random.default_rng(0).integers(5, vocabulary, (2, length)).astype("int32")
+    # a small vocabulary and 64-token rows: the shapes that matter are the encoder's width, depth and heads, and its
+    # 512 learned positions (built whatever the rows' length, which the model leaves open)
+    vocabulary, length = 300, config.tokenizer.max_sequence_length
+    ids = np.random.default_rng(0).integers(5, vocabulary, (2, 64)).astype("int32")
     classifier = build_model(config.model, vocabulary, length)
+    assert classifier.get_layer("position_embedding").position_embeddings.shape[0] == length
     classifier.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     assert np.isfinite(classifier.train_on_batch(ids, np.array([0, 1])))
     masked_lm = build_masked_lm(config.model, vocabulary, length)

@@ -123,9 +123,11 @@ def variants(design: Design) -> list[dict[str, Any]]:
 
 
 def level_name(key: str, value: Any) -> str:
-    """``first_token`` for a text level; ``pseudo_labels=on`` for a switch."""
+    """``first_token`` for a text level; ``pseudo_labels=on`` for a switch; ``ngram_max=3`` for a number."""
     if isinstance(value, bool):
         return f"{key.rsplit('.', 1)[-1]}={'on' if value else 'off'}"
+    if isinstance(value, (int, float)):
+        return f"{key.rsplit('.', 1)[-1]}={value}"
     return str(value)
 
 
