@@ -69,3 +69,17 @@ def test_an_encoder_shaped_like_a_reference_is_measured_once():
     assert "width 64 x 1 block" not in bench.measured_encoders(default_shape)
     other = ModelConfig(hidden_dim=128, num_layers=2, num_heads=4, intermediate_dim=256)
     assert set(bench.measured_encoders(other)) == {"configured", *bench.REFERENCE_ENCODERS}
+
+
+def test_ngram_scoring_measures_both_models_on_the_same_rows_and_reports_the_ratio():
+    ids = np.zeros((12, 16), dtype=np.int32)
+    ids[:, 0] = 2
+    ids[:, 1:9] = np.arange(5, 13)
+    config = ModelConfig(hidden_dim=8, num_heads=2, intermediate_dim=16, ngram_buckets=64)
+    measured = bench.measure_ngram_scoring(config, 20, 16, ids, passes=1)
+    plain, with_ngrams = measured["models"].values()
+    assert list(measured["models"]) == ["tokens", "tokens + 2..3-grams"]
+    assert with_ngrams["parameters"] - plain["parameters"] == 64 * 8  # the table, and nothing else
+    assert measured["ngram_fraction_of_tokens_only"] == with_ngrams["rows_per_second"] / plain["rows_per_second"]
+    text = bench.markdown_report({**synthetic_results(), "ngram_scoring": measured})
+    assert "| tokens + 2..3-grams |" in text and "64 n-gram buckets" in text

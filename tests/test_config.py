@@ -171,11 +171,28 @@ def test_the_comparison_design_comes_from_the_compare_section():
     assert design_for(load_config(), "position").report_name == "ablation_position"
 
 
+def test_ngrams_are_a_factor_named_by_their_setting():
+    from pipeline.comparison.designs import variant_config, variant_name, variants
+
+    config = load_config(None, ["compare.poolings=[first_token]", "compare.ngrams=[1, 3]"])
+    design = design_for(config)
+    assert design.factors == (("model.ngram_max", (1, 3)),)
+    assert [variant_name(v) for v in variants(design)] == ["ngram_max=1", "ngram_max=3"]
+    assert [variant_config(config, design, v, 2).model.ngram_max for v in variants(design)] == [1, 3]
+    # a tokens-only backbone keeps the hash it had before n-grams existed; one with n-grams gets its own
+    assert "ngram_max" not in load_config().backbone() and load_config(None, ["model.ngram_max=2"]).backbone()[
+        "ngram_buckets"] == 262_144
+
+
 @pytest.mark.parametrize("override, message", [
     ("compare.poolings=[first_token, mean, max]", "max"),
     ("compare.inits=[scratch, scratch]", "one or two different levels"),
     ("compare.token_embeddings=[glove]", "glove"),
     ("compare.fusion_weights=1", "fusion_weights"),
+    ("compare.ngrams=[1, 9]", "9"),
+    ("model.ngram_max=0", "model.ngram_max"),
+    ("model.ngram_buckets=1", "model.ngram_buckets"),
+    ("model.ngram_dropout=1.0", "model.ngram_dropout"),
 ])
 def test_a_bad_comparison_is_refused_naming_the_key(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -185,3 +202,30 @@ def test_a_bad_comparison_is_refused_naming_the_key(override, message):
 def test_at_most_two_factors_vary_at_once():
     with pytest.raises(ConfigError, match="at most two factors"):
         load_config(None, ["compare.inits=[pretrained, scratch]", "compare.token_embeddings=[random, word2vec]"])
+
+
+def test_keys_added_for_ngrams_leave_the_hashes_of_runs_without_them_as_they_were():
+    """A run recorded before n-grams existed keeps its folder (model + training hash) and its comparison (compare
+    hash): the hash is the one the earlier code computed, json of the section without the new keys."""
+    import dataclasses
+    import hashlib
+    import json
+
+    from pipeline.config import NGRAM_KEYS
+
+    def earlier_hash(config, *sections):
+        payload = {name: dataclasses.asdict(getattr(config, name)) for name in sections}
+        for key in NGRAM_KEYS:
+            payload.get("model", {}).pop(key, None)
+        payload.get("compare", {}).pop("ngrams", None)
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
+
+    for name in SHIPPED:
+        config = load_config(PROJECT_ROOT / "configs" / name)
+        for sections in (("model", "training"), ("compare", "model", "training")):
+            assert config.section_hash(*sections) == earlier_hash(config, *sections), (name, sections)
+    # the control: with n-grams on (or compared) the hash is another one
+    config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", ["model.ngram_max=3"])
+    assert config.section_hash("model", "training") != earlier_hash(config, "model", "training")
+    config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", ["compare.ngrams=[1, 3]"])
+    assert config.section_hash("compare") != earlier_hash(config, "compare")

@@ -12,7 +12,8 @@ Writes: ``reports/bench.json`` and ``reports/bench.md``:
         - TensorFlow thread settings (intra-op, inter-op) for the classifier step, each in a fresh process;
         - the padding fraction of full-width and of length-bucketed batches;
         - scoring: the model alone (compiled, bucketed) against the eager per-batch path, tokenization
-          alone, a CSV end to end, and the peak memory of ``score`` for N and 10 x N rows.
+          alone, a CSV end to end, and the peak memory of ``score`` for N and 10 x N rows;
+        - n-grams: the configured encoder's model-alone scoring rate without and with hashed n-gram embeddings.
 
 Figures are ratios measured in one run: absolute times on these shared machines vary 2x between runs.
 """
@@ -261,6 +262,37 @@ def measure_scoring(config: Config, model_uri: str, texts: pd.Series, repeat: in
     return results
 
 
+def measure_ngram_scoring(model_config: ModelConfig, vocabulary_size: int, max_length: int, ids: np.ndarray,
+                          ngram_max: int = 3, passes: int = 2) -> dict:
+    """Model-alone scoring rate (``predict_ids``, compiled and bucketed, as ``make score`` runs it) of the configured
+    encoder without and with hashed n-gram embeddings, side by side on the same token ids. The weights do not change
+    the work, so both are built fresh; each rate is the best of ``passes`` passes after a warm-up pass."""
+    import dataclasses
+
+    import keras
+
+    from pipeline.inference import predict_ids
+    from pipeline.model import build_model
+
+    ngram_max = model_config.ngram_max if model_config.ngram_max > 1 else ngram_max
+    variants = {"tokens": dataclasses.replace(model_config, ngram_max=1),
+                f"tokens + 2..{ngram_max}-grams": dataclasses.replace(model_config, ngram_max=ngram_max)}
+    rates = {}
+    for name, variant in variants.items():
+        keras.utils.set_random_seed(0)
+        model = build_model(variant, vocabulary_size, max_length, 2)
+        predict_ids(model, ids)  # warm-up: compiles every batch width
+        seconds = []
+        for _ in range(passes):
+            started = time.perf_counter()
+            predict_ids(model, ids)
+            seconds.append(time.perf_counter() - started)
+        rates[name] = {"rows_per_second": len(ids) / min(seconds), "parameters": model.count_params()}
+    plain, with_ngrams = rates.values()
+    return {"rows": len(ids), "buckets": model_config.ngram_buckets, "models": rates,
+            "ngram_fraction_of_tokens_only": with_ngrams["rows_per_second"] / plain["rows_per_second"]}
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -332,6 +364,14 @@ def markdown_report(results: dict) -> str:
                           f"{m['rows']:,} rows {m['rows_per_second']:,.0f} rows/s = {m['fraction_of_model_only']:.0%} "
                           f"of the model-alone rate, start-up {m['startup_seconds']:.1f} s" for m in fresh),
                       ""]
+    ngrams = results.get("ngram_scoring")
+    if ngrams:
+        lines += [f"| model alone, {ngrams['rows']:,} test rows, {ngrams['buckets']:,} n-gram buckets | rows/s | "
+                  "parameters |", "| --- | --- | --- |"]
+        for name, rates in ngrams["models"].items():
+            lines.append(f"| {name} | {rates['rows_per_second']:,.0f} | {rates['parameters']:,} |")
+        lines += ["", f"With hashed n-grams the model alone scores at {ngrams['ngram_fraction_of_tokens_only']:.0%} of "
+                  "the tokens-only rate, measured side by side.", ""]
     return "\n".join(lines)
 
 
@@ -379,6 +419,9 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
         texts = pd.read_parquet(test_path, columns=["text"])["text"].head(rows)
         results["scoring"] = {"model_uri": model_uri, "rows": len(texts),
                               **measure_scoring(config, model_uri, texts, repeat)}
+    if everything or "ngrams" in sections:
+        test_ids = encoder.encode(pd.read_parquet(test_path, columns=["text"])["text"].head(rows).tolist())
+        results["ngram_scoring"] = measure_ngram_scoring(config.model, vocabulary_size, max_length, test_ids)
     json_path = atomic_write_json(config.reports_dir / "bench.json", results)
     md_path = atomic_write_text(config.reports_dir / "bench.md", markdown_report(results))
     best = max(utilisation_rows(results), key=lambda row: row["fraction_of_peak"], default=None)
