@@ -382,21 +382,6 @@ class SparkConfig:
         return dict(item.split("=", 1) for item in self.conf or ())
 
 
-# Keys added after runs were recorded: section -> {key: (the value meaning "as before", the keys then left out of
-# the section's hash)}. A run recorded before n-grams existed keeps its folder and its comparison.
-UNHASHED_WHEN = {"model": {"ngram_max": (1, NGRAM_KEYS)}, "compare": {"ngrams": (None, ("ngrams",))}}
-
-
-def hashed_values(section: str, values: dict[str, Any]) -> dict[str, Any]:
-    """``values`` of ``section`` as its hash sees them (``UNHASHED_WHEN``)."""
-    values = dict(values)
-    for key, (as_before, left_out) in UNHASHED_WHEN.get(section, {}).items():
-        if key in values and values[key] == as_before:
-            for name in left_out:
-                values.pop(name, None)
-    return values
-
-
 @dataclass(frozen=True)
 class Config:
     paths: PathsConfig = field(default_factory=PathsConfig)
@@ -430,10 +415,18 @@ class Config:
         return {key: getattr(self.model, key) for key in keys}
 
     def section_hash(self, *sections: str) -> str:
-        """Stable hash of the named sections: a stage reruns only when what it reads changed. Keys added after
-        runs were recorded are left out while they say "as before" (``UNHASHED_WHEN``), so an upgrade reruns
-        nothing whose settings did not change."""
-        payload = {name: hashed_values(name, dataclasses.asdict(getattr(self, name))) for name in sections}
+        """Stable hash of the named sections: a stage reruns only when what it reads changed.
+
+        The keys added for n-grams are left out while nothing uses n-grams (``model.ngram_max`` 1 and no
+        ``compare.ngrams`` level above 1 among the hashed sections), so a run or comparison recorded before they
+        existed keeps its hash and an upgrade reruns nothing."""
+        payload = {name: dataclasses.asdict(getattr(self, name)) for name in sections}
+        compared = "compare" in sections and any(level > 1 for level in self.compare.ngrams or ())
+        if "model" in payload and self.model.ngram_max == 1 and not compared:
+            for key in NGRAM_KEYS:
+                del payload["model"][key]
+        if "compare" in payload and self.compare.ngrams is None:
+            del payload["compare"]["ngrams"]
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
     def with_settings(self, settings: Iterable[tuple[str, Any]]) -> "Config":

@@ -229,3 +229,7 @@ def test_keys_added_for_ngrams_leave_the_hashes_of_runs_without_them_as_they_wer
     assert config.section_hash("model", "training") != earlier_hash(config, "model", "training")
     config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", ["compare.ngrams=[1, 3]"])
     assert config.section_hash("compare") != earlier_hash(config, "compare")
+    # a comparison of n-grams is another comparison for each n-gram setting its variants inherit
+    other = config.with_settings([("model.ngram_dropout", 0.3)])
+    assert other.section_hash("compare", "model") != config.section_hash("compare", "model")
+    assert other.section_hash("model") == config.section_hash("model")  # its tokens-only runs are shared
