@@ -98,20 +98,32 @@ def add_member(archive_path: Path, name: str, data: bytes = b"x", kind: bytes = 
         new.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
 
 
-# Session fixtures that cost a minute: under pytest-xdist (`make test` runs two workers, `--dist loadgroup`)
-# every test that reads one runs in the same worker, so each is built once. test_spark joins the comparison's
-# group because one of its tests scores a fused model of it and its Spark session is per module.
-SHARED_GROUPS = {"comparison": "comparison"}
-MODULE_GROUPS = {"test_spark": "comparison"}
+@contextlib.contextmanager
+def built_once(tmp_path_factory, name: str):
+    """A session fixture's folder, built once for the whole run: yields ``(folder, build)``; the fixture builds
+    into ``folder`` only when ``build`` is true, and otherwise reads what was built.
 
+    Without pytest-xdist that is this session's own new folder. Under it (`make test` runs two workers) every
+    worker would build its own copy (a minute of both cores for the comparison), so the first worker to ask
+    builds it in the run's common temporary folder under a file lock and the others wait for it and read it
+    (pytest-xdist's recipe; its `--dist loadgroup` does not group tests under pytest 9.2). Builders must only
+    write inside ``folder``; readers must not change it.
+    """
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield tmp_path_factory.mktemp(name), True
+        return
+    from filelock import FileLock
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        group = MODULE_GROUPS.get(item.module.__name__.rsplit(".", 1)[-1])
-        group = group or next((SHARED_GROUPS[name] for name in item.fixturenames if name in SHARED_GROUPS), None)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
+    common = tmp_path_factory.getbasetemp().parent
+    folder, done = common / name, common / f"{name}.done"
+    with FileLock(str(common / f"{name}.lock")):
+        build = not done.is_file()
+        if build:
+            shutil.rmtree(folder, ignore_errors=True)  # a failed earlier build's leftovers
+            folder.mkdir()
+        yield folder, build
+        if build:
+            done.write_text("built\n")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -173,18 +185,21 @@ PREPARED_UNLABELED = 150
 @pytest.fixture(scope="session")
 def prepared_data(tmp_path_factory):
     """The smoke config over a tiny archive with ``train/unsup`` (as the canonical one has), ingested and
-    tokenized once per session. Read-only: tests take ``prepared_config``, a copy in their own folder."""
+    tokenized once per run. Read-only: tests take ``prepared_config``, a copy in their own folder."""
     from pipeline.stages import ingest, tokenize
 
-    root = tmp_path_factory.mktemp("prepared")
-    write_imdb_tree(root / "source", per_class=PREPARED_PER_CLASS, seed=3, unlabeled=PREPARED_UNLABELED)
-    archive = make_archive(root / "source", root / "with_unsup.tar.gz")
-    config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
-        f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}"])
-    with inside(root), pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
-        ingest.run(config)
-        tokenize.run(config)
+    with built_once(tmp_path_factory, "prepared") as (root, build):
+        archive = root / "with_unsup.tar.gz"
+        if build:
+            write_imdb_tree(root / "source", per_class=PREPARED_PER_CLASS, seed=3, unlabeled=PREPARED_UNLABELED)
+            make_archive(root / "source", archive)
+        config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
+            f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}"])
+        if build:
+            with inside(root), pytest.MonkeyPatch.context() as patch:
+                patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+                ingest.run(config)
+                tokenize.run(config)
     return config
 
 
@@ -199,26 +214,31 @@ def prepared_config(prepared_data, tmp_path: Path):
 
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory):
-    """One tiny model trained end to end (ingest -> tokenize -> train) on separable generated data, with hashed
-    bigram embeddings (the comparison's models have none), so score, serve, Spark and the legacy checks cover both.
+    """One tiny model trained end to end (ingest -> tokenize -> train) on separable generated data, on tokens alone
+    (the comparison's models, like the defaults, add hashed n-grams), so score, serve and Spark cover both.
 
     Session-scoped because several test modules need a trained run; it gets its own MLflow
     store and data folder, and tests must not modify it.
     """
     from pipeline.stages import ingest, tokenize, train
 
-    root = tmp_path_factory.mktemp("trained")
-    write_imdb_tree(root / "source", per_class={"train": 150, "test": 60}, seed=1)
-    archive = make_archive(root / "source", root / "archive.tar.gz")
-    config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
-        f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}",
-        f"tracking.tracking_uri=sqlite:///{root / 'mlflow.db'}", "training.epochs=12", "training.early_stopping_patience=3",
-        "model.ngram_max=2", "model.ngram_buckets=509",  # hashed bigrams: every client scores a model with them
-    ])
-    with inside(root):
-        ingest.run(config)
-        tokenize.run(config)
-        run_dir = train.run(config)
+    with built_once(tmp_path_factory, "trained") as (root, build):
+        archive = root / "archive.tar.gz"
+        if build:
+            write_imdb_tree(root / "source", per_class={"train": 150, "test": 60}, seed=1)
+            make_archive(root / "source", archive)
+        config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
+            f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}",
+            f"tracking.tracking_uri=sqlite:///{root / 'mlflow.db'}", "training.epochs=12",
+            "training.early_stopping_patience=3",
+            "model.ngram_max=1",  # tokens alone, as models logged before n-grams: the comparison's models have them
+        ])
+        if build:
+            with inside(root):
+                ingest.run(config)
+                tokenize.run(config)
+                train.run(config)
+    run_dir, = (path.parent for path in (root / "data" / "train").glob("*/manifest.json"))  # the one run
     return config, run_dir
 
 
@@ -232,16 +252,19 @@ def comparison(tmp_path_factory):
     """
     from pipeline.stages import compare, ingest, tokenize
 
-    root = tmp_path_factory.mktemp("compare")
-    write_imdb_tree(root / "source", per_class={"train": 60, "test": 40}, seed=3)
-    archive = make_archive(root / "source", root / "archive.tar.gz")
-    tracking_uri = f"sqlite:///{root / 'mlflow.db'}"
-    config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
-        f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}",
-        f"tracking.tracking_uri={tracking_uri}", "training.epochs=2",
-    ])
-    with inside(root):
-        ingest.run(config)
-        tokenize.run(config)
-        report = compare.run(config)
-    return config, report
+    with built_once(tmp_path_factory, "compare") as (root, build):
+        archive = root / "archive.tar.gz"
+        if build:
+            write_imdb_tree(root / "source", per_class={"train": 60, "test": 40}, seed=3)
+            make_archive(root / "source", archive)
+        tracking_uri = f"sqlite:///{root / 'mlflow.db'}"
+        config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
+            f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}",
+            f"tracking.tracking_uri={tracking_uri}", "training.epochs=2",
+        ])
+        if build:
+            with inside(root):
+                ingest.run(config)
+                tokenize.run(config)
+                compare.run(config)
+    return config, config.reports_dir / "comparison.md"

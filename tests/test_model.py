@@ -98,7 +98,7 @@ def test_masked_lm_shares_the_backbone_and_its_weights_transfer_by_name():
     from pipeline.model import backbone_layer_names, backbone_weights, build_masked_lm, load_backbone_weights
 
     keras.utils.set_random_seed(0)
-    config = ModelConfig(hidden_dim=16, num_layers=2, num_heads=2, intermediate_dim=32, dropout=0.0)
+    config = ModelConfig(hidden_dim=16, num_layers=2, num_heads=2, intermediate_dim=32, dropout=0.0, ngram_max=1)
     masked_lm = build_masked_lm(config, VOCABULARY_SIZE, MAX_LENGTH)
     logits = masked_lm({"token_ids": review(10, 12), "mask_positions": np.array([[1, 3, 5]], dtype=np.int32)})
     assert tuple(logits.shape) == (1, 3, VOCABULARY_SIZE) and logits.dtype == "float32"
@@ -120,14 +120,14 @@ def test_pretrained_weights_of_another_vocabulary_or_width_are_refused():
     from pipeline.errors import InputError
     from pipeline.model import backbone_weights, build_masked_lm, load_backbone_weights
 
-    config = ModelConfig(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32)
+    config = ModelConfig(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, ngram_max=1)
     weights = backbone_weights(build_masked_lm(config, VOCABULARY_SIZE, MAX_LENGTH))
     with pytest.raises(InputError, match=r"token_embedding.*\(50, 16\).*\(60, 16\).*vocabulary"):
         load_backbone_weights(build_model(config, 60, MAX_LENGTH), weights, "pretrained.npz")
-    wider = ModelConfig(hidden_dim=32, num_layers=1, num_heads=2, intermediate_dim=32)
+    wider = ModelConfig(hidden_dim=32, num_layers=1, num_heads=2, intermediate_dim=32, ngram_max=1)
     with pytest.raises(InputError, match="width"):
         load_backbone_weights(build_model(wider, VOCABULARY_SIZE, MAX_LENGTH), weights, "pretrained.npz")
-    deeper = ModelConfig(hidden_dim=16, num_layers=2, num_heads=2, intermediate_dim=32)
+    deeper = ModelConfig(hidden_dim=16, num_layers=2, num_heads=2, intermediate_dim=32, ngram_max=1)
     with pytest.raises(InputError, match="encoder_1"):
         load_backbone_weights(build_model(deeper, VOCABULARY_SIZE, MAX_LENGTH), weights, "pretrained.npz")
 
@@ -192,7 +192,7 @@ def test_ngram_table_is_a_backbone_layer_and_an_ngram_free_backbone_is_refused()
     from pipeline.errors import InputError
     from pipeline.model import backbone_layer_names, backbone_weights, build_masked_lm, load_backbone_weights
 
-    plain = ModelConfig(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32)
+    plain = ModelConfig(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, ngram_max=1)
     with_ngrams = ModelConfig(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, ngram_max=2,
                               ngram_buckets=31)
     assert "ngram_embedding" in backbone_layer_names(build_masked_lm(with_ngrams, VOCABULARY_SIZE, MAX_LENGTH))

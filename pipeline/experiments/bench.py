@@ -42,10 +42,11 @@ from pipeline.text import PAD_ID
 
 MEASURED_BATCHES = 8
 # The encoders measured besides the configured one: the one-block width-64 model that was the
-# default before pretraining, and the pretraining candidate.
+# default before pretraining and n-grams, and the pretraining candidate (both on tokens alone).
 REFERENCE_ENCODERS = {
-    "width 64 x 1 block": ModelConfig(hidden_dim=64, num_layers=1, num_heads=2, intermediate_dim=128),
-    "width 256 x 2 blocks": ModelConfig(hidden_dim=256, num_layers=2, num_heads=4, intermediate_dim=1024),
+    "width 64 x 1 block": ModelConfig(hidden_dim=64, num_layers=1, num_heads=2, intermediate_dim=128, ngram_max=1),
+    "width 256 x 2 blocks": ModelConfig(hidden_dim=256, num_layers=2, num_heads=4, intermediate_dim=1024,
+                                        ngram_max=1),
 }
 THREAD_SETTINGS = ((0, 0), (2, 1), (1, 2))
 
