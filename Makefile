@@ -118,10 +118,10 @@ setup-browser: ## install Debian's chromium (apt-get) for the browser test and u
 serve: $(ENV) ## serve MODEL (default: the champion) over HTTP on 127.0.0.1:SERVE_PORT (mlflow models serve); prints a curl line
 	$(call STAGE,serve) --port $(SERVE_PORT) $(if $(MODEL),--model "$(MODEL)")
 
-# two pytest workers (pytest-xdist); the tests that share a session fixture costing a minute run in one of them
+# two pytest workers (pytest-xdist); session fixtures costing a minute are built once for both (tests/conftest.py)
 TEST_WORKERS ?= 2
 test: $(ENV) setup-browser ## run the test suite (tiny generated data, temporary folders and MLflow store) on TEST_WORKERS=2 workers; creates .venv/ and installs chromium when missing
-	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(PYTHON) -m pytest -q -n $(TEST_WORKERS)
 
 tune: $(ENV) $(DATA_DIR)/tokenize/manifest.json ##@ Optuna study over configs/tune.yaml (TRIALS=N; SET='tune.storage=postgresql://...' to share it) -> reports/tune/best.yaml for make compare-tuned (TRIAL=n: also trial-n.yaml)
 	$(call STAGE,tune) $(if $(TRIALS),--trials $(TRIALS)) $(if $(TRIAL),--trial $(TRIAL))
