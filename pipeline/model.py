@@ -87,12 +87,9 @@ def hashed_ngram_ids(token_ids, ngram_max: int, buckets: int):
     ids = ops.cast(token_ids, "int64")
     length = ops.shape(ids)[1]
     padded = ops.pad(ids, [[0, 0], [ngram_max - 1, 0]], constant_values=PAD_ID)
-    hashes, ngrams = ops.zeros_like(ids), []
-    for back in range(ngram_max):  # back = 0: the token at i, back = 1: the one before, ...
+    hashes, ngrams = ids, []  # the hash of the 1-gram ending at i: the token itself
+    for back in range(1, ngram_max):  # back = 1: the token before i, 2: the one before that, ...
         shifted = padded[:, ngram_max - 1 - back: ngram_max - 1 - back + length]
-        if back == 0:
-            hashes = shifted
-            continue
         n = back + 1
         multiplier = NGRAM_HASH_MULTIPLIERS[(n - 2) % len(NGRAM_HASH_MULTIPLIERS)]
         hashes = ops.mod(hashes * (multiplier % buckets) + shifted + n, buckets)

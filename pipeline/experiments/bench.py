@@ -414,15 +414,15 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
                                                                                      batches, rate, "mixed_bfloat16")}
                                      for name, m in encoders.items()}
         results["threads"] = measure_threads(encoders["configured"], vocabulary_size, max_length, batches)
+    texts = pd.read_parquet(test_path, columns=["text"])["text"].head(rows)  # what both scoring sections score
     if everything or "score" in sections:
         setup_tracking(config)
         model_uri = model_uri or champion_uri(config)
-        texts = pd.read_parquet(test_path, columns=["text"])["text"].head(rows)
         results["scoring"] = {"model_uri": model_uri, "rows": len(texts),
                               **measure_scoring(config, model_uri, texts, repeat)}
     if everything or "ngrams" in sections:
-        test_ids = encoder.encode(pd.read_parquet(test_path, columns=["text"])["text"].head(rows).tolist())
-        results["ngram_scoring"] = measure_ngram_scoring(config.model, vocabulary_size, max_length, test_ids)
+        results["ngram_scoring"] = measure_ngram_scoring(config.model, vocabulary_size, max_length,
+                                                         encoder.encode(texts.tolist()))
     json_path = atomic_write_json(config.reports_dir / "bench.json", results)
     md_path = atomic_write_text(config.reports_dir / "bench.md", markdown_report(results))
     best = max(utilisation_rows(results), key=lambda row: row["fraction_of_peak"], default=None)
