@@ -112,6 +112,7 @@ INITS = ("scratch", "pretrained")
 TOKEN_EMBEDDINGS = ("random", "word2vec")
 BACKBONE_KEYS = ("position", "hidden_dim", "num_layers", "num_heads", "intermediate_dim", "dropout")
 NGRAM_KEYS = ("ngram_max", "ngram_buckets", "ngram_dropout")
+PRESET_KEYS = ("preset", "preset_max_parameters_on_cpu")
 
 
 # What `make compare` can vary: the compare key holding its levels -> (the setting it sets, the levels it allows).
@@ -139,6 +140,10 @@ class ModelConfig:
     ngram_max: int = 3              # 1: tokens alone; 3: + hashed 2- and 3-grams (+0.86 points, significant: docs/results.md)
     ngram_buckets: int = 262_144    # rows of the hashed n-gram table shared by every n (2^18)
     ngram_dropout: float = 0.3      # drop whole n-gram vectors while training (0.0 stopped a run at epoch 1)
+    # A pretrained KerasHub encoder to fine-tune instead (a preset name, or a folder save_to_preset wrote): its own
+    # tokenizer and backbone, the pipeline's pooling and head; the shape keys above then do not apply
+    preset: str | None = None
+    preset_max_parameters_on_cpu: int = 20_000_000  # refuse to fine-tune a larger preset without a GPU
 
     def __post_init__(self) -> None:
         if self.init not in INITS:
@@ -160,6 +165,15 @@ class ModelConfig:
         for name in ("dropout", "classifier_dropout", "ngram_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"model.{name} must be in [0, 1)")
+        if self.preset is not None:
+            if not self.preset.strip():
+                raise ConfigError("model.preset must name a KerasHub preset or a preset folder (or be null)")
+            own = {"init": ("scratch", "masked-LM pretraining"), "token_embedding": ("random", "word2vec vectors"),
+                   "ngram_max": (1, "hashed n-grams")}
+            for key, (plain, what) in own.items():
+                if getattr(self, key) != plain:
+                    raise ConfigError(f"model.{key} must be {plain} with model.preset ({what}: for the pipeline's "
+                                      f"own encoder only); set model.{key}={plain}")
 
 
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
@@ -418,12 +432,15 @@ class Config:
         """Stable hash of the named sections: a stage reruns only when what it reads changed.
 
         The keys added for n-grams are left out while nothing uses n-grams (``model.ngram_max`` 1 and no
-        ``compare.ngrams`` level above 1 among the hashed sections), so a run or comparison recorded before they
-        existed keeps its hash and an upgrade reruns nothing."""
+        ``compare.ngrams`` level above 1 among the hashed sections), and the preset keys while ``model.preset`` is
+        unset, so a run or comparison recorded before they existed keeps its hash and an upgrade reruns nothing."""
         payload = {name: dataclasses.asdict(getattr(self, name)) for name in sections}
         compared = "compare" in sections and any(level > 1 for level in self.compare.ngrams or ())
         if "model" in payload and self.model.ngram_max == 1 and not compared:
             for key in NGRAM_KEYS:
+                del payload["model"][key]
+        if "model" in payload and self.model.preset is None:  # likewise the preset keys while no preset is used
+            for key in PRESET_KEYS:
                 del payload["model"][key]
         if "compare" in payload and self.compare.ngrams is None:
             del payload["compare"]["ngrams"]

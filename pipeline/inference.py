@@ -40,6 +40,7 @@ from pipeline.predictions import (
     predicted_and_confidence,
     probability_columns,
 )
+from pipeline.presets import load_text_encoder
 from pipeline.tokenizer import TextEncoder
 from pipeline.text import PAD_ID, load_labels, text_problem
 
@@ -173,7 +174,7 @@ def _load_parts(keras_model: Path, tokenizer: Path):
         key = (_checksum(keras_model), _checksum(tokenizer / TOKENIZER_SETTINGS_FILE), _checksum(tokenizer / LABELS_FILE))
         parts = _LOADED.get(key)
         if parts is None:
-            parts = TextEncoder.load(tokenizer), load_labels(tokenizer), load_keras_model(keras_model)
+            parts = load_text_encoder(tokenizer), load_labels(tokenizer), load_keras_model(keras_model)
             _LOADED[key] = parts
             while len(_LOADED) > _LOADED_MAX:
                 _LOADED.popitem(last=False)

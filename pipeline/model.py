@@ -40,6 +40,17 @@ class PaddingMask(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
+class SegmentIds(keras.layers.Layer):
+    """All-zero segment ids (one segment: the review) for a pretrained backbone that takes them (BERT's)."""
+
+    def call(self, token_ids):
+        return ops.zeros_like(token_ids)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class FirstTokenPooling(keras.layers.Layer):
     """The vector at position 0: the ``[CLS]`` token, which attends to the whole review."""
 
@@ -259,9 +270,18 @@ def last_block_attention(model: keras.Model, token_ids):
 
     Uses the block's own scores (``return_attention_scores=True``), not a re-implementation.
     """
-    last = encoder_blocks(model)[-1]
-    # The block was called with padding_mask as a tensor argument, so its recorded input is
-    # [hidden states, padding mask].
-    hidden, mask = keras.Model(model.input, last.input)(token_ids)
+    backbone = next((layer for layer in model.layers if isinstance(layer, keras_hub.models.Backbone)), None)
+    if backbone is None:
+        last = encoder_blocks(model)[-1]
+        # The block was called with padding_mask as a tensor argument, so its recorded input is
+        # [hidden states, padding mask].
+        hidden, mask = keras.Model(model.input, last.input)(token_ids)
+    else:  # a preset's backbone (pipeline.presets): its own last block, given what the classifier gives it
+        last = encoder_blocks(backbone)[-1]
+        ids = ops.convert_to_numpy(token_ids)
+        inputs = {"token_ids": ids, "padding_mask": (ids != PAD_ID).astype("int32")}
+        if "segment_ids" in backbone.input:
+            inputs["segment_ids"] = ids * 0
+        hidden, mask = keras.Model(backbone.input, last.input)(inputs)
     _, scores = last(hidden, padding_mask=mask, return_attention_scores=True)
     return ops.convert_to_numpy(scores)

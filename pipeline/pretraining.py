@@ -51,7 +51,7 @@ from pipeline.artifacts import (
 from pipeline.backbone import masked_lm_dataset, save_backbone
 from pipeline.config import Config
 from pipeline.tokenizer import TextEncoder
-from pipeline.errors import InputError
+from pipeline.errors import ConfigError, InputError
 from pipeline.hardware import any_worker, choose_hardware, cluster_from_env, multi_worker_fit
 from pipeline.catalog import require_output, stage_dir
 from pipeline.text import PAD_ID
@@ -192,6 +192,9 @@ def pretrain(config: Config, force: bool = False, extra_callbacks: Sequence = ()
     from pipeline.model import build_masked_lm
 
     started = time.perf_counter()
+    if config.model.preset is not None:
+        raise ConfigError(f"make pretrain pretrains the pipeline's own encoder; model.preset ({config.model.preset}) "
+                          "already names a pretrained one: fine-tune it with make train or make compare")
     cluster = cluster_from_env()  # a malformed TF_CONFIG stops here, before anything is removed or written
     tokenize_dir = require_output(config, "tokenize")
     out_dir = stage_dir(config, STAGE)

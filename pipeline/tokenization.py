@@ -40,6 +40,7 @@ from pipeline.artifacts import (
     write_manifest,
 )
 from pipeline.config import Config, TokenizerConfig
+from pipeline.presets import preset_encoder
 from pipeline.tokenizer import EncoderSettings, TextEncoder
 from pipeline.errors import InputError
 from pipeline.catalog import require_output, stage_dir
@@ -104,12 +105,16 @@ def tokenize(config: Config, force: bool = False) -> Path:
     ingest_dir = require_output(config, "ingest")
     out_dir = stage_dir(config, STAGE)
     inputs = {"ingest_manifest_sha256": manifest_hash(ingest_dir), "reserved_tokens": ",".join(RESERVED_TOKENS)}
+    if config.model.preset is not None:  # the preset's own tokenizer and vocabulary
+        inputs = {"ingest_manifest_sha256": inputs["ingest_manifest_sha256"], "preset": config.model.preset}
     config_hash = config.section_hash("tokenizer")
     outputs = [VOCABULARY_FILE, TOKENIZER_SETTINGS_FILE, LABELS_FILE] + [f(s) for s in SPLITS for f in (ids_file, labels_file)]
     if not force and is_up_to_date(out_dir, config_hash, inputs, outputs):
         print(f"tokenize: up to date, nothing to do ({out_dir}/ with config {config_hash})")
         return out_dir
 
+    settings = EncoderSettings.from_config(config.tokenizer)
+    preset = None if config.model.preset is None else preset_encoder(config.model.preset, settings)  # checked first
     frames = {split: pd.read_parquet(ingest_dir / split_table(split)) for split in SPLITS}
     unlabeled_path = ingest_dir / UNLABELED_TABLE
     if unlabeled_path.is_file():  # for pretraining; never validation or test texts
@@ -117,10 +122,14 @@ def tokenize(config: Config, force: bool = False) -> Path:
     corpus = list(frames["train"]["text"])
     if config.tokenizer.include_unlabeled and UNLABELED in frames:
         corpus += list(frames[UNLABELED]["text"])
-    print(f"tokenize: learning a {config.tokenizer.vocabulary_size:,}-token WordPiece vocabulary "
-          f"from {len(corpus):,} texts ...", flush=True)
     learn_started = time.perf_counter()
-    encoder = TextEncoder(learn_vocabulary(corpus, config.tokenizer), EncoderSettings.from_config(config.tokenizer))
+    if preset is not None:
+        print(f"tokenize: the {preset.vocabulary_size:,}-token tokenizer of preset {config.model.preset}", flush=True)
+        encoder, corpus = preset, []
+    else:
+        print(f"tokenize: learning a {config.tokenizer.vocabulary_size:,}-token WordPiece vocabulary "
+              f"from {len(corpus):,} texts ...", flush=True)
+        encoder = TextEncoder(learn_vocabulary(corpus, config.tokenizer), settings)
     learn_seconds = time.perf_counter() - learn_started
 
     stats: dict[str, dict] = {"unknown_token_rate": {}, "truncated_fraction": {}, "token_length": {}}

@@ -51,6 +51,8 @@ from pipeline.artifacts import (
 )
 from pipeline.backbone import check_vocabulary, load_backbone, resolve_pretrained
 from pipeline.config import Config
+from pipeline.errors import ConfigError
+from pipeline.presets import PRESET_ASSETS_DIR, load_text_encoder, preset_classifier
 from pipeline.tokenizer import TextEncoder, load_split
 from pipeline.datasets import make_dataset, padding_fractions, subsample
 from pipeline.hardware import choose_hardware, cluster_from_env, multi_worker_fit
@@ -87,10 +89,11 @@ def run_name(config: Config) -> str:
 def learning_rate_schedule(config: Config, steps_per_epoch: int):
     """Linear warm-up to the peak rate then cosine decay to zero over the whole budget.
 
-    Fine-tuning a pretrained backbone uses its own (lower) rate and warm-up.
+    Fine-tuning a pretrained backbone (``make pretrain``'s or a KerasHub preset's) uses its own (lower) rate and
+    warm-up.
     """
     training = config.training
-    pretrained = config.model.init == "pretrained"
+    pretrained = config.model.init == "pretrained" or config.model.preset is not None
     peak = training.fine_tune_learning_rate if pretrained else training.learning_rate
     total = max(1, steps_per_epoch * training.epochs)
     warmup = int(total * (training.fine_tune_warmup_fraction if pretrained else training.warmup_fraction))
@@ -254,7 +257,7 @@ def load_training_data(config: Config, tokenize_dir: Path, replicas: int, shard:
         pseudo_rows, pseudo_run_id = len(pseudo_labels), pseudo_manifest.get("mlflow_run_id")
     batch_size = config.training.batch_size * replicas
     return TrainingData(
-        encoder=TextEncoder.load(tokenize_dir), labels=labels, train_rows=len(train_ids), val_rows=len(val_ids),
+        encoder=load_text_encoder(tokenize_dir), labels=labels, train_rows=len(train_ids), val_rows=len(val_ids),
         pseudo_label_rows=pseudo_rows, pseudo_label_run_id=pseudo_run_id,
         train=make_dataset(train_ids, train_labels, batch_size, config.training.seed, config.training.length_multiple,
                            shard=shard),
@@ -273,6 +276,11 @@ def build_and_compile(config: Config, data: TrainingData, hardware: Hardware, to
                       pretrained_dir: Path | None) -> tuple[keras.Model, dict | None]:
     """The compiled classifier, its backbone loaded from ``pretrained_dir`` when given; and that backbone's spec."""
     with hardware.strategy.scope():
+        if config.model.preset is not None or getattr(data.encoder, "preset", None) is not None:
+            model = preset_classifier(config, data.encoder, len(data.labels), on_cpu="GPU" not in hardware.device,
+                                      dtype=hardware.policy)
+            print(f"train: fine-tuning preset {config.model.preset} ({model.count_params():,} parameters)")
+            return compile_model(model, config, data.steps_per_epoch, data.soft_targets), None
         model = build_model(config.model, data.encoder.vocabulary_size, data.encoder.settings.max_sequence_length,
                             len(data.labels))
         spec = None
@@ -350,9 +358,15 @@ def fit(model: keras.Model, data: TrainingData, config: Config, run_dir: Path, r
         *extra_callbacks,
     ]
     fit_started = time.perf_counter()
-    keras_history = model.fit(data.train, validation_data=data.val, epochs=config.training.epochs, callbacks=callbacks,
-                              class_weight=data.class_weight, shuffle=False,  # data.train is shuffled by tf.data
-                              verbose=1 if os.environ.get("PIPELINE_QUIET") is None else 2)
+    try:
+        keras_history = model.fit(data.train, validation_data=data.val, epochs=config.training.epochs,
+                                  callbacks=callbacks, class_weight=data.class_weight,
+                                  shuffle=False,  # data.train is shuffled by tf.data
+                                  verbose=1 if os.environ.get("PIPELINE_QUIET") is None else 2)
+    except tf.errors.ResourceExhaustedError:  # the device's memory: the user's setting to change, not a bug
+        raise ConfigError(f"out of memory training with training.batch_size={config.training.batch_size} and "
+                          f"tokenizer.max_sequence_length={config.tokenizer.max_sequence_length}: lower "
+                          "training.batch_size (or the sequence length, or use a smaller model.preset)") from None
     train_seconds = time.perf_counter() - fit_started
     val_loss, val_accuracy = model.evaluate(data.val, verbose=0)
     if run_id is None:
@@ -376,6 +390,8 @@ def save_outputs(config: Config, run_dir: Path, model: keras.Model, tokenize_dir
     tokenizer_dir.mkdir(exist_ok=True)
     for name in (VOCABULARY_FILE, TOKENIZER_SETTINGS_FILE, LABELS_FILE):
         shutil.copy2(tokenize_dir / name, tokenizer_dir / name)
+    if (tokenize_dir / PRESET_ASSETS_DIR).is_dir():  # a preset's tokenizer files: the model needs no preset later
+        shutil.copytree(tokenize_dir / PRESET_ASSETS_DIR, tokenizer_dir / PRESET_ASSETS_DIR, dirs_exist_ok=True)
     curves = plot_training_curves(result.history, run_dir / "training_curves.png", run_name(config))
     mlflow.log_artifact(str(curves), "plots")
     atomic_write_json(run_dir / HISTORY_FILE, result.history)

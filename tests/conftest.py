@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import load_config
+from tests.tiny_preset import write_tiny_preset
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _SHARED_ARCHIVE = PROJECT_ROOT.parent / "shared" / "data" / "aclImdb_labeled.tar.gz"
@@ -126,6 +127,21 @@ def built_once(tmp_path_factory, name: str):
             done.write_text("built\n")
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """Under `make test`'s two workers, one test that needs the shared ``comparison`` runs first and every other one
+    last.
+
+    pytest-xdist hands each worker a run of consecutive tests, the first worker from the first test on, so that
+    worker builds the comparison (the costliest fixture, about 100 s) while the other runs its own tests; the
+    readers come when it is long built. In the file order both workers reached test_compare.py together and one
+    waited for the other's build. Only the order changes: every test still runs.
+    """
+    readers = [item for item in items if {"comparison", "own_comparison"} & set(getattr(item, "fixturenames", ()))]
+    if readers:
+        others = [item for item in items if item not in readers]
+        items[:] = [readers[0], *others, *readers[1:]]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_real_unlabeled_reviews():
     """CI exports $IMDB_UNSUP_ARCHIVE (50,000 reviews); tests build their own unlabeled data instead."""
@@ -146,13 +162,43 @@ def inside(folder: Path):
         yield
 
 
+@pytest.fixture(scope="session")
+def empty_mlflow_store(tmp_path_factory) -> Path:
+    """An MLflow SQLite store with its schema and nothing else, made once per run.
+
+    A new store's schema migrations take seconds (2-4 s on this machine, for each of the many tests that touch
+    MLflow); a copy of this file takes milliseconds and is the same empty store (``fresh_mlflow_store``).
+    """
+    with built_once(tmp_path_factory, "empty-mlflow") as (folder, build):
+        path = folder / "mlflow.db"
+        if build:
+            from mlflow.tracking import MlflowClient
+
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+                MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
+def fresh_mlflow_store(template: Path, path: Path) -> Path:
+    """A copy of ``template`` at ``path``, its Default experiment's artifact folder where a store made in this
+    working directory would put it (``./mlruns/0``)."""
+    import sqlite3
+
+    shutil.copyfile(template, path)
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0",
+                   (str(Path.cwd() / "mlruns" / "0"),))
+    return path
+
+
 @pytest.fixture(autouse=True)
-def isolated_workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def isolated_workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty_mlflow_store: Path) -> Path:
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
     monkeypatch.delenv("IMDB_ARCHIVE", raising=False)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{fresh_mlflow_store(empty_mlflow_store, tmp_path / 'mlflow.db')}")
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     return work
 
@@ -183,7 +229,7 @@ PREPARED_UNLABELED = 150
 
 
 @pytest.fixture(scope="session")
-def prepared_data(tmp_path_factory):
+def prepared_data(tmp_path_factory, empty_mlflow_store):
     """The smoke config over a tiny archive with ``train/unsup`` (as the canonical one has), ingested and
     tokenized once per run. Read-only: tests take ``prepared_config``, a copy in their own folder."""
     from pipeline.stages import ingest, tokenize
@@ -197,7 +243,7 @@ def prepared_data(tmp_path_factory):
             f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}"])
         if build:
             with inside(root), pytest.MonkeyPatch.context() as patch:
-                patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+                patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{fresh_mlflow_store(empty_mlflow_store, root / 'mlflow.db')}")
                 ingest.run(config)
                 tokenize.run(config)
     return config
@@ -212,8 +258,23 @@ def prepared_config(prepared_data, tmp_path: Path):
     return prepared_data.replace(paths={"data_dir": str(data_dir), "reports_dir": str(tmp_path / "reports")})
 
 
+def fixture_config(root: Path, archive: Path, *settings: str):
+    """The smoke config over ``archive``, writing data, reports and its MLflow store under ``root``."""
+    return load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
+        f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}",
+        f"tracking.tracking_uri=sqlite:///{root / 'mlflow.db'}", *settings])
+
+
+def run_stages(root: Path, config, empty_store: Path, *stages) -> None:
+    """``stage.run(config)`` for each stage module, in ``root`` with a fresh copy of the empty MLflow store."""
+    with inside(root):
+        fresh_mlflow_store(empty_store, root / "mlflow.db")
+        for stage in stages:
+            stage.run(config)
+
+
 @pytest.fixture(scope="session")
-def trained_run(tmp_path_factory):
+def trained_run(tmp_path_factory, empty_mlflow_store):
     """One tiny model trained end to end (ingest -> tokenize -> train) on separable generated data, on tokens alone
     (the comparison's models, like the defaults, add hashed n-grams), so score, serve and Spark cover both.
 
@@ -227,23 +288,18 @@ def trained_run(tmp_path_factory):
         if build:
             write_imdb_tree(root / "source", per_class={"train": 150, "test": 60}, seed=1)
             make_archive(root / "source", archive)
-        config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
-            f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}",
-            f"tracking.tracking_uri=sqlite:///{root / 'mlflow.db'}", "training.epochs=12",
-            "training.early_stopping_patience=3",
+        config = fixture_config(
+            root, archive, "training.epochs=12", "training.early_stopping_patience=3",
             "model.ngram_max=1",  # tokens alone, as models logged before n-grams: the comparison's models have them
-        ])
+        )
         if build:
-            with inside(root):
-                ingest.run(config)
-                tokenize.run(config)
-                train.run(config)
+            run_stages(root, config, empty_mlflow_store, ingest, tokenize, train)
     run_dir, = (path.parent for path in (root / "data" / "train").glob("*/manifest.json"))  # the one run
     return config, run_dir
 
 
 @pytest.fixture(scope="session")
-def comparison(tmp_path_factory):
+def comparison(tmp_path_factory, empty_mlflow_store):
     """A tiny pooling comparison (first_token vs mean x 2 seeds: 4 Transformer runs, NBSVM, 4 fused runs, TF-IDF)
     in its own MLflow store: what the end-to-end tests need (the 2 x 2 arithmetic is tested on synthetic data).
 
@@ -257,14 +313,29 @@ def comparison(tmp_path_factory):
         if build:
             write_imdb_tree(root / "source", per_class={"train": 60, "test": 40}, seed=3)
             make_archive(root / "source", archive)
-        tracking_uri = f"sqlite:///{root / 'mlflow.db'}"
-        config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
-            f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}",
-            f"tracking.tracking_uri={tracking_uri}", "training.epochs=2",
-        ])
+        config = fixture_config(root, archive, "training.epochs=2")
         if build:
-            with inside(root):
-                ingest.run(config)
-                tokenize.run(config)
-                compare.run(config)
+            run_stages(root, config, empty_mlflow_store, ingest, tokenize, compare)
     return config, config.reports_dir / "comparison.md"
+
+
+@pytest.fixture(scope="session")
+def preset_comparison(tmp_path_factory, empty_mlflow_store):
+    """The product's path on a pretrained preset: ingest, tokenize with the tiny preset's tokenizer, a comparison
+    fine-tuning it with both poolings (seed 1) beside NBSVM and their fusions, then register. The preset folder is
+    then deleted: what reads these models must not need it. Read-only for tests."""
+    from pipeline.stages import compare, ingest, register, tokenize
+
+    with built_once(tmp_path_factory, "preset") as (root, build):
+        archive, preset = root / "archive.tar.gz", root / "tiny_bert_preset"
+        if build:
+            write_imdb_tree(root / "source", per_class={"train": 60, "test": 30}, seed=5)
+            make_archive(root / "source", archive)
+            write_tiny_preset(preset)
+        config = fixture_config(root, archive, f"model.preset={preset}", "model.ngram_max=1", "training.epochs=3",
+                                "training.fine_tune_learning_rate=0.003", "compare.seeds=[1]",
+                                "compare.tfidf_baseline=false")
+        if build:
+            run_stages(root, config, empty_mlflow_store, ingest, tokenize, compare, register)
+            shutil.rmtree(preset)
+    return config

@@ -200,12 +200,13 @@ def test_position_ablation_shares_runs_without_stealing_them(own_comparison, cap
 
     config, _ = own_comparison
     pooling = json.loads((config.reports_dir / "comparison.json").read_text())
-    report = compare.run(config, design="position")
+    report = compare.run(config.replace(compare={"seeds": [2]}), design="position")  # one seed: one new run
     assert report == config.reports_dir / "ablation_position.md"
     ablation = json.loads((config.reports_dir / "ablation_position.json").read_text())
     assert set(ablation["summary"]) == {"learned", "none"}  # an ablation: no baselines or fused candidates
-    # learned + first_token (the smoke default) are exactly those runs of the pooling comparison
-    assert ablation["summary"]["learned"]["run_ids"] == pooling["summary"]["first_token"]["run_ids"]
+    # learned + first_token (the smoke default) is exactly that seed's run of the pooling comparison
+    assert ablation["summary"]["learned"]["run_ids"] == pooling["summary"]["first_token"]["run_ids"][1:]
+    assert len(ablation["summary"]["none"]["run_ids"]) == 1
     assert "train: up to date" in capsys.readouterr().out
     client = mlflow.tracking.MlflowClient()
     for run_id in pooling["summary"]["first_token"]["run_ids"]:
@@ -226,8 +227,9 @@ def test_force_retrains_every_child_of_a_one_variant_comparison_and_registers_a_
 
     from pipeline.stages import ingest, register, tokenize
 
-    config = smoke_config.replace(training={"epochs": 1}, compare={"poolings": ["first_token"], "inits": ["pretrained"],
-                                                                    "seeds": [1], "tfidf_baseline": False})
+    config = smoke_config.replace(training={"epochs": 1}, pretrain={"max_steps": 10},
+                                  compare={"poolings": ["first_token"], "inits": ["pretrained"], "seeds": [1],
+                                           "tfidf_baseline": False})
     ingest.run(config)
     tokenize.run(config)
     capsys.readouterr()

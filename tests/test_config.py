@@ -30,7 +30,22 @@ def build_from(path: Path, num_classes: int = 3, vocabulary_size: int = 300):
     ids = np.random.default_rng(0).integers(5, vocabulary_size, (rows, length)).astype("int32")
     batch_ids, batch_labels = next(iter(make_dataset(ids, np.arange(rows) % num_classes, batch_size=rows)))
     assert batch_ids.shape == (rows, length) and batch_labels.shape == (rows,)
-    classifier = build_model(config.model, vocabulary_size, length, num_classes)
+    if config.model.preset is not None:  # a preset name (no download here): its head on a tiny local stand-in
+        import tempfile
+
+        import keras_hub
+
+        from pipeline.presets import build_preset_model, load_preset_backbone
+        from tests.tiny_preset import write_tiny_preset
+
+        assert config.model.preset in keras_hub.models.Backbone.presets
+        with tempfile.TemporaryDirectory() as folder:
+            stand_in = write_tiny_preset(Path(folder) / "preset", max_sequence_length=length)
+            backbone = load_preset_backbone(str(stand_in))
+        classifier = build_preset_model(config.model, backbone, num_classes)
+        batch_ids = np.minimum(batch_ids, backbone.vocabulary_size - 1)
+    else:
+        classifier = build_model(config.model, vocabulary_size, length, num_classes)
     probabilities = np.asarray(classifier(batch_ids, training=False))
     assert probabilities.shape == (rows, num_classes)
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
@@ -205,27 +220,29 @@ def test_at_most_two_factors_vary_at_once():
         load_config(None, ["compare.inits=[pretrained, scratch]", "compare.token_embeddings=[random, word2vec]"])
 
 
-def test_keys_added_for_ngrams_leave_the_hashes_of_runs_without_them_as_they_were():
-    """A run recorded before n-grams existed keeps its folder (model + training hash) and its comparison (compare
-    hash): the hash is the one the earlier code computed, json of the section without the new keys."""
+def test_keys_added_for_ngrams_and_presets_leave_the_hashes_of_runs_without_them_as_they_were():
+    """A run recorded before n-grams and presets existed keeps its folder (model + training hash) and its comparison
+    (compare hash): the hash is the one the earlier code computed, json of the section without the new keys."""
     import dataclasses
     import hashlib
     import json
 
-    from pipeline.config import NGRAM_KEYS
+    from pipeline.config import NGRAM_KEYS, PRESET_KEYS
 
     def earlier_hash(config, *sections):
         payload = {name: dataclasses.asdict(getattr(config, name)) for name in sections}
-        for key in NGRAM_KEYS:
+        for key in NGRAM_KEYS + PRESET_KEYS:
             payload.get("model", {}).pop(key, None)
         payload.get("compare", {}).pop("ngrams", None)
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
     for name in SHIPPED:
-        config = load_config(PROJECT_ROOT / "configs" / name, ["model.ngram_max=1"])
+        config = load_config(PROJECT_ROOT / "configs" / name, ["model.ngram_max=1", "model.preset=null"])
         for sections in (("model", "training"), ("compare", "model", "training")):
             assert config.section_hash(*sections) == earlier_hash(config, *sections), (name, sections)
-    # the control: with n-grams on (or compared) the hash is another one
+    # the controls: with a preset, or with n-grams on (or compared), the hash is another one
+    config = load_config(PROJECT_ROOT / "configs" / "preset.yaml")
+    assert config.section_hash("model", "training") != earlier_hash(config, "model", "training")
     config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", ["model.ngram_max=3"])
     assert config.section_hash("model", "training") != earlier_hash(config, "model", "training")
     config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", ["compare.ngrams=[1, 3]", "model.ngram_max=1"])

@@ -149,30 +149,45 @@ def test_pretraining_needs_the_mask_token(prepared_config):
 
 
 def test_budget_curve_fine_tunes_from_scratch_and_from_the_pretrained_backbone(prepared_config):
+    """One encoder size's curve, added to a report that already holds another size's over the same data."""
+    from pipeline.artifacts import manifest_hash
+    from pipeline.catalog import stage_dir
     from pipeline.experiments import pretrain_budget
 
     config = prepared_config.replace(training={"epochs": 1}, pretrain={"max_steps": 20})  # any budget > 0 makes the curve
-    report = pretrain_budget.run(config, seeds=(1,), baseline=0.9)
+    other = {"encoder": "width 8, 1 block, 1 heads, ff 8", "pretrain_minutes": 0.0, "seed": 1, "run_id": "r0",
+             "best_val_accuracy": 0.5, "test_accuracy": 0.5}
+    earlier = {"tokenize_manifest_sha256": manifest_hash(stage_dir(config, "tokenize")), "rows": [other],
+               "pretrain_runs": {other["encoder"]: "p0"}, "baseline_test_accuracy": 0.9}
+    config.reports_dir.mkdir(parents=True)
+    (config.reports_dir / "pretraining_budget.json").write_text(json.dumps(earlier))
+    report = pretrain_budget.run(config, seeds=(1,))  # the baseline: the earlier report's
     payload = json.loads((config.reports_dir / "pretraining_budget.json").read_text())
-    minutes = [row["pretrain_minutes"] for row in payload["rows"]]
-    assert minutes[0] == 0 and minutes[-1] > 0 and len(minutes) == 2
-    client = mlflow.tracking.MlflowClient()
     small = pretrain_budget.encoder_label(config.backbone())
-    assert "pretrained_from" not in client.get_run(payload["rows"][0]["run_id"]).data.tags
-    assert client.get_run(payload["rows"][1]["run_id"]).data.tags["pretrained_from"] == payload["pretrain_runs"][small]
+    assert payload["rows"][0] == other and [row["encoder"] for row in payload["rows"]] == [other["encoder"], small, small]
+    minutes = [row["pretrain_minutes"] for row in payload["rows"][1:]]
+    assert minutes[0] == 0 and minutes[-1] > 0
+    assert set(payload["pretrain_runs"]) == {other["encoder"], small} and payload["baseline_test_accuracy"] == 0.9
+    client = mlflow.tracking.MlflowClient()
+    assert "pretrained_from" not in client.get_run(payload["rows"][1]["run_id"]).data.tags
+    assert client.get_run(payload["rows"][2]["run_id"]).data.tags["pretrained_from"] == payload["pretrain_runs"][small]
     assert report.read_text().count(f"| {small} | ") == 4  # two summary lines, two run lines
     assert (config.reports_dir / "pretraining_budget.png").stat().st_size > 1000
 
-    # A second encoder size adds its own curve to the same report; rerunning a size replaces its rows.
-    wider = config.replace(model={"hidden_dim": config.model.hidden_dim * 2})
-    pretrain_budget.run(wider, seeds=(1,))
-    pretrain_budget.run(wider, seeds=(1,))
-    merged = json.loads((config.reports_dir / "pretraining_budget.json").read_text())
-    label = pretrain_budget.encoder_label(wider.backbone())
-    assert [row["encoder"] for row in merged["rows"]] == [small, small, label, label]
-    assert merged["rows"][:2] == payload["rows"]
-    assert set(merged["pretrain_runs"]) == {small, label} and merged["baseline_test_accuracy"] == 0.9
-    assert client.get_run(merged["rows"][3]["run_id"]).data.tags["pretrained_from"] == merged["pretrain_runs"][label]
+
+def test_rerunning_an_encoder_size_replaces_its_rows_and_other_data_starts_a_new_report():
+    from pipeline.experiments.pretrain_budget import merge_rows
+
+    def row(encoder, minutes):
+        return {"encoder": encoder, "pretrain_minutes": minutes, "seed": 1}
+
+    previous = {"tokenize_manifest_sha256": "abc", "rows": [row("a", 0), row("a", 5), row("b", 0), row("b", 5)],
+                "pretrain_runs": {"a": "run-a", "b": "run-b"}}
+    rows, runs = merge_rows(previous, "abc", "b", [row("b", 0), row("b", 10)])
+    assert rows == [row("a", 0), row("a", 5), row("b", 0), row("b", 10)] and runs == {"a": "run-a"}
+    assert merge_rows(previous, "abc", "c", [row("c", 0)]) == (previous["rows"] + [row("c", 0)], previous["pretrain_runs"])
+    assert merge_rows(previous, "other data", "b", [row("b", 0)]) == ([row("b", 0)], {})
+    assert merge_rows(None, "abc", "b", [row("b", 0)]) == ([row("b", 0)], {})
 
 
 def test_budget_summary_matches_seeds_and_picks_the_budget_on_validation():

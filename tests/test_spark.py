@@ -99,6 +99,8 @@ def test_output_folder_is_refused_then_replaced_with_overwrite(spark_setup):
 
 def test_bad_inputs_get_one_clear_line(spark_setup, tmp_path, capsys):
     config, model_uri, folder, frame, _ = spark_setup
+    tmp_path = tmp_path / "inputs"  # a folder of the test's inputs alone (the test's own MLflow store is beside it)
+    tmp_path.mkdir()
     with pytest.raises(MissingInputError, match="no files match"):
         spark.resolve_inputs(str(tmp_path / "nothing-*.csv"))
     frame.rename(columns={"text": "review"}).to_parquet(tmp_path / "no_text.parquet", index=False)
@@ -136,17 +138,27 @@ def test_spark_answers_like_the_code_that_logged_a_model_before_the_layout_chang
     assert_rows(got.fillna("").to_dict("records"), legacy.rows(texts))
 
 
+def assert_spark_answers_like_make_score(config, model_uri: str, folder) -> None:
+    """REVIEWS scored by Spark (local[2]) and by `make score` with ``model_uri``: the same rows, in order."""
+    frame = pd.DataFrame({"id": [f"r{i}" for i in range(len(REVIEWS))], "text": REVIEWS})
+    frame.to_csv(folder / "in.csv", index=False)
+    score.run(config, folder / "in.csv", folder / "expected.csv", model_uri=model_uri)
+    expected = pd.read_csv(folder / "expected.csv", keep_default_na=False, dtype=str)
+    spark.score_table(config, str(folder / "in.csv"), folder / "out", model_uri=model_uri, output_format="csv")
+    assert_matches(read_parts(folder / "out", "csv"), expected)
+
+
 def test_spark_scores_with_a_fused_model_like_make_score(spark_setup, comparison, tmp_path):
     """A fused champion candidate (Transformer + NBSVM in one pyfunc) answers on Spark as `make score` does."""
-    config = spark_setup[0]
     compare_config, _ = comparison
-    payload = json.loads((compare_config.reports_dir / "comparison.json").read_text())
-    run_id = payload["summary"]["nbsvm+first_token"]["run_ids"][0]
-    model_uri = f"runs:/{run_id}/model"
-    config = config.replace(tracking={"tracking_uri": compare_config.tracking.tracking_uri})
-    frame = pd.DataFrame({"id": [f"r{i}" for i in range(len(REVIEWS))], "text": REVIEWS})
-    frame.to_csv(tmp_path / "in.csv", index=False)
-    score.run(config, tmp_path / "in.csv", tmp_path / "expected.csv", model_uri=model_uri)
-    expected = pd.read_csv(tmp_path / "expected.csv", keep_default_na=False, dtype=str)
-    spark.score_table(config, str(tmp_path / "in.csv"), tmp_path / "out", model_uri=model_uri, output_format="csv")
-    assert_matches(read_parts(tmp_path / "out", "csv"), expected)
+    run_id = json.loads((compare_config.reports_dir / "comparison.json").read_text())["summary"]["nbsvm+first_token"][
+        "run_ids"][0]
+    config = spark_setup[0].replace(tracking={"tracking_uri": compare_config.tracking.tracking_uri})
+    assert_spark_answers_like_make_score(config, f"runs:/{run_id}/model", tmp_path)
+
+
+def test_spark_scores_with_a_model_fine_tuned_from_a_preset_like_make_score(spark_setup, preset_comparison, tmp_path):
+    """A pretrained preset's fine-tuned model (its preset folder deleted) answers on Spark as `make score` does."""
+    config = preset_comparison.replace(spark={"master": "local[2]"})
+    run_id = json.loads((config.reports_dir / "comparison.json").read_text())["summary"]["mean"]["run_ids"][0]
+    assert_spark_answers_like_make_score(config, f"runs:/{run_id}/model", tmp_path)

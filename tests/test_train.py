@@ -135,3 +135,21 @@ def test_max_train_samples_draws_from_the_whole_split_not_its_head():
     assert 30 < labels[keep].sum() < 70  # both classes, not the first 100 rows (all 0)
     assert (subsample(len(labels), 100, seed=3) == keep).all()
     assert (subsample(50, 100, seed=3) == np.arange(50)).all()
+
+
+def test_running_out_of_device_memory_is_one_error_naming_the_batch_size(prepared_config):
+    """A GPU's ResourceExhaustedError during fit becomes the user's setting to change (raised here by a callback:
+    this CPU machine has no device memory to exhaust)."""
+    import keras
+    import tensorflow as tf
+
+    from pipeline.errors import ConfigError
+    from pipeline.training import train_model
+
+    class OutOfMemory(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape [16, 32, 64]")
+
+    with pytest.raises(ConfigError, match=r"out of memory training with training.batch_size=16 .* lower "
+                                          r"training.batch_size"):
+        train_model(prepared_config.replace(model={"ngram_max": 1}), extra_callbacks=[OutOfMemory()])

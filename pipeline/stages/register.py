@@ -67,6 +67,11 @@ WEAK_PASS_RATE = 0.8   # behaviour capabilities below this pass rate are named a
 def transformer_lines(params: dict, tags: dict, prefix: str = "") -> list[str]:
     get = params.get
     pretrained = tags.get("pretrained_from")
+    if get("model.preset") not in (None, "None"):
+        return [f"- {prefix}Transformer encoder: the pretrained KerasHub preset `{get('model.preset')}`, fine-tuned "
+                f"(Keras 3 / KerasHub), **{get('model.pooling')} pooling**, {get('parameters')} parameters.",
+                f"- Tokenizer: the preset's own, {get('vocabulary_size')} tokens; reviews are cut to "
+                f"**{get('tokenizer.max_sequence_length')} tokens** ({get('tokenizer.truncation')} truncation)."]
     return [f"- {prefix}Transformer encoder (Keras 3 / KerasHub): {get('model.num_layers')} block(s), width "
             f"{get('model.hidden_dim')}, {get('model.num_heads')} heads, feed-forward {get('model.intermediate_dim')}, "
             f"{get('model.position')} positions, **{get('model.pooling')} pooling**, {get('parameters')} parameters; "

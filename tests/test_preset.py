@@ -1,0 +1,177 @@
+"""`model.preset`: a pretrained KerasHub encoder fine-tuned through the product's stages, on a tiny local preset
+(tests/conftest.py builds it: this machine cannot download one). The shared ``preset_comparison`` deleted the preset
+folder after its comparison and register, so every scorer below runs without it."""
+
+import json
+from pathlib import Path
+
+import keras_hub
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline.__main__ import main as cli_main
+from pipeline.errors import ConfigError
+from pipeline.inference import load_keras_model
+from pipeline.presets import PRESET_ASSETS_DIR, PRESET_FORMAT, pad_rows
+from pipeline.stages import score, serve
+from tests.tiny_preset import write_tiny_preset
+from tests.test_errors import SMOKE, one_error_line
+
+POOLINGS = ["first_token", "mean"]
+
+
+def comparison_payload(config) -> dict:
+    return json.loads((config.reports_dir / "comparison.json").read_text())
+
+
+def test_rows_hold_the_start_token_the_kept_tokens_and_the_end_token():
+    flat = np.arange(10, 30)  # two texts: 12 tokens (10..21) and 3 tokens (22..24); the rest unused
+    starts, lengths = np.array([0, 12]), np.array([12, 3])
+    rows = pad_rows(flat, starts, lengths, 8, "head_tail", 2, start_id=101, end_id=102)
+    assert rows.tolist() == [[101, 10, 11, 18, 19, 20, 21, 102],  # head 2, tail 4: 6 = 8 - start - end
+                             [101, 22, 23, 24, 102, 0, 0, 0]]
+    no_end = pad_rows(flat, starts, lengths, 8, "head", 2, start_id=7, end_id=None)
+    assert no_end.tolist() == [[7, 10, 11, 12, 13, 14, 15, 16], [7, 22, 23, 24, 0, 0, 0, 0]]
+
+
+def test_tokenize_uses_the_presets_own_tokenizer_and_keeps_it_beside_the_ids(preset_comparison):
+    config = preset_comparison
+    folder = config.data_dir / "tokenize"
+    settings = json.loads((folder / "tokenizer.json").read_text())
+    assert settings["format"] == PRESET_FORMAT and settings["preset"] == config.model.preset
+    assert settings["tokenizer"]["class_name"] == "BertTokenizer"
+    assert (folder / PRESET_ASSETS_DIR / "vocabulary.txt").read_text() == (folder / "vocabulary.txt").read_text()
+    vocabulary = (folder / "vocabulary.txt").read_text().split("\n")[:-1]
+    ids = np.load(folder / "train_ids.npy")
+    assert ids.shape[1] == config.tokenizer.max_sequence_length
+    assert (ids[:, 0] == vocabulary.index("[CLS]")).all()
+    assert ((ids == vocabulary.index("[SEP]")).sum(axis=1) == 1).all()  # one end token per row
+    assert json.loads((folder / "manifest.json").read_text())["inputs"]["preset"] == config.model.preset
+    assert not Path(config.model.preset).exists()  # the fixture deleted it: nothing below reads it
+
+
+def test_both_poolings_fine_tune_the_preset_in_the_comparison_and_register_chooses_on_validation(preset_comparison):
+    config = preset_comparison
+    payload = comparison_payload(config)
+    assert payload["candidates"] == [*POOLINGS, "nbsvm", *(f"nbsvm+{name}" for name in POOLINGS)]
+    assert set(payload["effects"]) == {"pooling"}
+    client = mlflow.tracking.MlflowClient(config.tracking.tracking_uri)
+    for pooling in POOLINGS:
+        run = client.get_run(payload["summary"][pooling]["run_ids"][0])
+        assert run.data.params["model.preset"] == config.model.preset and run.data.params["model.pooling"] == pooling
+        model = load_keras_model(next((config.data_dir / "train").glob(f"{pooling}-*/model.keras")))
+        backbone, = (layer for layer in model.layers if isinstance(layer, keras_hub.models.Backbone))
+        assert type(backbone).__name__ == "BertBackbone" and len(backbone.transformer_layers) == 2
+        assert "test_accuracy" in run.data.metrics
+        attention = Path(config.reports_dir) / run.info.run_id / "attention.png"
+        assert attention.stat().st_size > 1000  # the preset's own last block, drawn by evaluate
+    champion = client.get_model_version_by_alias(config.tracking.registered_model_name, "champion")
+    chosen = payload["recommendation"]["variant"]
+    assert champion.run_id in payload["summary"][chosen]["run_ids"]
+    from pipeline.stages.register import transformer_lines
+
+    run = client.get_run(payload["summary"][POOLINGS[0]]["run_ids"][0])
+    card = "\n".join(transformer_lines(run.data.params, run.data.tags))
+    assert f"the pretrained KerasHub preset `{config.model.preset}`" in card and "**first_token pooling**" in card
+
+
+def test_a_model_fine_tuned_from_a_preset_scores_without_it_through_make_score_and_serve(preset_comparison, tmp_path):
+    """The preset folder is gone: the logged model carries the fine-tuned backbone and the tokenizer. make score
+    gives evaluate's test probabilities, and `mlflow models serve` the same rows as make score."""
+    config = preset_comparison
+    payload = comparison_payload(config)
+    for pooling in POOLINGS:
+        run_id = payload["summary"][pooling]["run_ids"][0]
+        evaluated = pd.read_parquet(config.reports_dir / run_id / "test_predictions.parquet")
+        test = pd.read_parquet(config.data_dir / "ingest" / "test.parquet")
+        assert evaluated["source_file"].tolist() == test["source_file"].tolist()
+        test[["text"]].to_csv(tmp_path / "in.csv", index=False)
+        score.run(config, tmp_path / "in.csv", tmp_path / f"{pooling}.csv", model_uri=f"runs:/{run_id}/model")
+        scored = pd.read_csv(tmp_path / f"{pooling}.csv")
+        assert len(scored) == len(test) and scored["text"].tolist() == test["text"].tolist()
+        assert scored["positive_probability"].to_numpy() == pytest.approx(evaluated["positive_probability"], abs=1e-5)
+    rows = ["A superb, wonderful film.", "", "Awful and dull."]
+    pd.DataFrame({"text": rows}).to_csv(tmp_path / "few.csv", index=False)
+    score.run(config, tmp_path / "few.csv", tmp_path / "few_out.csv", model_uri=f"runs:/{run_id}/model")
+    expected = pd.read_csv(tmp_path / "few_out.csv", keep_default_na=False, dtype=str)
+    with serve.model_server(f"runs:/{run_id}/model", config.tracking.tracking_uri) as base:
+        answer = serve.invoke(base, [{"text": text} for text in rows])
+    from tests.test_serving import assert_same_rows
+
+    assert_same_rows(answer, expected)
+
+
+@pytest.fixture(scope="module")
+def bad_presets(tmp_path_factory):
+    """A preset without a tokenizer, and an image backbone saved as a preset."""
+    folder = tmp_path_factory.mktemp("bad_presets")
+    no_tokenizer = write_tiny_preset(folder / "no_tokenizer", with_tokenizer=False)
+    image = folder / "image_backbone"
+    keras_hub.models.ViTBackbone(image_shape=(16, 16, 3), patch_size=8, num_layers=1, num_heads=1, hidden_dim=8,
+                                 mlp_dim=8).save_to_preset(str(image))
+    return {"no_tokenizer": no_tokenizer, "image": image}
+
+
+@pytest.mark.parametrize("preset, message", [
+    ("missing", r"model.preset: no preset folder at .*nowhere"),
+    ("unknown", r"model.preset: 'no_such_preset_en' is neither a folder nor a KerasHub preset name"),
+    ("offline", r"model.preset: could not load the backbone of 'bert_tiny_en_uncased' .*needs the network once"),
+    ("no_tokenizer", r"model.preset: .*no_tokenizer has no tokenizer"),
+    ("image", r"model.preset: .*image_backbone' holds a ViTBackbone, not a text encoder"),
+])
+def test_a_bad_preset_is_one_error_line_before_tokenize_writes_anything(prepared_config, bad_presets, tmp_path,
+                                                                       monkeypatch, capsys, preset, message):
+    # no network and an empty KerasHub download cache, whatever the machine running the tests has
+    monkeypatch.setenv("KAGGLEHUB_CACHE", str(tmp_path / "kaggle-cache"))
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    value = {"missing": str(tmp_path / "nowhere"), "unknown": "no_such_preset_en", "offline": "bert_tiny_en_uncased",
+             **{k: str(v) for k, v in bad_presets.items()}}[preset]
+    folder = prepared_config.data_dir / "tokenize"
+    before = {path.name: path.stat().st_mtime_ns for path in folder.iterdir()}
+    assert cli_main(["tokenize", "--config", SMOKE, "--set", f"paths.data_dir={prepared_config.data_dir}",
+                     "--set", f"model.preset={value}", "--set", "model.ngram_max=1"]) == 2
+    import re
+
+    assert re.search(message, one_error_line(capsys.readouterr().err))
+    assert {path.name: path.stat().st_mtime_ns for path in folder.iterdir()} == before
+
+
+def test_training_refuses_ids_from_another_tokenizer_and_a_preset_too_large_for_a_cpu(preset_comparison,
+                                                                                     prepared_config, tmp_path):
+    from pipeline.errors import InputError
+    from pipeline.stages import train
+
+    preset = write_tiny_preset(tmp_path / "preset")
+    with pytest.raises(InputError, match="made with the pipeline's tokenizer, not model.preset"):
+        train.run(prepared_config.replace(model={"preset": str(preset), "ngram_max": 1}))
+    shared = preset_comparison
+    mine = shared.replace(paths={"data_dir": str(tmp_path / "mine"), "reports_dir": str(tmp_path / "reports")},
+                          tracking={"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
+                          model={"preset": str(preset), "preset_max_parameters_on_cpu": 1000})
+    import shutil
+
+    for stage in ("ingest", "tokenize"):
+        shutil.copytree(shared.data_dir / stage, tmp_path / "mine" / stage)
+    with pytest.raises(InputError, match="made with preset .* not model.preset"):
+        train.run(mine)
+    settings = tmp_path / "mine" / "tokenize" / "tokenizer.json"
+    settings.write_text(settings.read_text().replace(json.dumps(shared.model.preset)[1:-1], str(preset)))
+    with pytest.raises(ConfigError, match=r"has [\d,]+ parameters, more than model.preset_max_parameters_on_cpu"):
+        train.run(mine)
+    assert not any((tmp_path / "mine").rglob("model.keras"))
+
+
+@pytest.mark.parametrize("override, message", [
+    (["model.ngram_max=3"], "model.ngram_max must be 1 with model.preset"),
+    (["model.init=pretrained"], "model.init must be scratch with model.preset"),
+    (["model.token_embedding=word2vec", "model.ngram_max=1"], "model.token_embedding must be random"),
+    (["model.preset=' '"], "model.preset must name"),
+])
+def test_settings_of_the_pipelines_own_encoder_are_refused_with_a_preset(override, message):
+    from pipeline.config import load_config
+
+    with pytest.raises(ConfigError, match=message):
+        load_config(SMOKE, ["model.preset=somewhere", *override])
