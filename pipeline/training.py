@@ -384,7 +384,10 @@ def save_outputs(config: Config, run_dir: Path, model: keras.Model, tokenize_dir
     """``model.keras``, the tokenizer copy, history and curves, the pyfunc model, then the manifest last."""
     model_path = run_dir / KERAS_MODEL_FILE
     tmp_path = run_dir / f".{KERAS_MODEL_FILE}.tmp.keras"
-    model.save(tmp_path)
+    # The graph and weights only, through an uncompiled model of the same layers: a compiled model's file also holds
+    # the optimizer's state (AdamW's two moments, twice the weights: 3x the file with a 2^18-row n-gram table),
+    # which no scorer reads; a killed run resumes from BackupAndRestore's checkpoint, not from this file.
+    keras.Model(model.inputs, model.outputs, name=model.name).save(tmp_path)
     os.replace(tmp_path, model_path)
     tokenizer_dir = run_dir / TOKENIZER_DIR
     tokenizer_dir.mkdir(exist_ok=True)

@@ -153,3 +153,22 @@ def test_running_out_of_device_memory_is_one_error_naming_the_batch_size(prepare
     with pytest.raises(ConfigError, match=r"out of memory training with training.batch_size=16 .* lower "
                                           r"training.batch_size"):
         train_model(prepared_config.replace(model={"ngram_max": 1}), extra_callbacks=[OutOfMemory()])
+
+
+def test_the_saved_model_holds_weights_not_optimizer_state(trained_run, tmp_path):
+    """model.keras loads uncompiled: no optimizer state inside. The control: the same model saved compiled, after one
+    step, carries its optimizer and is the larger file."""
+    import numpy as np
+
+    from pipeline.inference import load_keras_model
+    from pipeline.training import compile_model
+
+    config, run_dir = trained_run
+    saved = load_keras_model(run_dir / "model.keras")
+    assert getattr(saved, "optimizer", None) is None
+    compiled = compile_model(load_keras_model(run_dir / "model.keras"), config, steps_per_epoch=1)
+    ids = np.load(config.data_dir / "tokenize" / "test_ids.npy")[:8]
+    compiled.train_on_batch(ids, np.zeros(len(ids), "int32"))  # builds the optimizer's variables
+    compiled.save(tmp_path / "compiled.keras")
+    assert getattr(load_keras_model(tmp_path / "compiled.keras"), "optimizer", None) is not None
+    assert (run_dir / "model.keras").stat().st_size < (tmp_path / "compiled.keras").stat().st_size
