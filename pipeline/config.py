@@ -197,6 +197,7 @@ class TrainingConfig:
     fine_tune_learning_rate: float = 1e-3  # instead of learning_rate when model.init is pretrained (3e-4: 1.1-1.9 points worse)
     fine_tune_warmup_fraction: float = 0.1
     pseudo_labels: bool = False  # also train on the unlabeled reviews the teacher is sure of (make pseudo-label)
+    freeze_backbone_epochs: int = 0  # model.preset: train the new head alone first, the pretrained backbone frozen
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -205,6 +206,9 @@ class TrainingConfig:
             raise ConfigError("training.batch_size, training.epochs and training.length_multiple must be positive")
         if not 0.0 <= self.warmup_fraction < 1.0:
             raise ConfigError("training.warmup_fraction must be in [0, 1)")
+        if not 0 <= self.freeze_backbone_epochs < self.epochs:
+            raise ConfigError(f"training.freeze_backbone_epochs must be at least 0 and below training.epochs "
+                              f"({self.epochs}), got {self.freeze_backbone_epochs}")
         if self.pseudo_labels and self.max_train_samples:
             # the teacher is fitted on the whole train split: its labels would carry the gold labels left out
             raise ConfigError("training.pseudo_labels and training.max_train_samples cannot be combined: the "

@@ -52,7 +52,7 @@ from pipeline.artifacts import (
 from pipeline.backbone import check_vocabulary, load_backbone, resolve_pretrained
 from pipeline.config import Config
 from pipeline.errors import ConfigError
-from pipeline.presets import PRESET_ASSETS_DIR, load_text_encoder, preset_classifier
+from pipeline.presets import PRESET_ASSETS_DIR, load_text_encoder, preset_backbone_of, preset_classifier
 from pipeline.tokenizer import TextEncoder, load_split
 from pipeline.datasets import make_dataset, padding_fractions, subsample
 from pipeline.hardware import choose_hardware, cluster_from_env, multi_worker_fit
@@ -83,10 +83,11 @@ EXAMPLE_TEXTS = ["A wonderful, moving film.", "Dull and far too long."]  # the l
 def run_name(config: Config) -> str:
     init = "-pretrained" if config.model.init == "pretrained" else ""
     pseudo = "-pseudo" if config.training.pseudo_labels else ""
-    return f"{config.model.pooling}-{config.model.position}{init}{pseudo}-seed{config.training.seed}"
+    encoder = config.model.position if config.model.preset is None else "preset"  # a preset has its own positions
+    return f"{config.model.pooling}-{encoder}{init}{pseudo}-seed{config.training.seed}"
 
 
-def learning_rate_schedule(config: Config, steps_per_epoch: int):
+def learning_rate_schedule(config: Config, steps_per_epoch: int, epochs: int | None = None):
     """Linear warm-up to the peak rate then cosine decay to zero over the whole budget.
 
     Fine-tuning a pretrained backbone (``make pretrain``'s or a KerasHub preset's) uses its own (lower) rate and
@@ -95,7 +96,7 @@ def learning_rate_schedule(config: Config, steps_per_epoch: int):
     training = config.training
     pretrained = config.model.init == "pretrained" or config.model.preset is not None
     peak = training.fine_tune_learning_rate if pretrained else training.learning_rate
-    total = max(1, steps_per_epoch * training.epochs)
+    total = max(1, steps_per_epoch * (training.epochs if epochs is None else epochs))
     warmup = int(total * (training.fine_tune_warmup_fraction if pretrained else training.warmup_fraction))
     return keras.optimizers.schedules.CosineDecay(
         initial_learning_rate=0.0 if warmup else peak,
@@ -105,13 +106,14 @@ def learning_rate_schedule(config: Config, steps_per_epoch: int):
     )
 
 
-def compile_model(model: keras.Model, config: Config, steps_per_epoch: int, soft_targets: bool = False) -> keras.Model:
+def compile_model(model: keras.Model, config: Config, steps_per_epoch: int, soft_targets: bool = False,
+                  epochs: int | None = None) -> keras.Model:
     """AdamW + schedule; cross-entropy on the softmax, for any number of classes: sparse on class indices,
     categorical on soft targets (a teacher's probabilities; gold labels then one-hot).
 
     ``jit_compile`` stays off: `make bench` measured XLA training steps about 10x slower on this CPU.
     """
-    optimizer = keras.optimizers.AdamW(learning_rate=learning_rate_schedule(config, steps_per_epoch),
+    optimizer = keras.optimizers.AdamW(learning_rate=learning_rate_schedule(config, steps_per_epoch, epochs),
                                        weight_decay=config.training.weight_decay, clipnorm=1.0)
     if soft_targets:
         loss, accuracy = "categorical_crossentropy", keras.metrics.CategoricalAccuracy(name="accuracy")
@@ -343,6 +345,25 @@ def log_run_inputs(config: Config, data: TrainingData, hardware: Hardware, model
     mlflow.log_artifact(str(tokenize_dir / TOKEN_LENGTHS_PLOT), "data")
 
 
+def fit_head_first(model: keras.Model, data: TrainingData, config: Config, run_id: str | None) -> int:
+    """``training.freeze_backbone_epochs`` epochs of the new head alone, a preset's backbone frozen, so the random
+    head's first gradients do not disturb the pretrained weights; then the whole model is compiled again with its
+    own warm-up and decay over the epochs left. Returns the epochs trained (0 without a preset or the setting)."""
+    epochs = config.training.freeze_backbone_epochs
+    backbone = preset_backbone_of(model)
+    if not epochs or backbone is None:
+        return 0
+    backbone.trainable = False
+    compile_model(model, config, data.steps_per_epoch, data.soft_targets, epochs=epochs)
+    print(f"train: {epochs} epoch(s) of the classifier head alone, the preset's backbone frozen")
+    model.fit(data.train, validation_data=data.val, epochs=epochs, class_weight=data.class_weight, shuffle=False,
+              callbacks=[MLflowEpochLogger(data.tokens_per_epoch)] if run_id else [],
+              verbose=1 if os.environ.get("PIPELINE_QUIET") is None else 2)
+    backbone.trainable = True
+    compile_model(model, config, data.steps_per_epoch, data.soft_targets, epochs=config.training.epochs - epochs)
+    return epochs
+
+
 def fit(model: keras.Model, data: TrainingData, config: Config, run_dir: Path, run_id: str | None,
         extra_callbacks: Sequence[keras.callbacks.Callback] = ()) -> FitResult:
     """Train with resume, early stopping (best weights restored) and per-epoch MLflow metrics.
@@ -359,8 +380,9 @@ def fit(model: keras.Model, data: TrainingData, config: Config, run_dir: Path, r
     ]
     fit_started = time.perf_counter()
     try:
+        frozen = fit_head_first(model, data, config, run_id)
         keras_history = model.fit(data.train, validation_data=data.val, epochs=config.training.epochs,
-                                  callbacks=callbacks, class_weight=data.class_weight,
+                                  initial_epoch=frozen, callbacks=callbacks, class_weight=data.class_weight,
                                   shuffle=False,  # data.train is shuffled by tf.data
                                   verbose=1 if os.environ.get("PIPELINE_QUIET") is None else 2)
     except tf.errors.ResourceExhaustedError:  # the device's memory: the user's setting to change, not a bug

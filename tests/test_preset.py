@@ -175,3 +175,37 @@ def test_settings_of_the_pipelines_own_encoder_are_refused_with_a_preset(overrid
 
     with pytest.raises(ConfigError, match=message):
         load_config(SMOKE, ["model.preset=somewhere", *override])
+
+
+def test_the_head_trains_alone_first_while_the_pretrained_backbone_stays_as_it_was(preset_comparison, tmp_path):
+    """training.freeze_backbone_epochs=1 of 2: the backbone's weights are the preset's when the second epoch starts
+    and have moved by the end; the run records both epochs."""
+    import shutil
+
+    import keras
+
+    from pipeline.presets import load_preset_backbone, preset_backbone_of
+    from pipeline.training import train_model
+
+    shared = preset_comparison
+    preset = write_tiny_preset(tmp_path / "preset")
+    for stage in ("ingest", "tokenize"):
+        shutil.copytree(shared.data_dir / stage, tmp_path / "data" / stage)
+    settings = tmp_path / "data" / "tokenize" / "tokenizer.json"
+    settings.write_text(settings.read_text().replace(json.dumps(shared.model.preset)[1:-1], str(preset)))
+    config = shared.replace(paths={"data_dir": str(tmp_path / "data"), "reports_dir": str(tmp_path / "reports")},
+                            tracking={"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
+                            model={"preset": str(preset)}, training={"epochs": 2, "freeze_backbone_epochs": 1})
+    pretrained = load_preset_backbone(str(preset)).get_weights()
+
+    class Watch(keras.callbacks.Callback):  # the main fit's callbacks start after the head-only epoch
+        def on_train_begin(self, logs=None):
+            self.backbone = preset_backbone_of(self.model).get_weights()
+
+    watch = Watch()
+    trained = train_model(config, extra_callbacks=[watch])
+    assert all(np.array_equal(a, b) for a, b in zip(watch.backbone, pretrained))
+    final = preset_backbone_of(load_keras_model(trained.run_dir / "model.keras")).get_weights()
+    assert not all(np.array_equal(a, b) for a, b in zip(final, pretrained))
+    history = mlflow.tracking.MlflowClient(config.tracking.tracking_uri).get_metric_history(trained.run_id, "loss")
+    assert len(history) == 2
