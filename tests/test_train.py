@@ -161,7 +161,7 @@ def test_the_saved_model_holds_weights_not_optimizer_state(trained_run, tmp_path
     import numpy as np
 
     from pipeline.inference import load_keras_model
-    from pipeline.training import compile_model
+    from pipeline.fitting import compile_model
 
     config, run_dir = trained_run
     saved = load_keras_model(run_dir / "model.keras")
