@@ -114,22 +114,12 @@ def check_tokenizer(tokenizer, preset: str) -> None:
 
 
 def pad_rows(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, max_sequence_length: int, truncation: str,
-             head_tokens: int, start_id: int, end_id: int | None, pad_id: int = PAD_ID) -> np.ndarray:
+             head_tokens: int, start_id: int, end_id: int | None) -> np.ndarray:
     """``[N, max_sequence_length]``: start token, the kept tokens (``truncation`` as for the pipeline's own
-    tokenizer), the end token when the preset has one, then padding."""
+    tokenizer), the end token when the preset has one, then padding (id 0, which ``check_tokenizer`` requires)."""
     from pipeline.tokenizer import _pad_rows
 
-    reserved = 1 if end_id is None else 2
-    ids = _pad_rows(flat, starts, lengths, max_sequence_length - reserved + 1, truncation, min(head_tokens,
-                    max_sequence_length - reserved))
-    ids = np.pad(ids, ((0, 0), (0, reserved - 1)), constant_values=PAD_ID)
-    ids[:, 0] = start_id
-    if end_id is not None:
-        kept = np.minimum(np.asarray(lengths), max_sequence_length - reserved)
-        ids[np.arange(len(ids)), 1 + kept] = end_id
-    if pad_id != PAD_ID:
-        ids[ids == PAD_ID] = pad_id
-    return ids
+    return _pad_rows(flat, starts, lengths, max_sequence_length, truncation, head_tokens, start_id, end_id)
 
 
 class PresetTextEncoder:
@@ -171,7 +161,7 @@ class PresetTextEncoder:
             flat, splits = ragged.flat_values.numpy(), ragged.row_splits.numpy()
             lengths = np.diff(splits)
             ids.append(pad_rows(flat, splits[:-1], lengths, s.max_sequence_length, s.truncation, s.head_tokens,
-                                self.start_id, self.end_id, self.pad_id))
+                                self.start_id, self.end_id))
             counts.append(lengths.astype(np.int32))
             unknown += 0 if self.unknown_id is None else int((flat == self.unknown_id).sum())
         if not ids:
@@ -297,15 +287,13 @@ def preset_classifier(config, encoder, num_classes: int, on_cpu: bool, dtype: st
     if made_by != preset:
         raise InputError(f"the tokenized data was made with {'preset ' + repr(made_by) if made_by else 'the pipeline'}"
                          f"'s tokenizer, not model.preset {preset!r}'s: rerun `make tokenize` with this config")
-    shape = load_preset_backbone(preset, load_weights=False, dtype=dtype)
-    parameters = shape.count_params()
+    backbone = load_preset_backbone(preset, load_weights=True, dtype=dtype)
+    parameters = backbone.count_params()
     limit = config.model.preset_max_parameters_on_cpu
     if on_cpu and parameters > limit:
         raise ConfigError(f"model.preset {preset!r} has {parameters:,} parameters, more than "
                           f"model.preset_max_parameters_on_cpu ({limit:,}): fine-tuning it without a GPU takes hours "
                           "per epoch. Use a machine with a GPU, a smaller preset, or raise that setting")
-    del shape
-    backbone = load_preset_backbone(preset, load_weights=True, dtype=dtype)
     return build_preset_model(config.model, backbone, num_classes)
 
 

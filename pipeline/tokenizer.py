@@ -82,12 +82,15 @@ def truncate_and_pad_rows(flat_ids: np.ndarray, row_splits: np.ndarray, max_sequ
 
 
 def _pad_rows(flat_ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, max_sequence_length: int,
-              truncation: str, head_tokens: int) -> np.ndarray:
-    """:func:`truncate_and_pad_rows` for rows at any ``starts`` in ``flat_ids`` (not necessarily in order)."""
+              truncation: str, head_tokens: int, start_id: int = CLS_ID, end_id: int | None = None) -> np.ndarray:
+    """:func:`truncate_and_pad_rows` for rows at any ``starts`` in ``flat_ids`` (not necessarily in order).
+
+    Each row starts with ``start_id``; with an ``end_id`` (a pretrained preset's ``[SEP]``) that token follows the
+    kept ones, which are then one fewer."""
     if truncation not in ("head", "tail", "head_tail"):
         raise ValueError(f"unknown truncation strategy {truncation!r}")
     starts, lengths = np.asarray(starts, dtype=np.int64)[:, None], np.asarray(lengths, dtype=np.int64)[:, None]
-    budget = max_sequence_length - 1
+    budget = max_sequence_length - (1 if end_id is None else 2)
     kept = np.minimum(lengths, budget)
     columns = np.arange(budget)[None, :]
     if truncation == "head":
@@ -97,9 +100,11 @@ def _pad_rows(flat_ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, max
     else:  # beyond the budget: the first head_tokens, then the row's last tokens
         source = np.where((lengths > budget) & (columns >= head_tokens), lengths - budget + columns, columns)
     ids = np.full((len(lengths), max_sequence_length), PAD_ID, dtype=np.int32)
-    ids[:, 0] = CLS_ID
+    ids[:, 0] = start_id
     valid = columns < kept
-    ids[:, 1:][valid] = flat_ids[(starts + source)[valid]]
+    ids[:, 1:1 + budget][valid] = flat_ids[(starts + source)[valid]]
+    if end_id is not None:
+        ids[np.arange(len(ids)), 1 + kept[:, 0]] = end_id
     return ids
 
 
