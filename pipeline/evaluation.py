@@ -160,7 +160,7 @@ def plot_attention(classifier: SentimentClassifier, pooling: str, path: Path) ->
         ids = ids[:, :length]
         tokens = [classifier.encoder.vocabulary[i] for i in ids[0]]
         scores = last_block_attention(classifier.model, ids)[0].mean(axis=0)  # [query, key]
-        probabilities = predict_ids(classifier.model, ids)
+        probabilities = predict_ids(classifier.model, ids, compiled=False)  # one row: no XLA compile per length
         predicted, confidence = predicted_and_confidence(probabilities)
         if pooling == "first_token":
             axis.imshow(scores[:1], aspect="auto", cmap="viridis")

@@ -82,6 +82,16 @@ def compile_model(model: keras.Model, config: Config, steps_per_epoch: int, soft
     else:
         loss, accuracy = "sparse_categorical_crossentropy", keras.metrics.SparseCategoricalAccuracy(name="accuracy")
     model.compile(optimizer=optimizer, loss=loss, metrics=[accuracy], jit_compile=False)
+    return build_optimizer(model)
+
+
+def build_optimizer(model: keras.Model) -> keras.Model:
+    """Create a compiled model's optimizer slots now, not inside the first traced step: TensorFlow traces a step
+    that creates variables twice (seconds a run, the same numbers). Keras does this itself only under a
+    distribution strategy of its own (built under one, ``model`` is left to it)."""
+    own_strategy = tf.distribute.has_strategy() or model.distribute_strategy is not tf.distribute.get_strategy()
+    if model.built and not model.optimizer.built and not own_strategy:
+        model.optimizer.build(model.trainable_variables)
     return model
 
 

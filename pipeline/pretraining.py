@@ -52,6 +52,7 @@ from pipeline.backbone import masked_lm_dataset, save_backbone
 from pipeline.config import Config
 from pipeline.tokenizer import TextEncoder
 from pipeline.errors import ConfigError, InputError
+from pipeline.fitting import build_optimizer
 from pipeline.hardware import any_worker, choose_hardware, cluster_from_env, multi_worker_fit
 from pipeline.catalog import require_output, stage_dir
 from pipeline.text import PAD_ID
@@ -232,6 +233,7 @@ def pretrain(config: Config, force: bool = False, extra_callbacks: Sequence = ()
                                                            clipnorm=1.0),
                           loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                           weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+        build_optimizer(model)
         shard = (0, 1) if cluster is None else (cluster.worker_index, cluster.workers)
         dataset = masked_lm_dataset(ids, settings.batch_size * strategy.num_replicas_in_sync, encoder.vocabulary_size,
                                     settings.seed + steps_done, settings.mask_rate, shard)  # and a new batch order

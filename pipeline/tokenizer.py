@@ -28,6 +28,7 @@ from pipeline.text import CLS_ID, MASK_ID, PAD_ID, REQUIRED_RESERVED, RESERVED_T
 
 SETTINGS_FORMAT = "pipeline-wordpiece v1"
 _ENCODE_BATCH = 2048
+_FAST_PATH_CHECKED: dict[str, bool] = {}  # the fast-path check's answers in this process (_check_fast_path)
 # A text takes the fast path (see ``TextEncoder``) when it holds only printable ASCII, tab, line feed,
 # carriage return and the Latin letters below; any other character sends it through KerasHub.
 _ASCII_TEXT_BYTES = bytes([9, 10, 13, *range(0x20, 0x7F)])
@@ -203,12 +204,18 @@ class TextEncoder:
         """Whether the installed tensorflow-text and KerasHub agree on every character the fast path takes.
 
         Each such character is tokenized both ways in a short probe text (about 480 texts, a few
-        milliseconds). A library version that splits or cases one of them differently turns the fast
-        path off with a warning: every text then goes through KerasHub, slower and with the same ids.
+        milliseconds once both tokenizers are traced). A library version that splits or cases one of them
+        differently turns the fast path off with a warning: every text then goes through KerasHub, slower and
+        with the same ids. The answer is kept for the process, per vocabulary, case setting and probe set: a
+        comparison loads the same tokenizer a dozen times, and tracing KerasHub's for the check cost about
+        0.4 s each time.
         """
         import tensorflow as tf
 
         probes = fast_path_probes()
+        key = sha256_text("\n".join([str(self.settings.lowercase), *self.vocabulary, "", *probes]))
+        if key in _FAST_PATH_CHECKED:
+            return _FAST_PATH_CHECKED[key]
         fast = self._tokenize_fast(tf.constant([p.lower() if self.settings.lowercase else p for p in probes]))
         reference = self._tokenize(tf.constant(probes))
         fast_rows, reference_rows = fast.to_list(), reference.to_list()
@@ -217,6 +224,7 @@ class TextEncoder:
             warnings.warn(f"tokenizer: tensorflow-text's FastWordpieceTokenizer and KerasHub give other ids for "
                           f"{len(differing)} of {len(probes)} probe texts (first: {differing[0]!r}); every text "
                           "goes through KerasHub (same ids, slower)", RuntimeWarning, stacklevel=3)
+        _FAST_PATH_CHECKED[key] = not differing
         return not differing
 
     @property

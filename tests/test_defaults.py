@@ -1,4 +1,4 @@
-"""One set of defaults: ``pipeline/config.py`` declares them, every shipped config only overrides them.
+"""One set of defaults: ``pipeline/config/`` declares them, every shipped config only overrides them.
 
 So ``make train`` (which passes ``--config configs/default.yaml``) and ``python -m pipeline train`` (no
 ``--config``) train the same model; a config file that restates a default is a second source of it.

@@ -1,0 +1,136 @@
+"""Typed, frozen configuration loaded from YAML and validated on load.
+
+One dataclass per concern: what is learned and how (paths, data, tokenizer, model, training, pretrain,
+pseudo_label, baseline: ``pipeline.config.sections``) and how runs are carried out (tracking, compare, tune,
+spark: ``pipeline.config.runs``); every name is importable from ``pipeline.config``.
+``load_config(path, overrides)`` reads a YAML file, applies ``section.key=value`` overrides and returns a frozen
+:class:`Config`. Unknown sections or keys and wrongly typed values raise ``ConfigError`` naming the key and the
+file, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import yaml
+
+from pipeline.config.runs import (COMPARE_FACTORS, SPARK_OUTPUT_FORMATS, CompareConfig, SparkConfig, TrackingConfig,
+                                  TuneConfig)
+from pipeline.config.sections import (BACKBONE_KEYS, CANONICAL_IMDB_MD5, CANONICAL_IMDB_URL, DATA_SOURCES, INITS,
+                                      NGRAM_KEYS, POOLINGS, POSITIONS, PRECISIONS, PRESET_KEYS, PSEUDO_LABEL_TEACHERS,
+                                      TOKEN_EMBEDDINGS, TRUNCATION_STRATEGIES, BaselineConfig, DataConfig,
+                                      ModelConfig, PathsConfig, PretrainConfig, PseudoLabelConfig, TokenizerConfig,
+                                      TrainingConfig)
+from pipeline.errors import ConfigError, MissingInputError
+from pipeline.typed_values import build_sections
+
+__all__ = [
+    "BACKBONE_KEYS", "CANONICAL_IMDB_MD5", "CANONICAL_IMDB_URL", "COMPARE_FACTORS", "DATA_SOURCES", "INITS",
+    "NGRAM_KEYS", "POOLINGS", "POSITIONS", "PRECISIONS", "PRESET_KEYS", "PSEUDO_LABEL_TEACHERS",
+    "SPARK_OUTPUT_FORMATS", "TOKEN_EMBEDDINGS", "TRUNCATION_STRATEGIES", "BaselineConfig", "CompareConfig", "Config",
+    "DataConfig", "ModelConfig", "PathsConfig", "PretrainConfig", "PseudoLabelConfig", "SparkConfig",
+    "TokenizerConfig", "TrackingConfig", "TrainingConfig", "TuneConfig", "load_config", "parse_override",
+]
+
+
+@dataclass(frozen=True)
+class Config:
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    pseudo_label: PseudoLabelConfig = field(default_factory=PseudoLabelConfig)
+    baseline: BaselineConfig = field(default_factory=BaselineConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    compare: CompareConfig = field(default_factory=CompareConfig)
+    tune: TuneConfig = field(default_factory=TuneConfig)
+    spark: SparkConfig = field(default_factory=SparkConfig)
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.paths.data_dir)
+
+    @property
+    def reports_dir(self) -> Path:
+        return Path(self.paths.reports_dir)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return dataclasses.asdict(self)
+
+    def backbone(self) -> dict:
+        """The ``model`` keys that shape the encoder backbone (what pretraining depends on); the n-gram keys
+        only when n-grams are on, so a tokens-only backbone keeps the hash it had before they existed."""
+        keys = BACKBONE_KEYS + (NGRAM_KEYS if self.model.ngram_max > 1 else ())
+        return {key: getattr(self.model, key) for key in keys}
+
+    def section_hash(self, *sections: str) -> str:
+        """Stable hash of the named sections: a stage reruns only when what it reads changed.
+
+        The keys added for n-grams are left out while nothing uses n-grams (``model.ngram_max`` 1 and no
+        ``compare.ngrams`` level above 1 among the hashed sections), and the preset keys while ``model.preset`` is
+        unset, so a run or comparison recorded before they existed keeps its hash and an upgrade reruns nothing."""
+        payload = {name: dataclasses.asdict(getattr(self, name)) for name in sections}
+        compared = "compare" in sections and any(level > 1 for level in self.compare.ngrams or ())
+        if "model" in payload and self.model.ngram_max == 1 and not compared:
+            for key in NGRAM_KEYS:
+                del payload["model"][key]
+        if "model" in payload and self.model.preset is None:  # likewise the preset keys while no preset is used
+            for key in PRESET_KEYS:
+                del payload["model"][key]
+        if "compare" in payload and self.compare.ngrams is None:
+            del payload["compare"]["ngrams"]
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
+
+    def with_settings(self, settings: Iterable[tuple[str, Any]]) -> "Config":
+        """A copy with ``section.key`` settings applied in order (a later one wins)."""
+        changes: dict[str, dict[str, Any]] = {}
+        for name, value in settings:
+            section, key = name.split(".", 1)
+            changes.setdefault(section, {})[key] = value
+        return self.replace(**changes)
+
+    def replace(self, **section_changes: Mapping[str, Any]) -> "Config":
+        """A copy with some keys of some sections changed, e.g. ``replace(model={"pooling": "mean"})``."""
+        raw = self.to_dict()
+        for section, changes in section_changes.items():
+            raw[section].update(changes)
+        return build_sections(Config, raw, source="<replace>")
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """Parse ``section.key=value``; the value is read as YAML (``3``, ``0.1``, ``null``, ``[1, 2]``)."""
+    if "=" not in text or "." not in text.split("=", 1)[0]:
+        raise ConfigError(f"--set expects section.key=value, got {text!r}")
+    dotted, value_text = text.split("=", 1)
+    section, key = dotted.strip().split(".", 1)
+    return section, key, yaml.safe_load(value_text) if value_text.strip() else None
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> Config:
+    """Load ``path`` (or the defaults when None), apply ``overrides`` and validate everything."""
+    raw: dict[str, Any] = {}
+    source = "<defaults>"
+    if path is not None:
+        path = Path(path)
+        source = str(path)
+        if not path.is_file():
+            raise MissingInputError(f"config file not found: {path}")
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    for text in overrides:
+        section, key, value = parse_override(text)
+        section_values = raw.setdefault(section, {}) or {}
+        raw[section] = {**section_values, key: value}
+        source = f"{source} (with --set overrides)" if "--set" not in source else source
+    return build_sections(Config, raw, source)
