@@ -72,6 +72,14 @@ def select_confident(probabilities: np.ndarray, min_confidence: float) -> pd.Dat
                          "confidence": confidence[rows].astype(np.float32)})
 
 
+def sample_rows(kept: pd.DataFrame, max_rows: int | None, seed: int) -> pd.DataFrame:
+    """At most ``max_rows`` of ``kept``, drawn at random with ``seed`` and left in their row order."""
+    if max_rows is None or len(kept) <= max_rows:
+        return kept
+    chosen = np.sort(np.random.default_rng(seed).choice(len(kept), size=max_rows, replace=False))
+    return kept.iloc[chosen].reset_index(drop=True)
+
+
 def plot_confidence(confidence: np.ndarray, min_confidence: float, title: str, path: Path) -> Path:
     from pipeline.plots import new_figure, save_figure
 
@@ -111,7 +119,7 @@ def pseudo_label(config: Config, force: bool = False) -> Path:
     val_accuracy = float((class_probabilities(teacher, val["text"].tolist(), len(names)).argmax(axis=1)
                           == val["label"].to_numpy()).mean())
     probabilities = class_probabilities(teacher, unlabeled["text"].tolist(), len(names))
-    kept = select_confident(probabilities, settings.min_confidence)
+    kept = sample_rows(select_confident(probabilities, settings.min_confidence), settings.max_rows, settings.seed)
     for index in range(len(names)):  # the teacher's probabilities: soft targets for distillation
         kept[teacher_probability_column(index)] = probabilities[kept["row"].to_numpy(), index].astype(np.float32)
     if kept.empty:
@@ -140,7 +148,8 @@ def pseudo_label(config: Config, force: bool = False) -> Path:
                 **{k: round(v, 6) if isinstance(v, float) else v for k, v in metrics.items()}))
     print(f"pseudo-label: read {len(train):,} train / {len(val):,} val / {len(unlabeled):,} unlabeled reviews from "
           f"{ingest_dir}/; teacher val accuracy {val_accuracy:.4f}; wrote {len(kept):,} pseudo labels "
-          f"({class_counts}) with confidence >= {settings.min_confidence:g} to {out_dir}/{PSEUDO_LABELS_FILE} and MLflow run "
+          f"({class_counts}) with confidence >= {settings.min_confidence:g}"
+          f"{f' (a sample of at most {settings.max_rows:,})' if settings.max_rows else ''} to {out_dir}/{PSEUDO_LABELS_FILE} and MLflow run "
           f"{active.info.run_id} in {time.perf_counter() - started:.0f}s")
     return out_dir
 

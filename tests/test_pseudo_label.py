@@ -33,6 +33,18 @@ def test_select_confident_keeps_rows_at_or_above_the_threshold():
     assert pseudo_labels.select_confident(probabilities, 0.95).empty
 
 
+def test_sample_rows_draws_a_seeded_subset_in_row_order():
+    kept = pseudo_labels.select_confident(np.random.default_rng(0).dirichlet([1, 1], size=200), 0.5)
+    sample = pseudo_labels.sample_rows(kept, 50, seed=7)
+    assert len(sample) == 50 and sample["row"].is_monotonic_increasing
+    assert set(sample["row"]) <= set(kept["row"])
+    merged = sample.merge(kept, on="row", suffixes=("", "_all"))  # each row keeps its own label and confidence
+    assert (merged["label"] == merged["label_all"]).all() and (merged["confidence"] == merged["confidence_all"]).all()
+    assert sample.equals(pseudo_labels.sample_rows(kept, 50, seed=7))
+    assert not sample.equals(pseudo_labels.sample_rows(kept, 50, seed=8))
+    assert pseudo_labels.sample_rows(kept, None, seed=7) is kept and pseudo_labels.sample_rows(kept, 500, 7) is kept
+
+
 def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(prepared_config, capsys):
     config = prepared_config.replace(pseudo_label={"min_confidence": 0.6})
     out_dir = pseudo_label.run(config)
@@ -56,6 +68,10 @@ def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(prepar
     assert "pseudo-label: up to date" in capsys.readouterr().out
     stricter = pseudo_label.run(config.replace(pseudo_label={"min_confidence": 0.9}))
     assert len(pd.read_parquet(stricter / PSEUDO_LABELS_FILE)) < len(kept)
+    fewer = pd.read_parquet(pseudo_label.run(config.replace(pseudo_label={"min_confidence": 0.6, "max_rows": 5}))
+                            / PSEUDO_LABELS_FILE)
+    assert len(fewer) == 5 and set(fewer["row"]) < set(kept["row"])
+    assert "(a sample of at most 5)" in capsys.readouterr().out
     pseudo_label.run(config)  # back to 0.6 for training: a new teacher run with the same labels
     manifest = json.loads((out_dir / "manifest.json").read_text())
     pd.testing.assert_frame_equal(pd.read_parquet(out_dir / PSEUDO_LABELS_FILE), kept)
@@ -95,6 +111,8 @@ def test_refusals_name_what_is_missing(prepared_config, tmp_path, capsys):
         train.run(prepared_config.replace(training={"pseudo_labels": True}))
     with pytest.raises(ConfigError, match="pseudo_label.teacher"):
         prepared_config.replace(pseudo_label={"teacher": "bert"})
+    with pytest.raises(ConfigError, match="pseudo_label.max_rows"):
+        prepared_config.replace(pseudo_label={"max_rows": 0})
     with pytest.raises(ConfigError, match="training.pseudo_labels and training.max_train_samples"):
         prepared_config.replace(training={"pseudo_labels": True, "max_train_samples": 20})
 

@@ -240,11 +240,14 @@ class PseudoLabelConfig:
     both fitted on the train split only) labels every unlabeled review; those whose top-class
     probability is at least ``min_confidence`` join the training set when ``training.pseudo_labels``
     is on: as their most likely class, or with ``soft`` as the teacher's probabilities (distillation).
+    ``max_rows`` keeps a random sample of that many of them (seeded by ``seed``), for a training time
+    that fits a budget: each pseudo-labelled row costs what a labelled one does.
     """
 
     teacher: str = "nbsvm"
     min_confidence: float = 0.5  # with two classes 0.5 keeps every review (docs/results.md)
     soft: bool = True            # train on the teacher's probabilities, not its hard labels
+    max_rows: int | None = None  # null: every review that passes min_confidence
     seed: int = 1337
 
     def __post_init__(self) -> None:
@@ -252,6 +255,8 @@ class PseudoLabelConfig:
             raise ConfigError(f"pseudo_label.teacher must be one of {PSEUDO_LABEL_TEACHERS}, got {self.teacher!r}")
         if not 0.0 <= self.min_confidence <= 1.0:
             raise ConfigError(f"pseudo_label.min_confidence must be in [0, 1], got {self.min_confidence}")
+        if self.max_rows is not None and self.max_rows < 1:
+            raise ConfigError(f"pseudo_label.max_rows must be positive or null (every row), got {self.max_rows}")
 
 
 @dataclass(frozen=True)
