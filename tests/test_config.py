@@ -160,6 +160,7 @@ def test_gpu_config_loads_and_each_model_takes_a_step_on_cpu():
 
     config = load_config(PROJECT_ROOT / "configs" / "gpu.yaml")
     assert config.model.init == "pretrained" and config.tokenizer.max_sequence_length == 512
+    assert config.training.pseudo_labels  # distillation: significant on CPU, cheap on a GPU
     # a small vocabulary and 64-token rows: the shapes that matter are the encoder's width, depth and heads, and its
     # 512 learned positions (built whatever the rows' length, which the model leaves open)
     vocabulary, length = 300, config.tokenizer.max_sequence_length
