@@ -221,6 +221,20 @@ def test_at_most_two_factors_vary_at_once():
         load_config(None, ["compare.inits=[pretrained, scratch]", "compare.token_embeddings=[random, word2vec]"])
 
 
+def test_pseudo_label_max_rows_counts_in_the_hash_only_when_set():
+    """Pseudo labels and the comparisons that train on them, made before ``max_rows`` existed, keep their hash."""
+    import dataclasses
+    import hashlib
+    import json
+
+    config = load_config(PROJECT_ROOT / "configs" / "default.yaml")
+    payload = {"pseudo_label": dataclasses.asdict(config.pseudo_label)}
+    payload["pseudo_label"].pop("max_rows")
+    earlier = hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
+    assert config.section_hash("pseudo_label") == earlier
+    assert config.replace(pseudo_label={"max_rows": 10_000}).section_hash("pseudo_label") != earlier  # the control
+
+
 def test_keys_added_for_ngrams_and_presets_leave_the_hashes_of_runs_without_them_as_they_were():
     """A run recorded before n-grams and presets existed keeps its folder (model + training hash) and its comparison
     (compare hash): the hash is the one the earlier code computed, json of the section without the new keys."""

@@ -75,7 +75,8 @@ class Config:
 
         The keys added for n-grams are left out while nothing uses n-grams (``model.ngram_max`` 1 and no
         ``compare.ngrams`` level above 1 among the hashed sections), and the preset keys while ``model.preset`` is
-        unset, so a run or comparison recorded before they existed keeps its hash and an upgrade reruns nothing."""
+        unset, and ``pseudo_label.max_rows`` while it is null (every row), so a run or comparison recorded before
+        they existed keeps its hash and an upgrade reruns nothing."""
         payload = {name: dataclasses.asdict(getattr(self, name)) for name in sections}
         compared = "compare" in sections and any(level > 1 for level in self.compare.ngrams or ())
         if "model" in payload and self.model.ngram_max == 1 and not compared:
@@ -86,6 +87,8 @@ class Config:
                 del payload["model"][key]
         if "compare" in payload and self.compare.ngrams is None:
             del payload["compare"]["ngrams"]
+        if "pseudo_label" in payload and self.pseudo_label.max_rows is None:  # every row, as before the key
+            del payload["pseudo_label"]["max_rows"]
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
     def with_settings(self, settings: Iterable[tuple[str, Any]]) -> "Config":
