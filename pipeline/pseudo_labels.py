@@ -146,10 +146,10 @@ def pseudo_label(config: Config, force: bool = False) -> Path:
                 STAGE, config_hash, inputs, {"pseudo_label": config.to_dict()["pseudo_label"]},
                 mlflow_run_id=active.info.run_id, unlabeled_rows=len(unlabeled), class_counts=class_counts,
                 **{k: round(v, 6) if isinstance(v, float) else v for k, v in metrics.items()}))
+    sampled = f" (a sample of at most {settings.max_rows:,})" if settings.max_rows else ""
     print(f"pseudo-label: read {len(train):,} train / {len(val):,} val / {len(unlabeled):,} unlabeled reviews from "
           f"{ingest_dir}/; teacher val accuracy {val_accuracy:.4f}; wrote {len(kept):,} pseudo labels "
-          f"({class_counts}) with confidence >= {settings.min_confidence:g}"
-          f"{f' (a sample of at most {settings.max_rows:,})' if settings.max_rows else ''} to {out_dir}/{PSEUDO_LABELS_FILE} and MLflow run "
+          f"({class_counts}) with confidence >= {settings.min_confidence:g}{sampled} to {out_dir}/{PSEUDO_LABELS_FILE} and MLflow run "
           f"{active.info.run_id} in {time.perf_counter() - started:.0f}s")
     return out_dir
 
