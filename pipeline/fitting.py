@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from pipeline.config import Config
 from pipeline.errors import ConfigError
+from pipeline.optimizers import LazyAdamW
 from pipeline.presets import preset_backbone_of
 from pipeline.tokenizer import TextEncoder
 from pipeline.tracking import MLflowEpochLogger
@@ -70,13 +71,14 @@ def learning_rate_schedule(config: Config, steps_per_epoch: int, epochs: int | N
 
 def compile_model(model: keras.Model, config: Config, steps_per_epoch: int, soft_targets: bool = False,
                   epochs: int | None = None) -> keras.Model:
-    """AdamW + schedule; cross-entropy on the softmax, for any number of classes: sparse on class indices,
+    """AdamW (lazy on embedding rows with ``training.sparse_updates``) + schedule; cross-entropy on the softmax, for any number of classes: sparse on class indices,
     categorical on soft targets (a teacher's probabilities; gold labels then one-hot).
 
     ``jit_compile`` stays off: `make bench` measured XLA training steps about 10x slower on this CPU.
     """
-    optimizer = keras.optimizers.AdamW(learning_rate=learning_rate_schedule(config, steps_per_epoch, epochs),
-                                       weight_decay=config.training.weight_decay, clipnorm=1.0)
+    adamw = LazyAdamW if config.training.sparse_updates else keras.optimizers.AdamW
+    optimizer = adamw(learning_rate=learning_rate_schedule(config, steps_per_epoch, epochs),
+                      weight_decay=config.training.weight_decay, clipnorm=1.0)
     if soft_targets:
         loss, accuracy = "categorical_crossentropy", keras.metrics.CategoricalAccuracy(name="accuracy")
     else:

@@ -235,7 +235,7 @@ def test_pseudo_label_max_rows_counts_in_the_hash_only_when_set():
     assert config.replace(pseudo_label={"max_rows": 10_000}).section_hash("pseudo_label") != earlier  # the control
 
 
-def test_keys_added_for_ngrams_and_presets_leave_the_hashes_of_runs_without_them_as_they_were():
+def test_keys_added_for_ngrams_presets_and_sparse_updates_leave_the_hashes_of_runs_without_them_as_they_were():
     """A run recorded before n-grams and presets existed keeps its folder (model + training hash) and its comparison
     (compare hash): the hash is the one the earlier code computed, json of the section without the new keys."""
     import dataclasses
@@ -249,6 +249,8 @@ def test_keys_added_for_ngrams_and_presets_leave_the_hashes_of_runs_without_them
         for key in NGRAM_KEYS + PRESET_KEYS:
             payload.get("model", {}).pop(key, None)
         payload.get("compare", {}).pop("ngrams", None)
+        payload.get("compare", {}).pop("sparse_updates", None)
+        payload.get("training", {}).pop("sparse_updates", None)
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
     for name in SHIPPED:
@@ -260,6 +262,11 @@ def test_keys_added_for_ngrams_and_presets_leave_the_hashes_of_runs_without_them
     assert config.section_hash("model", "training") != earlier_hash(config, "model", "training")
     config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", ["model.ngram_max=3"])
     assert config.section_hash("model", "training") != earlier_hash(config, "model", "training")
+    config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", ["model.ngram_max=1", "training.sparse_updates=true"])
+    assert config.section_hash("model", "training") != earlier_hash(config, "model", "training")
+    config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", ["model.ngram_max=1",
+                                                                  "compare.sparse_updates=[false, true]"])
+    assert config.section_hash("compare") != earlier_hash(config, "compare")
     config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", ["compare.ngrams=[1, 3]", "model.ngram_max=1"])
     assert config.section_hash("compare") != earlier_hash(config, "compare")
     # a comparison of n-grams is another comparison for each n-gram setting its variants inherit

@@ -37,6 +37,11 @@ __all__ = [
     "TokenizerConfig", "TrackingConfig", "TrainingConfig", "TuneConfig", "load_config", "parse_override",
 ]
 
+# Keys added after runs were recorded -> the value that does what the config did without them: left out of
+# ``Config.section_hash`` while they hold it.
+ADDED_KEYS = {("compare", "ngrams"): None, ("compare", "sparse_updates"): None,
+              ("pseudo_label", "max_rows"): None, ("training", "sparse_updates"): False}
+
 
 @dataclass(frozen=True)
 class Config:
@@ -75,8 +80,8 @@ class Config:
 
         The keys added for n-grams are left out while nothing uses n-grams (``model.ngram_max`` 1 and no
         ``compare.ngrams`` level above 1 among the hashed sections), and the preset keys while ``model.preset`` is
-        unset, and ``pseudo_label.max_rows`` while it is null (every row), so a run or comparison recorded before
-        they existed keeps its hash and an upgrade reruns nothing."""
+        unset, and every key of ``ADDED_KEYS`` while it holds the value that does what the config did before the key
+        existed, so a run or comparison recorded before they existed keeps its hash and an upgrade reruns nothing."""
         payload = {name: dataclasses.asdict(getattr(self, name)) for name in sections}
         compared = "compare" in sections and any(level > 1 for level in self.compare.ngrams or ())
         if "model" in payload and self.model.ngram_max == 1 and not compared:
@@ -85,10 +90,9 @@ class Config:
         if "model" in payload and self.model.preset is None:  # likewise the preset keys while no preset is used
             for key in PRESET_KEYS:
                 del payload["model"][key]
-        if "compare" in payload and self.compare.ngrams is None:
-            del payload["compare"]["ngrams"]
-        if "pseudo_label" in payload and self.pseudo_label.max_rows is None:  # every row, as before the key
-            del payload["pseudo_label"]["max_rows"]
+        for (section, key), before in ADDED_KEYS.items():  # at the value that means what the config meant before it
+            if section in payload and payload[section][key] == before:
+                del payload[section][key]
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
     def with_settings(self, settings: Iterable[tuple[str, Any]]) -> "Config":

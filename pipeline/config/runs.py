@@ -22,7 +22,8 @@ class TrackingConfig:
 COMPARE_FACTORS = {"poolings": ("model.pooling", POOLINGS), "inits": ("model.init", INITS),
                    "token_embeddings": ("model.token_embedding", TOKEN_EMBEDDINGS),
                    "pseudo_labels": ("training.pseudo_labels", (False, True)),
-                   "ngrams": ("model.ngram_max", (1, 2, 3, 4))}
+                   "ngrams": ("model.ngram_max", (1, 2, 3, 4)),
+                   "sparse_updates": ("training.sparse_updates", (False, True))}
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class CompareConfig:
     token_embeddings: tuple[str, ...] | None = None
     pseudo_labels: tuple[bool, ...] | None = None
     ngrams: tuple[int, ...] | None = None      # model.ngram_max levels, e.g. [1, 3]: tokens alone vs with n-grams
+    sparse_updates: tuple[bool, ...] | None = None  # training.sparse_updates levels: dense vs lazy embedding updates
     fusion: bool = True            # also fuse every Transformer run with the NBSVM baseline (a candidate each)
     fusion_weights: int = 21       # weights 0, 0.05, ..., 1 on the Transformer, chosen on validation
     tfidf_baseline: bool = True    # the earlier TF-IDF + logistic regression baseline, a reference row
