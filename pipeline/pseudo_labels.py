@@ -154,6 +154,21 @@ def pseudo_label(config: Config, force: bool = False) -> Path:
     return out_dir
 
 
+def with_pseudo_labels(config: Config) -> Config:
+    """The config a training run uses: with ``training.pseudo_labels`` on, the pseudo labels made (or found up to
+    date) first; when the ingested data holds no unlabeled reviews (a table without them, an archive read without
+    ``train/unsup``), the same config without distillation, said in one line, so the run records what it did."""
+    if not config.training.pseudo_labels:
+        return config
+    ingest_dir = require_output(config, "ingest")
+    if not (ingest_dir / UNLABELED_TABLE).is_file():
+        print(f"train: no unlabeled reviews in {ingest_dir}/, so no distillation (training.pseudo_labels off for "
+              "this run); IMDB_UNSUP_ARCHIVE or data.unlabeled_archive and `make ingest tokenize` add them")
+        return config.replace(training={"pseudo_labels": False})
+    pseudo_label(config)  # skipped when up to date
+    return config
+
+
 # --------------------------------------------------------------------------- pseudo labels
 
 

@@ -58,7 +58,7 @@ from pipeline.fitting import FitResult, TrainingData, balanced_class_weights, co
 from pipeline.hardware import choose_hardware, cluster_from_env, multi_worker_fit
 from pipeline.inference import SentimentClassifier
 from pipeline.model import build_model, load_backbone_weights
-from pipeline.pseudo_labels import load_pseudo_labels, one_hot
+from pipeline.pseudo_labels import load_pseudo_labels, one_hot, with_pseudo_labels
 from pipeline.catalog import require_output, stage_dir
 from pipeline.text import PAD_ID, load_labels
 from pipeline.tracking import (
@@ -295,10 +295,13 @@ def save_outputs(config: Config, run_dir: Path, model: keras.Model, tokenize_dir
 
 def train_model(config: Config, force: bool = False,
                 extra_callbacks: Sequence[keras.callbacks.Callback] = ()) -> TrainedRun:
-    """Train one model; returns its run. Skips when an identical finished run exists."""
+    """Train one model; returns its run. Skips when an identical finished run exists. With ``training.pseudo_labels``
+    the pseudo labels are made first (``pipeline.pseudo_labels.with_pseudo_labels``); the run's config is then the
+    one it trained with."""
     started = time.perf_counter()
     tokenize_dir = require_output(config, "tokenize")
     require_output(config, "ingest")  # its splits are logged as the run's datasets
+    config = with_pseudo_labels(config)
     pretrained_dir = resolve_pretrained(config) if config.model.init == "pretrained" else None
     run_dir, config_hash, inputs = run_directory(config, tokenize_dir, pretrained_dir)
     cluster = cluster_from_env()

@@ -160,7 +160,7 @@ def test_gpu_config_loads_and_each_model_takes_a_step_on_cpu():
 
     config = load_config(PROJECT_ROOT / "configs" / "gpu.yaml")
     assert config.model.init == "pretrained" and config.tokenizer.max_sequence_length == 512
-    assert config.training.pseudo_labels  # distillation: significant on CPU, cheap on a GPU
+    assert config.training.pseudo_labels and config.pseudo_label.max_rows is None  # every unlabeled review
     # a small vocabulary and 64-token rows: the shapes that matter are the encoder's width, depth and heads, and its
     # 512 learned positions (built whatever the rows' length, which the model leaves open)
     vocabulary, length = 300, config.tokenizer.max_sequence_length
@@ -227,12 +227,13 @@ def test_pseudo_label_max_rows_counts_in_the_hash_only_when_set():
     import hashlib
     import json
 
-    config = load_config(PROJECT_ROOT / "configs" / "default.yaml")
+    config = load_config(PROJECT_ROOT / "configs" / "default.yaml", ["pseudo_label.max_rows=null"])
     payload = {"pseudo_label": dataclasses.asdict(config.pseudo_label)}
     payload["pseudo_label"].pop("max_rows")
     earlier = hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
     assert config.section_hash("pseudo_label") == earlier
-    assert config.replace(pseudo_label={"max_rows": 10_000}).section_hash("pseudo_label") != earlier  # the control
+    default = load_config(PROJECT_ROOT / "configs" / "default.yaml")  # the control: 10,000 rows, another hash
+    assert default.pseudo_label.max_rows == 10_000 and default.section_hash("pseudo_label") != earlier
 
 
 def test_keys_added_for_ngrams_presets_and_sparse_updates_leave_the_hashes_of_runs_without_them_as_they_were():
@@ -254,7 +255,8 @@ def test_keys_added_for_ngrams_presets_and_sparse_updates_leave_the_hashes_of_ru
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
     for name in SHIPPED:
-        config = load_config(PROJECT_ROOT / "configs" / name, ["model.ngram_max=1", "model.preset=null"])
+        config = load_config(PROJECT_ROOT / "configs" / name, ["model.ngram_max=1", "model.preset=null",
+                                                               "training.sparse_updates=false"])
         for sections in (("model", "training"), ("compare", "model", "training")):
             assert config.section_hash(*sections) == earlier_hash(config, *sections), (name, sections)
     # the controls: with a preset, or with n-grams on (or compared), the hash is another one

@@ -1,6 +1,7 @@
 """Pseudo-labelling: the teacher labels unlabeled reviews, the sure ones join training, refusals."""
 
 import json
+import shutil
 from collections import Counter
 
 import mlflow
@@ -13,7 +14,7 @@ from pipeline.artifacts import PSEUDO_LABELS_FILE
 from pipeline.tokenizer import load_split
 from pipeline.stages import ingest, pseudo_label, tokenize, train
 from pipeline.__main__ import main as cli_main
-from pipeline.errors import ConfigError, InputError, MissingInputError
+from pipeline.errors import ConfigError, InputError
 from pipeline.text import PAD_ID
 from tests.conftest import POSITIVE_WORDS, PROJECT_ROOT, make_archive, write_imdb_tree
 
@@ -106,9 +107,31 @@ def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(prepar
     assert seen == expected
 
 
+def test_training_makes_its_pseudo_labels_or_goes_without_when_nothing_is_unlabeled(prepared_config, tmp_path,
+                                                                                     capsys):
+    """``training.pseudo_labels`` on: the labels are made before training (then found up to date); an ingest
+    without unlabeled reviews trains without distillation, says so, and the run's config says it too."""
+    config = prepared_config.replace(training={"pseudo_labels": True})
+    out_dir = config.data_dir / "pseudo_label"
+    assert not out_dir.exists()
+    assert pseudo_labels.with_pseudo_labels(config) is config
+    assert (out_dir / PSEUDO_LABELS_FILE).is_file() and "pseudo-label: read" in capsys.readouterr().out
+    assert pseudo_labels.with_pseudo_labels(config) is config
+    assert "pseudo-label: up to date" in capsys.readouterr().out
+
+    bare_dir = tmp_path / "bare"
+    shutil.copytree(config.data_dir / "ingest", bare_dir / "ingest")
+    (bare_dir / "ingest" / "unlabeled.parquet").unlink()
+    bare = config.replace(paths={"data_dir": str(bare_dir)})
+    plain = pseudo_labels.with_pseudo_labels(bare)
+    assert plain == bare.replace(training={"pseudo_labels": False})
+    assert "no unlabeled reviews" in capsys.readouterr().out
+    assert not (bare_dir / "pseudo_label").exists()
+    off = config.replace(training={"pseudo_labels": False})
+    assert pseudo_labels.with_pseudo_labels(off) is off
+
+
 def test_refusals_name_what_is_missing(prepared_config, tmp_path, capsys):
-    with pytest.raises(MissingInputError, match="make pseudo-label"):
-        train.run(prepared_config.replace(training={"pseudo_labels": True}))
     with pytest.raises(ConfigError, match="pseudo_label.teacher"):
         prepared_config.replace(pseudo_label={"teacher": "bert"})
     with pytest.raises(ConfigError, match="pseudo_label.max_rows"):

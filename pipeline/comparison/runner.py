@@ -44,7 +44,7 @@ from pipeline.comparison.report import parent_description, verdict, write_report
 from pipeline.config import Config
 from pipeline.errors import InputError
 from pipeline.pretraining import pretrain
-from pipeline.pseudo_labels import pseudo_label
+from pipeline.pseudo_labels import with_pseudo_labels
 from pipeline.text import load_labels
 from pipeline.tracking import comparison_tags, describe_run, find_comparison_run_id, flat_params, set_members, setup_tracking
 
@@ -149,8 +149,8 @@ def run_comparison(config: Config, design_name: str = "main", force: bool = Fals
     settings = [variant_config(config, design, v, seeds[0]) for v in grid]
     if any(c.model.init == "pretrained" for c in settings) and not config.model.pretrained:
         pretrain(config)  # the shared starting point; skipped when up to date
-    if any(c.training.pseudo_labels for c in settings):
-        pseudo_label(config)  # the same extra training data for every variant; skipped when up to date
+    if any(c.training.pseudo_labels for c in settings):  # the same extra training data for every variant
+        with_pseudo_labels(config.replace(training={"pseudo_labels": True}))  # made once here, or said missing
     ingest_sha256 = check_same_split(config, tokenize_dir)
     frames, labels = read_frames(config)
     setup_tracking(config)

@@ -124,8 +124,10 @@ def load_space(config: Config) -> list[Parameter]:
 
 
 def trial_config(config: Config, values: dict[str, Any]) -> Config:
-    """The config of one trial: ``values`` (``section.key`` -> value) set, the rest as configured."""
-    cap = [("training.max_train_samples", config.tune.max_train_samples)] if config.tune.max_train_samples else []
+    """The config of one trial: ``values`` (``section.key`` -> value) set, the rest as configured. A trial capped by
+    ``tune.max_train_samples`` trains without distillation: its teacher saw every train row."""
+    cap = ([("training.max_train_samples", config.tune.max_train_samples), ("training.pseudo_labels", False)]
+           if config.tune.max_train_samples else [])
     return config.with_settings([*cap, *values.items()])  # a searched cap wins over tune's
 
 
