@@ -83,3 +83,18 @@ def test_ngram_scoring_measures_both_models_on_the_same_rows_and_reports_the_rat
     assert measured["ngram_fraction_of_tokens_only"] == with_ngrams["rows_per_second"] / plain["rows_per_second"]
     text = bench.markdown_report({**synthetic_results(), "ngram_scoring": measured})
     assert "| tokens + 2..3-grams |" in text and "64 n-gram buckets" in text
+
+
+def test_sparse_updates_measures_three_optimizers_on_the_same_model_and_reports_the_ratios():
+    ids = np.zeros((8, 16), dtype=np.int32)
+    ids[:, 0] = 2
+    ids[:, 1:9] = np.arange(5, 13)
+    config = ModelConfig(hidden_dim=8, num_heads=2, intermediate_dim=16, ngram_buckets=64, ngram_max=1)
+    measured = bench.measure_sparse_updates(config, 20, 16, bench.sample_batches(ids, batch_size=4, count=2), passes=1)
+    dense, lazy, frozen = measured["steps"].values()
+    assert measured["buckets"] == 64 and dense["parameters"] == lazy["parameters"] == frozen["parameters"]
+    assert dense["parameters"] > 64 * 8  # a tokens-only config is measured with its n-gram table added
+    assert measured["lazy_fraction_of_dense"] == lazy["ms_per_step"] / dense["ms_per_step"]
+    assert measured["frozen_fraction_of_dense"] == frozen["ms_per_step"] / dense["ms_per_step"]
+    text = bench.markdown_report({**synthetic_results(), "sparse_updates": measured})
+    assert "| LazyAdamW (training.sparse_updates) |" in text and "64 n-gram buckets" in text

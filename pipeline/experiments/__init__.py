@@ -25,9 +25,10 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     model_argument(parser)
     parser.add_argument("--rows", type=int, default=25000, help="test reviews in the small CSV")
     parser.add_argument("--repeat", type=int, default=10, help="the big CSV is the small one repeated this often")
-    parser.add_argument("--only", action="append", choices=("train", "score", "ngrams"),
-                        help="measure only training steps, scoring, or the model's scoring rate with and without "
-                             "n-grams (repeatable; default: everything)")
+    parser.add_argument("--only", action="append", choices=("train", "score", "ngrams", "sparse"),
+                        help="measure only training steps, scoring, the model's scoring rate with and without "
+                             "n-grams, or its training step with dense and lazy (sparse) embedding updates "
+                             "(repeatable; default: everything)")
 
 
 def _screenshot_arguments(parser: argparse.ArgumentParser) -> None:
