@@ -49,8 +49,10 @@ from pipeline.artifacts import (
     split_table,
     write_manifest,
 )
+from pipeline.adversarial import AdversarialClassifier, classifier_of
 from pipeline.backbone import check_vocabulary, load_backbone, resolve_pretrained
 from pipeline.config import Config
+from pipeline.errors import ConfigError
 from pipeline.presets import PRESET_ASSETS_DIR, load_text_encoder, preset_classifier
 from pipeline.tokenizer import load_split
 from pipeline.datasets import make_dataset, padding_fractions, subsample
@@ -192,6 +194,9 @@ def build_and_compile(config: Config, data: TrainingData, hardware: Hardware, to
     """The compiled classifier, its backbone loaded from ``pretrained_dir`` when given; and that backbone's spec."""
     with hardware.strategy.scope():
         if config.model.preset is not None or getattr(data.encoder, "preset", None) is not None:
+            if config.training.adversarial_epsilon:
+                raise ConfigError("training.adversarial_epsilon perturbs the pipeline's own encoder's embeddings, not "
+                                  f"a preset's (model.preset {config.model.preset}); set training.adversarial_epsilon=0")
             model = preset_classifier(config, data.encoder, len(data.labels), on_cpu="GPU" not in hardware.device,
                                       dtype=hardware.policy)
             print(f"train: fine-tuning preset {config.model.preset} ({model.count_params():,} parameters)")
@@ -211,6 +216,8 @@ def build_and_compile(config: Config, data: TrainingData, hardware: Hardware, to
             loaded = load_backbone_weights(model, weights, str(pretrained_dir))
             print(f"train: started from the pretrained backbone in {pretrained_dir}/ ({len(loaded)} layers, "
                   f"MLflow run {spec.get('mlflow_run_id')})")
+        if config.training.adversarial_epsilon:
+            model = AdversarialClassifier(model, config.training.adversarial_epsilon)
         return compile_model(model, config, data.steps_per_epoch, data.soft_targets), spec
 
 
@@ -266,7 +273,8 @@ def save_outputs(config: Config, run_dir: Path, model: keras.Model, tokenize_dir
     # The graph and weights only, through an uncompiled model of the same layers: a compiled model's file also holds
     # the optimizer's state (AdamW's two moments, twice the weights: 3x the file with a 2^18-row n-gram table),
     # which no scorer reads; a killed run resumes from BackupAndRestore's checkpoint, not from this file.
-    keras.Model(model.inputs, model.outputs, name=model.name).save(tmp_path)
+    classifier = classifier_of(model)  # an adversarial wrapper is for fitting only
+    keras.Model(classifier.inputs, classifier.outputs, name=classifier.name).save(tmp_path)
     os.replace(tmp_path, model_path)
     tokenizer_dir = run_dir / TOKENIZER_DIR
     tokenizer_dir.mkdir(exist_ok=True)

@@ -250,8 +250,9 @@ def test_keys_added_for_ngrams_presets_and_sparse_updates_leave_the_hashes_of_ru
         for key in NGRAM_KEYS + PRESET_KEYS:
             payload.get("model", {}).pop(key, None)
         payload.get("compare", {}).pop("ngrams", None)
-        payload.get("compare", {}).pop("sparse_updates", None)
-        payload.get("training", {}).pop("sparse_updates", None)
+        for section, key in (("compare", "sparse_updates"), ("compare", "adversarial_epsilons"),
+                             ("training", "sparse_updates"), ("training", "adversarial_epsilon")):
+            payload.get(section, {}).pop(key, None)
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
     for name in SHIPPED:
@@ -269,6 +270,9 @@ def test_keys_added_for_ngrams_presets_and_sparse_updates_leave_the_hashes_of_ru
     config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", ["model.ngram_max=1",
                                                                   "compare.sparse_updates=[false, true]"])
     assert config.section_hash("compare") != earlier_hash(config, "compare")
+    config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", ["model.ngram_max=1", "training.sparse_updates=false",
+                                                                  "training.adversarial_epsilon=1.0"])
+    assert config.section_hash("model", "training") != earlier_hash(config, "model", "training")
     config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", ["compare.ngrams=[1, 3]", "model.ngram_max=1"])
     assert config.section_hash("compare") != earlier_hash(config, "compare")
     # a comparison of n-grams is another comparison for each n-gram setting its variants inherit

@@ -40,7 +40,8 @@ __all__ = [
 # Keys added after runs were recorded -> the value that does what the config did without them: left out of
 # ``Config.section_hash`` while they hold it.
 ADDED_KEYS = {("compare", "ngrams"): None, ("compare", "sparse_updates"): None,
-              ("pseudo_label", "max_rows"): None, ("training", "sparse_updates"): False}
+              ("compare", "adversarial_epsilons"): None, ("pseudo_label", "max_rows"): None,
+              ("training", "sparse_updates"): False, ("training", "adversarial_epsilon"): 0.0}
 
 
 @dataclass(frozen=True)

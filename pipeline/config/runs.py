@@ -23,7 +23,8 @@ COMPARE_FACTORS = {"poolings": ("model.pooling", POOLINGS), "inits": ("model.ini
                    "token_embeddings": ("model.token_embedding", TOKEN_EMBEDDINGS),
                    "pseudo_labels": ("training.pseudo_labels", (False, True)),
                    "ngrams": ("model.ngram_max", (1, 2, 3, 4)),
-                   "sparse_updates": ("training.sparse_updates", (False, True))}
+                   "sparse_updates": ("training.sparse_updates", (False, True)),
+                   "adversarial_epsilons": ("training.adversarial_epsilon", (0.0, 0.5, 1.0, 2.0, 5.0))}
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class CompareConfig:
     pseudo_labels: tuple[bool, ...] | None = None
     ngrams: tuple[int, ...] | None = None      # model.ngram_max levels, e.g. [1, 3]: tokens alone vs with n-grams
     sparse_updates: tuple[bool, ...] | None = None  # training.sparse_updates levels: dense vs lazy embedding updates
+    adversarial_epsilons: tuple[float, ...] | None = None  # training.adversarial_epsilon levels, e.g. [0, 2]
     fusion: bool = True            # also fuse every Transformer run with the NBSVM baseline (a candidate each)
     fusion_weights: int = 21       # weights 0, 0.05, ..., 1 on the Transformer, chosen on validation
     tfidf_baseline: bool = True    # the earlier TF-IDF + logistic regression baseline, a reference row

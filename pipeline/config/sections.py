@@ -183,6 +183,9 @@ class TrainingConfig:
     # Embedding rows a batch did not read keep their weights and moments (pipeline.optimizers.LazyAdamW): the
     # n-gram table's dense AdamW update was most of a CPU step (0.78x the epoch time, accuracy +0.14 n.s.)
     sparse_updates: bool = True
+    # adversarial training (Miyato et al. 2017): also the loss of every review with its normalised embeddings moved
+    # this far along the loss gradient (pipeline.adversarial); 0: off. The pipeline's own encoder only
+    adversarial_epsilon: float = 0.0
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -191,6 +194,8 @@ class TrainingConfig:
             raise ConfigError("training.batch_size, training.epochs and training.length_multiple must be positive")
         if not 0.0 <= self.warmup_fraction < 1.0:
             raise ConfigError("training.warmup_fraction must be in [0, 1)")
+        if self.adversarial_epsilon < 0:
+            raise ConfigError(f"training.adversarial_epsilon must be 0 (off) or positive, got {self.adversarial_epsilon}")
         if not 0 <= self.freeze_backbone_epochs < self.epochs:
             raise ConfigError(f"training.freeze_backbone_epochs must be at least 0 and below training.epochs "
                               f"({self.epochs}), got {self.freeze_backbone_epochs}")
