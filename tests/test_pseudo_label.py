@@ -84,6 +84,11 @@ def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(prepar
     assert run.data.tags["pseudo_labels_from"] == manifest["mlflow_run_id"]
     assert int(run.data.params["train_rows"]) == 64 + len(kept)
     assert int(run.data.params["pseudo_label_rows"]) == len(kept)
+    from pipeline.stages import evaluate, register  # the model card counts the distilled rows apart
+
+    evaluate.run(config, run=run.info.run_id)
+    card = register.model_card("m", "1", run, register.run_evaluation(run.info.run_id)[0], {}, 1, "parent")
+    assert f"64 labelled training reviews plus {len(kept):,} unlabeled ones with the nbsvm teacher's" in card
 
     # a rerun that writes the same labels leaves the run up to date; other labels get their own folder
     pseudo_label.run(config, force=True)

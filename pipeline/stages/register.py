@@ -133,6 +133,12 @@ def model_card(name: str, version: str, run, evaluation: dict, intervals: dict, 
     rates = {c: found[c] for c in behaviour.CAPABILITIES if c in found}
     weak = [c for c, rate in rates.items() if rate < WEAK_PASS_RATE]
     train_rows = get("train_rows") or run.data.params.get("train_rows")
+    distilled = int(get("pseudo_label_rows") or 0)
+    if train_rows and distilled:  # distillation's rows are unlabeled reviews with the teacher's probabilities
+        rows = (f"{int(train_rows) - distilled:,} labelled training reviews plus {distilled:,} unlabeled ones "
+                f"with the {get('pseudo_label.teacher') or 'NBSVM'} teacher's probabilities (distillation), ")
+    else:
+        rows = f"{f'{int(train_rows):,}' if train_rows else '?'} training reviews, "
     lines = [f"# Model card: {name} version {version}", "",
              f"Sentiment classifier for English movie reviews: labels {', '.join(evaluation['labels'])}. "
              f"MLflow run `{run.info.run_id}` ({run.data.tags.get(VARIANT_TAG, kind)}), chosen as the candidate with "
@@ -141,7 +147,7 @@ def model_card(name: str, version: str, run, evaluation: dict, intervals: dict, 
              "## Model", "", *description,
              "", "## Data", "",
              f"- Source: {source}.",
-             f"- Splits: {f'{int(train_rows):,}' if train_rows else '?'} training reviews, "
+             f"- Splits: {rows}"
              f"{f'{validation:,}' if validation is not None else '?'} "
              f"validation reviews (model selection and early stopping), {n_test:,} test reviews (only for the "
              "numbers below; never for choosing a model).",
