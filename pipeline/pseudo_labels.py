@@ -154,10 +154,12 @@ def pseudo_label(config: Config, force: bool = False) -> Path:
     return out_dir
 
 
-def with_pseudo_labels(config: Config) -> Config:
+def with_pseudo_labels(config: Config, make: bool = True) -> Config:
     """The config a training run uses: with ``training.pseudo_labels`` on, the pseudo labels made (or found up to
     date) first; when the ingested data holds no unlabeled reviews (a table without them, an archive read without
-    ``train/unsup``), the same config without distillation, said in one line, so the run records what it did."""
+    ``train/unsup``), the same config without distillation, said in one line, so the run records what it did.
+    ``make`` False (the workers of a training cluster, which must not write one folder together) leaves the labels
+    to ``make pseudo-label``, run before."""
     if not config.training.pseudo_labels:
         return config
     ingest_dir = require_output(config, "ingest")
@@ -165,7 +167,8 @@ def with_pseudo_labels(config: Config) -> Config:
         print(f"train: no unlabeled reviews in {ingest_dir}/, so no distillation (training.pseudo_labels off for "
               "this run); IMDB_UNSUP_ARCHIVE or data.unlabeled_archive and `make ingest tokenize` add them")
         return config.replace(training={"pseudo_labels": False})
-    pseudo_label(config)  # skipped when up to date
+    if make:
+        pseudo_label(config)  # skipped when up to date
     return config
 
 

@@ -309,10 +309,10 @@ def train_model(config: Config, force: bool = False,
     started = time.perf_counter()
     tokenize_dir = require_output(config, "tokenize")
     require_output(config, "ingest")  # its splits are logged as the run's datasets
-    config = with_pseudo_labels(config)
+    cluster = cluster_from_env()
+    config = with_pseudo_labels(config, make=cluster is None)  # a cluster's workers read them, made before
     pretrained_dir = resolve_pretrained(config) if config.model.init == "pretrained" else None
     run_dir, config_hash, inputs = run_directory(config, tokenize_dir, pretrained_dir)
-    cluster = cluster_from_env()
     if cluster is None and not force and is_up_to_date(run_dir, config_hash, inputs, [KERAS_MODEL_FILE]):
         print(f"train: up to date, nothing to do ({run_dir}/, MLflow run {read_manifest(run_dir)['mlflow_run_id']})")
         return TrainedRun.of(run_dir, config)

@@ -119,6 +119,8 @@ def test_training_makes_its_pseudo_labels_or_goes_without_when_nothing_is_unlabe
     config = prepared_config.replace(training={"pseudo_labels": True})
     out_dir = config.data_dir / "pseudo_label"
     assert not out_dir.exists()
+    assert pseudo_labels.with_pseudo_labels(config, make=False) is config  # a cluster's worker: made before
+    assert not out_dir.exists()
     assert pseudo_labels.with_pseudo_labels(config) is config
     assert (out_dir / PSEUDO_LABELS_FILE).is_file() and "pseudo-label: read" in capsys.readouterr().out
     assert pseudo_labels.with_pseudo_labels(config) is config
