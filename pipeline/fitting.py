@@ -71,8 +71,9 @@ def learning_rate_schedule(config: Config, steps_per_epoch: int, epochs: int | N
 
 def compile_model(model: keras.Model, config: Config, steps_per_epoch: int, soft_targets: bool = False,
                   epochs: int | None = None) -> keras.Model:
-    """AdamW (lazy on embedding rows with ``training.sparse_updates``) + schedule; cross-entropy on the softmax, for any number of classes: sparse on class indices,
-    categorical on soft targets (a teacher's probabilities; gold labels then one-hot).
+    """AdamW (lazy on embedding rows with ``training.sparse_updates``) + schedule; cross-entropy on the softmax, for
+    any number of classes: sparse on class indices, categorical on soft targets (a teacher's probabilities; gold
+    labels then one-hot).
 
     ``jit_compile`` stays off: `make bench` measured XLA training steps about 10x slower on this CPU.
     """

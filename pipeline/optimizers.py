@@ -15,7 +15,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-PACKAGE = "pipeline"
+from pipeline.model import PACKAGE
 
 
 def summed_rows(gradient: tf.IndexedSlices) -> tf.IndexedSlices:
