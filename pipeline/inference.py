@@ -45,6 +45,12 @@ from pipeline.tokenizer import TextEncoder
 from pipeline.text import PAD_ID, load_labels, text_problem
 
 _COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# model -> Counter of batches scored per (batch size, width): what ``predict_ids`` compiles for
+_SHAPE_BATCHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# a batch shape is compiled once this many of its batches were asked of a model (in one call or over several):
+# an XLA compile costs a few eager batches (about 0.5 s a shape for the default model), so a shape met once or
+# twice (a few rows, a tiny split) runs eagerly, and one a long input or a server meets again gets compiled
+COMPILE_AFTER_BATCHES = 3
 ERROR_COLUMN = "score_error"  # why a row got no score ("" when it was scored)
 ARTIFACT_KERAS_MODEL = "keras_model"  # names of the pyfunc models' artifacts (Transformers logged so far use the
 ARTIFACT_TOKENIZER = "tokenizer"      # first two)
@@ -74,31 +80,49 @@ def compiled_forward(model):
 
         logging.getLogger("tensorflow").addFilter(_expected_retracing)
         reference = weakref.ref(model)  # the cache must not keep the model alive
-        forward = tf.function(lambda ids: reference()(ids, training=False), jit_compile=True)
+        forward = tf.function(lambda ids: forward_pass(reference(), ids), jit_compile=True)
         _COMPILED[model] = forward
     return forward
 
 
-def predict_ids(model, ids: np.ndarray, batch_size: int = 256, compiled: bool = True) -> np.ndarray:
+def forward_pass(model, ids):
+    """``model(ids, training=False)``, the ids given in the structure the model was built or loaded with: a model
+    loaded from a ``.keras`` file expects a list of its one input, and Keras warns at every other call shape."""
+    import keras
+
+    return model(keras.tree.pack_sequence_as(model.input, [ids]), training=False)
+
+
+def predict_ids(model, ids: np.ndarray, batch_size: int = 256, compiled: bool | None = None) -> np.ndarray:
     """Class probabilities ``[N, k]`` for encoded rows.
 
     Rows are grouped by length (``pipeline.batching``) so short reviews are not run through
     the full ``max_sequence_length``; the padding mask makes the result independent of
     padding, which also lets the compiled path pad a short last batch to the full batch size
     (one shape per width). ``compiled=False`` calls the model eagerly, batch by batch: the
-    reference path.
+    reference path; ``True`` compiles every shape; ``None`` compiles a shape once
+    ``COMPILE_AFTER_BATCHES`` of its batches were asked of this model, counting this call's, and runs
+    the others eagerly (the two paths agree to float rounding).
     """
     ids = np.asarray(ids, dtype=np.int32)
     classes = as_class_probabilities(np.zeros((1, int(model.output_shape[-1])))).shape[1]
     probabilities = np.empty((len(ids), classes), dtype=np.float32)
     lengths = (ids != PAD_ID).sum(axis=1)
-    forward = compiled_forward(model) if compiled else None
     # a small input is one batch, padded up to a power of two: a bounded set of compiled shapes
     batch_size = min(batch_size, 1 << max(len(ids) - 1, 0).bit_length())
-    for rows in bucketed_batches(lengths, batch_size, seed=None):
-        batch = ids[rows, :batch_width(lengths[rows].max(), SCORING_LENGTH_MULTIPLE, ids.shape[1])]
-        if forward is None:
-            probabilities[rows] = as_class_probabilities(model(batch, training=False))
+    batches = [(rows, batch_width(lengths[rows].max(), SCORING_LENGTH_MULTIPLE, ids.shape[1]))
+               for rows in bucketed_batches(lengths, batch_size, seed=None)]
+    if compiled is None:
+        seen = _SHAPE_BATCHES.setdefault(model, collections.Counter())
+        seen.update((batch_size, width) for _, width in batches)
+        compiled_widths = {width for _, width in batches if seen[batch_size, width] >= COMPILE_AFTER_BATCHES}
+    else:
+        compiled_widths = {width for _, width in batches} if compiled else set()
+    forward = compiled_forward(model) if compiled_widths else None
+    for rows, width in batches:
+        batch = ids[rows, :width]
+        if width not in compiled_widths:
+            probabilities[rows] = as_class_probabilities(forward_pass(model, batch))
         else:
             padded = np.pad(batch, ((0, batch_size - len(rows)), (0, 0)), constant_values=PAD_ID)
             probabilities[rows] = as_class_probabilities(forward(padded))[:len(rows)]

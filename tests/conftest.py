@@ -135,8 +135,12 @@ def pytest_collection_modifyitems(session, config, items):
     worker builds the comparison (the costliest fixture, about 100 s) while the other runs its own tests; the
     readers come when it is long built. In the file order both workers reached test_compare.py together and one
     waited for the other's build. Only the order changes: every test still runs.
+
+    A reader that also needs its module's Spark session stays among the other Spark tests: moved to the end it
+    would meet a worker without one and start Spark and its model-loading Python workers a second time (40 s).
     """
-    readers = [item for item in items if {"comparison", "own_comparison"} & set(getattr(item, "fixturenames", ()))]
+    readers = [item for item in items if {"comparison", "own_comparison"} & set(getattr(item, "fixturenames", ()))
+               and "spark_setup" not in getattr(item, "fixturenames", ())]
     if readers:
         others = [item for item in items if item not in readers]
         items[:] = [readers[0], *others, *readers[1:]]

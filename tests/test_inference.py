@@ -183,7 +183,7 @@ def test_compiled_scoring_gives_the_eager_probabilities():
     rng = np.random.default_rng(0)
     words = ["superb", "awful", "the", "movie", "dull", "wonderful", "plot"]
     ids = encoder.encode([" ".join(rng.choice(words, rng.integers(1, 60))) for _ in range(300)])
-    compiled = predict_ids(model, ids, batch_size=64)
+    compiled = predict_ids(model, ids, batch_size=64, compiled=True)
     eager = predict_ids(model, ids, batch_size=64, compiled=False)
     np.testing.assert_allclose(compiled, eager, atol=1e-5)
     assert compiled.shape == (300, 2)
@@ -218,7 +218,7 @@ def test_one_trace_per_shape_is_not_reported_as_a_retracing_problem(fresh_retrac
         for row in range(64):  # rows of several lengths
             ids[row, 1:1 + row % width] = 7
         for rows in (1, 2, 3, 5, 9, 17, 33):  # small inputs: one batch padded to a power of two, a shape each
-            predict_ids(model, ids[:rows])
+            predict_ids(model, ids[:rows], compiled=True)
         logger.warning("another tensorflow warning")
     finally:
         logger.removeHandler(handler)
@@ -248,7 +248,7 @@ def test_without_the_filter_the_same_calls_do_report_retracing(fresh_retracing_d
         for row in range(64):
             ids[row, 1:1 + row % 32] = 7
         for rows in (1, 2, 3, 5, 9, 17, 33):
-            inference.predict_ids(model, ids[:rows])
+            inference.predict_ids(model, ids[:rows], compiled=True)
     finally:
         logger.removeHandler(handler)
         logger.filters[:] = saved_filters
@@ -279,8 +279,36 @@ def test_small_inputs_are_padded_to_a_power_of_two_and_score_like_eager():
     model = load_keras_model(LEGACY / "model.keras")
     ids = TextEncoder.load(LEGACY / "tokenizer").encode(["superb", "awful and dull", "the movie plot was fine"])
     for rows in (1, 2, 3):
-        np.testing.assert_allclose(predict_ids(model, ids[:rows]), predict_ids(model, ids[:rows], compiled=False),
-                                   atol=1e-5)
+        np.testing.assert_allclose(predict_ids(model, ids[:rows], compiled=True),
+                                   predict_ids(model, ids[:rows], compiled=False), atol=1e-5)
+
+
+def test_a_shape_is_compiled_once_it_recurs_and_a_rare_one_runs_eagerly():
+    """By default a batch shape met once or twice runs eagerly (no XLA compile for a few rows); met a third time,
+    in one call or over several (a server), it is compiled, and the answers do not change."""
+    from pipeline import inference
+    from pipeline.tokenizer import TextEncoder
+
+    model = inference.load_keras_model(LEGACY / "model.keras")
+    ids = TextEncoder.load(LEGACY / "tokenizer").encode(["superb", "awful and dull", "the movie plot was fine"])
+
+    def traces() -> int:
+        forward = inference._COMPILED.get(model)
+        return 0 if forward is None else forward.experimental_get_tracing_count()
+
+    eager = inference.predict_ids(model, ids[:1], compiled=False)
+    first, second = inference.predict_ids(model, ids[:1]), inference.predict_ids(model, ids[:1])
+    assert traces() == 0  # twice the same one-row shape: eager both times
+    third = inference.predict_ids(model, ids[:1])
+    assert traces() == 1  # the third time: compiled
+    inference.predict_ids(model, ids[:1])
+    assert traces() == 1  # and reused
+    for probabilities in (first, second, third):
+        np.testing.assert_allclose(probabilities, eager, atol=1e-5)
+    many = np.repeat(ids[1:2], 12, axis=0)  # one call with three batches of one shape compiles it at once
+    np.testing.assert_allclose(inference.predict_ids(model, many, batch_size=4),
+                               inference.predict_ids(model, many, batch_size=4, compiled=False), atol=1e-5)
+    assert traces() == 2
 
 
 def test_mlflows_type_hint_notice_for_our_pyfunc_models_is_a_known_warning():
@@ -309,3 +337,24 @@ def test_mlflows_type_hint_notice_for_our_pyfunc_models_is_a_known_warning():
 
     assert any("type hints" in m for m in shown(quiet=False))  # the control: MLflow does show it
     assert shown(quiet=True) == ["a warning of our own"]  # and other warnings still are
+
+
+def test_scoring_a_saved_model_eagerly_raises_no_keras_input_structure_warning(trained_run):
+    """A model loaded from model.keras expects a list of its one input; the scoring path passes that, so a few rows
+    scored eagerly print nothing. The control: the bare call Keras warns about."""
+    import warnings
+
+    from pipeline.inference import load_keras_model, predict_ids
+
+    _, run_dir = trained_run
+    model = load_keras_model(run_dir / "model.keras")
+    ids = np.array([[2, 7, 8, 9, 0, 0], [2, 7, 0, 0, 0, 0]], dtype=np.int32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        predict_ids(model, ids, compiled=False)
+        predict_ids(model, ids[:1], compiled=True)
+    assert not [w for w in caught if "structure of `inputs`" in str(w.message)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model(ids, training=False)
+    assert [w for w in caught if "structure of `inputs`" in str(w.message)]

@@ -69,6 +69,7 @@ def on_genai_overview(text: str) -> bool:
 
 
 def test_browser_opens_on_the_runs_table_with_the_comparison(comparison, tmp_path):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     config, _ = comparison
@@ -83,7 +84,11 @@ def test_browser_opens_on_the_runs_table_with_the_comparison(comparison, tmp_pat
             browser = playwright.chromium.launch(executable_path=ui_screenshots.browser_path(), args=["--no-sandbox"])
             page = browser.new_page()
             page.goto(f"{base}/#/experiments/{found.experiment_id}")
-            page.wait_for_timeout(5000)
+            try:  # until the overview has drawn (a page that never shows it fails below, after 30 s)
+                page.wait_for_function("markers => markers.some(m => document.body.innerText.includes(m))",
+                                       arg=list(ui.GENAI_OVERVIEW_MARKERS), timeout=30_000)
+            except PlaywrightTimeout:
+                pass
             bare = page.inner_text("body")
             browser.close()
     assert on_genai_overview(bare), bare[:500]
