@@ -222,8 +222,9 @@ def evaluate_model(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFr
     if transformer is not None:
         ids, token_counts, _ = transformer.encoder.encode_with_counts(test["text"].tolist())
         max_tokens = transformer.encoder.settings.max_sequence_length - 1
-        if probabilities is None and classifier is transformer:
-            probabilities = predict_ids(transformer.model, ids)
+        reads_windows = getattr(transformer.encoder.settings, "long_reviews", "truncate") == "windows"
+        if probabilities is None and classifier is transformer and not reads_windows:
+            probabilities = predict_ids(transformer.model, ids)  # else below, through its windows
     if probabilities is None:
         probabilities = classifier.probabilities(test["text"].tolist())
     if val_probabilities is None:

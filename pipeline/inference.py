@@ -37,6 +37,7 @@ from pipeline.predictions import (
     as_class_probabilities,
     check_shape,
     fuse_probabilities,
+    pool_windows,
     predicted_and_confidence,
     probability_columns,
 )
@@ -281,10 +282,17 @@ class SentimentClassifier(PipelineModel):
         self.encoder, self.labels, self.model = _load_parts(Path(artifacts[ARTIFACT_KERAS_MODEL]),
                                                             Path(artifacts[ARTIFACT_TOKENIZER]))
 
-    def prepare(self, texts: Sequence[str]) -> np.ndarray:
+    def prepare(self, texts: Sequence[str]):
+        """The texts' ids; with ``long_reviews: windows`` in the encoder's settings, (ids, owner): each text's row and
+        the windows of those longer than the limit (``TextEncoder.encode_windows``)."""
+        if getattr(self.encoder.settings, "long_reviews", "truncate") == "windows":
+            return self.encoder.encode_windows(list(texts))
         return self.encoder.encode(list(texts))
 
-    def score(self, prepared: np.ndarray) -> np.ndarray:
+    def score(self, prepared) -> np.ndarray:
+        if isinstance(prepared, tuple):  # a text's windows pooled with its own row
+            ids, owner = prepared
+            return pool_windows(predict_ids(self.model, ids), owner)
         return predict_ids(self.model, prepared)
 
 

@@ -95,3 +95,21 @@ def fuse_probabilities(transformer: np.ndarray, lexical: np.ndarray, weight: flo
     logits -= logits.max(axis=1, keepdims=True)
     fused = np.exp(logits)
     return (fused / fused.sum(axis=1, keepdims=True)).astype(np.float32)
+
+
+def pool_windows(probabilities: np.ndarray, owner: np.ndarray) -> np.ndarray:
+    """``[texts, k]`` from the ``[rows, k]`` probabilities of every text's rows (``TextEncoder.encode_windows``: each
+    text's own row first, in order, then its windows; ``owner`` the text of each row): the softmax of the mean
+    log-probability over a text's rows (for two classes, the mean logit); a text of one row keeps that row's."""
+    probabilities, owner = np.asarray(probabilities), np.asarray(owner, dtype=np.int64)
+    texts = int(owner.max()) + 1 if len(owner) else 0
+    pooled = probabilities[:texts].copy()
+    counts = np.bincount(owner, minlength=texts)
+    many = counts > 1
+    if many.any():
+        sums = np.zeros((texts, probabilities.shape[1]))
+        np.add.at(sums, owner, np.log(np.clip(probabilities.astype(np.float64), 1e-12, 1.0)))
+        mean = sums[many] / counts[many, None]
+        exp = np.exp(mean - mean.max(axis=1, keepdims=True))
+        pooled[many] = exp / exp.sum(axis=1, keepdims=True)
+    return pooled

@@ -109,6 +109,23 @@ def _pad_rows(flat_ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, max
     return ids
 
 
+def window_offsets(lengths: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first token of each window, the row it belongs to) for rows of ``lengths`` tokens, in windows of ``size``.
+
+    A row longer than ``size`` gets ``ceil(length / size)`` windows, evenly spaced from its first token to its last
+    (consecutive windows overlap by less than ``size``; together they hold every token); a shorter row gets none.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    offsets, owners = [], []
+    for row in np.flatnonzero(lengths > size):
+        count = -(-int(lengths[row]) // size)
+        offsets.append(np.round(np.linspace(0, lengths[row] - size, count)).astype(np.int64))
+        owners.append(np.full(count, row, dtype=np.int64))
+    if not offsets:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(offsets), np.concatenate(owners)
+
+
 def kept_ends(settings: "EncoderSettings") -> tuple[int, int]:
     """(tokens kept from a long text's start, tokens kept from its end) under the truncation setting."""
     budget = settings.max_sequence_length - 1
@@ -148,6 +165,9 @@ class EncoderSettings:
     max_sequence_length: int
     truncation: str
     head_tokens: int
+    # a review longer than the limit, when a model scores it: its truncated row alone, or that row and its windows
+    # (:meth:`TextEncoder.encode_windows`); set by the train stage (model.long_reviews), saved only when "windows"
+    long_reviews: str = "truncate"
 
     @classmethod
     def from_config(cls, config: TokenizerConfig) -> "EncoderSettings":
@@ -283,6 +303,24 @@ class TextEncoder:
                    for start in range(0, len(texts), _ENCODE_BATCH)]
         return np.concatenate(batches) if batches else np.zeros((0, self.settings.max_sequence_length), np.int32)
 
+    def encode_windows(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids ``[M, max_sequence_length]``, the text each row belongs to ``[M]``): every text's ``encode`` row first,
+        in order, then for each text longer than the limit its windows (:func:`window_offsets`): ``[CLS]`` and
+        ``max_sequence_length - 1`` consecutive tokens each, together every token of the text."""
+        texts = texts if isinstance(texts, list) else list(texts)
+        size = self.settings.max_sequence_length - 1
+        rows, windows, owners = [], [], []
+        for start in range(0, len(texts), _ENCODE_BATCH):
+            flat, starts, lengths = self._token_rows([clean_text(t) for t in texts[start:start + _ENCODE_BATCH]])
+            rows.append(self._pad(flat, starts, lengths))
+            offsets, owner = window_offsets(lengths, size)
+            windows.append(_pad_rows(flat, starts[owner] + offsets, np.full(len(owner), size), size + 1, "head", 0))
+            owners.append(owner + start)
+        if not rows:
+            return np.zeros((0, size + 1), np.int32), np.zeros(0, np.int64)
+        ids = np.concatenate(rows + windows)
+        return ids, np.concatenate([np.arange(len(texts)), *owners])
+
     def encode_reference(self, texts: Sequence[str]) -> np.ndarray:
         """What ``encode`` returns, the plain way: KerasHub's tokenizer on every whole text (for checks)."""
         return self.encode_with_counts(texts, fast=False)[0]
@@ -321,7 +359,9 @@ class TextEncoder:
     def save(self, directory: Path) -> None:
         vocabulary_text = "".join(token + "\n" for token in self.vocabulary)
         (directory / VOCABULARY_FILE).write_text(vocabulary_text, encoding="utf-8")
-        payload = {"format": SETTINGS_FORMAT, **asdict(self.settings),
+        settings = {key: value for key, value in asdict(self.settings).items()
+                    if key != "long_reviews" or value != "truncate"}  # the files of encoders saved before it existed
+        payload = {"format": SETTINGS_FORMAT, **settings,
                    "vocabulary_size": self.vocabulary_size,
                    "vocabulary_sha256": sha256_text(vocabulary_text)}
         atomic_write_json(directory / TOKENIZER_SETTINGS_FILE, payload)
@@ -347,7 +387,7 @@ class TextEncoder:
         vocabulary = vocabulary_text.split("\n")[:-1]
         if len(vocabulary) != payload["vocabulary_size"]:
             raise InputError(f"{vocabulary_path}: {len(vocabulary)} tokens, expected {payload['vocabulary_size']}")
-        settings = EncoderSettings(**{k: payload[k] for k in EncoderSettings.__dataclass_fields__})
+        settings = EncoderSettings(**{k: payload[k] for k in EncoderSettings.__dataclass_fields__ if k in payload})
         return cls(vocabulary, settings)
 
 

@@ -16,6 +16,7 @@ fit (``pipeline.fitting``); save the outputs. A killed run resumes from its last
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -280,6 +281,9 @@ def save_outputs(config: Config, run_dir: Path, model: keras.Model, tokenize_dir
     tokenizer_dir.mkdir(exist_ok=True)
     for name in (VOCABULARY_FILE, TOKENIZER_SETTINGS_FILE, LABELS_FILE):
         shutil.copy2(tokenize_dir / name, tokenizer_dir / name)
+    if config.model.long_reviews != "truncate":  # how the model reads a long review when it scores
+        settings = json.loads((tokenizer_dir / TOKENIZER_SETTINGS_FILE).read_text())
+        atomic_write_json(tokenizer_dir / TOKENIZER_SETTINGS_FILE, {**settings, "long_reviews": config.model.long_reviews})
     if (tokenize_dir / PRESET_ASSETS_DIR).is_dir():  # a preset's tokenizer files: the model needs no preset later
         shutil.copytree(tokenize_dir / PRESET_ASSETS_DIR, tokenizer_dir / PRESET_ASSETS_DIR, dirs_exist_ok=True)
     curves = plot_training_curves(result.history, run_dir / "training_curves.png", run_name(config))

@@ -190,6 +190,21 @@ def test_the_comparison_design_comes_from_the_compare_section():
     assert design_for(load_config(), "position").report_name == "ablation_position"
 
 
+def test_long_reviews_are_a_factor_and_windows_are_refused_with_a_preset():
+    from pipeline.comparison.designs import variant_config, variant_name, variants
+
+    config = load_config(None, ["compare.poolings=[first_token]", "compare.long_reviews=[truncate, windows]"])
+    design = design_for(config)
+    assert design.factors == (("model.long_reviews", ("truncate", "windows")),)
+    assert [variant_name(v) for v in variants(design)] == ["truncate", "windows"]
+    assert [variant_config(config, design, v, 2).model.long_reviews for v in variants(design)] == ["truncate", "windows"]
+    with pytest.raises(ConfigError, match="model.long_reviews must be one of"):
+        load_config(None, ["model.long_reviews=whole"])
+    with pytest.raises(ConfigError, match="set model.long_reviews=truncate"):
+        load_config(PROJECT_ROOT / "configs" / "preset.yaml", ["model.long_reviews=windows"])
+    assert load_config(PROJECT_ROOT / "configs" / "preset.yaml").model.long_reviews == "truncate"
+
+
 def test_ngrams_are_a_factor_named_by_their_setting():
     from pipeline.comparison.designs import variant_config, variant_name, variants
 
@@ -253,7 +268,8 @@ def test_keys_added_for_ngrams_presets_and_sparse_updates_leave_the_hashes_of_ru
             payload.get("model", {}).pop(key, None)
         payload.get("compare", {}).pop("ngrams", None)
         for section, key in (("compare", "sparse_updates"), ("compare", "adversarial_epsilons"),
-                             ("training", "sparse_updates"), ("training", "adversarial_epsilon")):
+                             ("training", "sparse_updates"), ("training", "adversarial_epsilon"),
+                             ("model", "long_reviews"), ("compare", "long_reviews")):
             payload.get(section, {}).pop(key, None)
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
@@ -281,3 +297,6 @@ def test_keys_added_for_ngrams_presets_and_sparse_updates_leave_the_hashes_of_ru
     other = config.with_settings([("model.ngram_dropout", config.model.ngram_dropout / 2 + 0.1)])
     assert other.section_hash("compare", "model") != config.section_hash("compare", "model")
     assert other.section_hash("model") == config.section_hash("model")  # its tokens-only runs are shared
+    windows = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", ["model.ngram_max=1", "training.sparse_updates=false",
+                                                                  "model.long_reviews=windows"])
+    assert windows.section_hash("model", "training") != earlier_hash(windows, "model", "training")

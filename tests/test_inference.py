@@ -358,3 +358,41 @@ def test_scoring_a_saved_model_eagerly_raises_no_keras_input_structure_warning(t
         warnings.simplefilter("always")
         model(ids, training=False)
     assert [w for w in caught if "structure of `inputs`" in str(w.message)]
+
+
+def test_pooling_windows_averages_log_probabilities_and_keeps_a_one_row_text_as_it_was():
+    from pipeline.predictions import pool_windows
+
+    rows = np.array([[0.2, 0.8], [0.9, 0.1], [0.6, 0.4], [0.3, 0.7]], dtype=np.float32)
+    owner = np.array([0, 1, 1, 1])  # text 0: one row; text 1: its row and two windows
+    pooled = pool_windows(rows, owner)
+    assert pooled.shape == (2, 2) and pooled[0].tolist() == rows[0].tolist()
+    logit = np.mean(np.log(rows[1:, 1]) - np.log(rows[1:, 0]))  # two classes: the mean logit
+    assert pooled[1, 1] == pytest.approx(1 / (1 + np.exp(-logit)), abs=1e-6)
+    assert pooled[1].sum() == pytest.approx(1.0, abs=1e-6)
+    assert pool_windows(np.zeros((0, 2)), np.zeros(0, int)).shape == (0, 2)
+
+
+def test_a_model_reading_windows_scores_a_long_review_whole_and_a_short_one_as_before(tmp_path):
+    import shutil
+
+    from pipeline.inference import SentimentClassifier, predict_ids
+    from pipeline.tokenizer import TextEncoder
+
+    tokenizer = tmp_path / "tokenizer"
+    shutil.copytree(LEGACY / "tokenizer", tokenizer)
+    settings = json.loads((tokenizer / "tokenizer.json").read_text())
+    (tokenizer / "tokenizer.json").write_text(json.dumps({**settings, "long_reviews": "windows"}))
+    windows = SentimentClassifier.from_paths(LEGACY / "model.keras", tokenizer)
+    truncate = SentimentClassifier.from_paths(LEGACY / "model.keras", LEGACY / "tokenizer")
+    long = " ".join(["awful and dull"] * 30 + ["superb wonderful"] * 3 + ["awful"] * 20)  # its middle is cut
+    texts = ["superb", long, "the movie plot was fine"]
+    a, b = windows.probabilities(texts), truncate.probabilities(texts)
+    np.testing.assert_array_equal(a[[0, 2]], b[[0, 2]])  # short reviews: the one row, as before
+    ids, owner = TextEncoder.load(tokenizer).encode_windows([long])
+    assert len(ids) > 2
+    rows = predict_ids(windows.model, ids, compiled=False)
+    logit = np.mean(np.log(rows[:, 1]) - np.log(rows[:, 0]))
+    assert a[1, 1] == pytest.approx(1 / (1 + np.exp(-logit)), abs=1e-5) and abs(a[1, 1] - b[1, 1]) > 1e-4
+    frame = windows.predict(None, pd.DataFrame({"text": texts}))  # the pyfunc answer: the same probabilities
+    np.testing.assert_allclose(frame["positive_probability"].to_numpy(float), a[:, 1], atol=1e-6)

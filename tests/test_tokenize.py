@@ -97,6 +97,48 @@ def test_save_load_round_trip_and_tamper_detection(small_encoder, tmp_path):
         TextEncoder.load(tmp_path)
 
 
+@pytest.mark.parametrize("length", [0, 1, 14, 15, 16, 29, 30, 31, 100, 451])
+def test_windows_hold_every_token_once_spaced_evenly_and_only_of_long_rows(length):
+    offsets, owners = encoding.window_offsets(np.array([3, length]), 15)
+    assert (owners == 1).all()  # the 3-token row has none
+    if length <= 15:
+        assert len(offsets) == 0
+        return
+    assert len(offsets) == -(-length // 15) and offsets[0] == 0 and offsets[-1] == length - 15
+    covered = np.zeros(length, bool)
+    for offset in offsets:
+        covered[offset:offset + 15] = True
+    assert covered.all() and (np.diff(offsets) <= 15).all()
+    assert np.ptp(np.diff(offsets)) <= 1  # evenly spaced (rounded)
+
+
+def test_encode_windows_gives_each_text_its_row_then_a_long_ones_windows(small_encoder):
+    texts = ["good movie", " ".join(f"{w} {v}" for w, v in zip(["good", "bad", "the"] * 12, ["plot", "ending"] * 18)),
+             "the ending was boring"]
+    ids, owner = small_encoder.encode_windows(texts)
+    np.testing.assert_array_equal(ids[:3], small_encoder.encode(texts))  # the truncated rows first, in order
+    assert owner[:3].tolist() == [0, 1, 2] and set(owner[3:].tolist()) == {1}
+    whole = TextEncoder(small_encoder.vocabulary, EncoderSettings(True, 200, "head_tail", 4)).encode(texts[1:2])[0]
+    whole = whole[1:][whole[1:] != PAD_ID]  # every token of the long text
+    offsets, _ = encoding.window_offsets(np.array([len(whole)]), 15)
+    assert len(ids) == 3 + len(offsets) > 4
+    for row, offset in zip(ids[3:], offsets):
+        assert row[0] == CLS_ID and row[1:].tolist() == whole[offset:offset + 15].tolist()
+
+
+def test_the_windows_setting_is_saved_only_when_on(small_encoder, tmp_path):
+    import dataclasses
+
+    (tmp_path / "off").mkdir()
+    (tmp_path / "on").mkdir()
+    small_encoder.save(tmp_path / "off")
+    assert "long_reviews" not in json.loads((tmp_path / "off" / "tokenizer.json").read_text())  # as saved before
+    assert TextEncoder.load(tmp_path / "off").settings.long_reviews == "truncate"
+    on = TextEncoder(small_encoder.vocabulary, dataclasses.replace(small_encoder.settings, long_reviews="windows"))
+    on.save(tmp_path / "on")
+    assert TextEncoder.load(tmp_path / "on").settings.long_reviews == "windows"
+
+
 def test_load_missing_files_says_run_tokenize(tmp_path):
     with pytest.raises(FileNotFoundError, match="make tokenize"):
         TextEncoder.load(tmp_path)

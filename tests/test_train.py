@@ -172,3 +172,27 @@ def test_the_saved_model_holds_weights_not_optimizer_state(trained_run, tmp_path
     compiled.save(tmp_path / "compiled.keras")
     assert getattr(load_keras_model(tmp_path / "compiled.keras"), "optimizer", None) is not None
     assert (run_dir / "model.keras").stat().st_size < (tmp_path / "compiled.keras").stat().st_size
+
+
+def test_a_run_trained_to_read_windows_scores_and_evaluates_long_reviews_by_them(prepared_config):
+    """model.long_reviews=windows: the run's tokenizer files say so, and its logged model and its evaluation read a
+    review longer than the limit through its windows (training itself reads the same head+tail rows)."""
+    from pipeline.evaluation import evaluate_run
+    from pipeline.inference import SentimentClassifier, load_classifier
+    from pipeline.predictions import pool_windows
+
+    config = prepared_config.replace(model={"long_reviews": "windows"}, training={"epochs": 1})
+    run_dir = training.train_model(config).run_dir
+    assert json.loads((run_dir / "tokenizer" / "tokenizer.json").read_text())["long_reviews"] == "windows"
+    run_id = json.loads((run_dir / "manifest.json").read_text())["mlflow_run_id"]
+    logged = load_classifier(f"runs:/{run_id}/model")
+    truncating = SentimentClassifier.from_paths(run_dir / "model.keras", config.data_dir / "tokenize")
+    test = pd.read_parquet(config.data_dir / "ingest" / "test.parquet")
+    texts = test["text"].tolist()
+    ids, owner = logged.encoder.encode_windows(texts)
+    long = np.flatnonzero(np.bincount(owner) > 1)
+    assert len(long) > 0  # the generated test reviews include some longer than the 32-token limit
+    expected = pool_windows(logged.model.predict(ids, verbose=0), owner)
+    evaluated = evaluate_run(config, run_id).predictions("test")["positive_probability"].to_numpy()
+    np.testing.assert_allclose(evaluated, expected[:, 1], atol=1e-5)
+    assert np.abs(evaluated[long] - truncating.probabilities([texts[i] for i in long])[:, 1]).max() > 1e-4

@@ -41,7 +41,8 @@ __all__ = [
 # ``Config.section_hash`` while they hold it.
 ADDED_KEYS = {("compare", "ngrams"): None, ("compare", "sparse_updates"): None,
               ("compare", "adversarial_epsilons"): None, ("pseudo_label", "max_rows"): None,
-              ("training", "sparse_updates"): False, ("training", "adversarial_epsilon"): 0.0}
+              ("training", "sparse_updates"): False, ("training", "adversarial_epsilon"): 0.0,
+              ("model", "long_reviews"): "truncate", ("compare", "long_reviews"): None}
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.config.sections import INITS, POOLINGS, TOKEN_EMBEDDINGS
+from pipeline.config.sections import INITS, LONG_REVIEWS, POOLINGS, TOKEN_EMBEDDINGS
 from pipeline.errors import ConfigError
 
 
@@ -24,7 +24,8 @@ COMPARE_FACTORS = {"poolings": ("model.pooling", POOLINGS), "inits": ("model.ini
                    "pseudo_labels": ("training.pseudo_labels", (False, True)),
                    "ngrams": ("model.ngram_max", (1, 2, 3, 4)),
                    "sparse_updates": ("training.sparse_updates", (False, True)),
-                   "adversarial_epsilons": ("training.adversarial_epsilon", (0.0, 0.5, 1.0, 2.0, 5.0))}
+                   "adversarial_epsilons": ("training.adversarial_epsilon", (0.0, 0.5, 1.0, 2.0, 5.0)),
+                   "long_reviews": ("model.long_reviews", LONG_REVIEWS)}
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class CompareConfig:
     ngrams: tuple[int, ...] | None = None      # model.ngram_max levels, e.g. [1, 3]: tokens alone vs with n-grams
     sparse_updates: tuple[bool, ...] | None = None  # training.sparse_updates levels: dense vs lazy embedding updates
     adversarial_epsilons: tuple[float, ...] | None = None  # training.adversarial_epsilon levels, e.g. [0, 2]
+    long_reviews: tuple[str, ...] | None = None  # model.long_reviews levels: [truncate, windows]
     fusion: bool = True            # also fuse every Transformer run with the NBSVM baseline (a candidate each)
     fusion_weights: int = 21       # weights 0, 0.05, ..., 1 on the Transformer, chosen on validation
     tfidf_baseline: bool = True    # the earlier TF-IDF + logistic regression baseline, a reference row

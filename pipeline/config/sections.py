@@ -94,6 +94,7 @@ class TokenizerConfig:
 
 
 POOLINGS = ("first_token", "mean")
+LONG_REVIEWS = ("truncate", "windows")
 POSITIONS = ("learned", "sinusoidal", "none")
 INITS = ("scratch", "pretrained")
 TOKEN_EMBEDDINGS = ("random", "word2vec")
@@ -124,12 +125,21 @@ class ModelConfig:
     # tokenizer and backbone, the pipeline's pooling and head; the shape keys above then do not apply
     preset: str | None = None
     preset_max_parameters_on_cpu: int = 20_000_000  # refuse to fine-tune a larger preset without a GPU
+    # How the trained model reads a review longer than tokenizer.max_sequence_length when it scores (training always
+    # reads the tokenize stage's head+tail rows): truncate (that row alone) | windows (that row and rows of
+    # consecutive tokens covering the whole review, their log-probabilities averaged; docs/results.md)
+    long_reviews: str = "truncate"
 
     def __post_init__(self) -> None:
         if self.init not in INITS:
             raise ConfigError(f"model.init must be one of {INITS}, got {self.init!r}")
         if self.pooling not in POOLINGS:
             raise ConfigError(f"model.pooling must be one of {POOLINGS}, got {self.pooling!r}")
+        if self.long_reviews not in LONG_REVIEWS:
+            raise ConfigError(f"model.long_reviews must be one of {LONG_REVIEWS}, got {self.long_reviews!r}")
+        if self.long_reviews == "windows" and self.preset is not None:
+            raise ConfigError("model.long_reviews=windows reads reviews with the pipeline's own tokenizer; a model.preset "
+                              "reads each review's head and tail: set model.long_reviews=truncate")
         if self.token_embedding not in TOKEN_EMBEDDINGS:
             raise ConfigError(f"model.token_embedding must be one of {TOKEN_EMBEDDINGS}, got {self.token_embedding!r}")
         if self.position not in POSITIONS:
