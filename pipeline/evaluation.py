@@ -49,11 +49,13 @@ ERROR_EXAMPLES = 50
 # --------------------------------------------------------------------------- pure helpers
 
 
-def length_bucket_accuracy(correct: np.ndarray, token_counts: np.ndarray, max_tokens: int) -> pd.DataFrame:
+def length_bucket_accuracy(correct: np.ndarray, token_counts: np.ndarray, max_tokens: int,
+                           truncates: bool = True) -> pd.DataFrame:
     """Accuracy per review-length bucket (tokens before truncation), marking truncated buckets.
 
     Buckets are relative to the cut-off: up to 1/4, 1/2 and all of ``max_tokens`` (whole
-    reviews), then up to twice it, and beyond (reviews that lost tokens to truncation).
+    reviews), then up to twice it, and beyond (reviews that lost tokens to truncation, unless the
+    model reads them whole: ``truncates=False``, a model scoring long reviews by windows).
     """
     edges = sorted({0, max_tokens // 4, max_tokens // 2, max_tokens, 2 * max_tokens, 10**9})
     correct = np.asarray(correct, dtype=bool)
@@ -63,7 +65,7 @@ def length_bucket_accuracy(correct: np.ndarray, token_counts: np.ndarray, max_to
         if in_bucket.any():
             name = f"{low + 1}-{high}" if high < 10**9 else f">{low}"
             rows.append({"bucket": name, "reviews": int(in_bucket.sum()), "accuracy": float(correct[in_bucket].mean()),
-                         "truncated": bool(low >= max_tokens)})
+                         "truncated": bool(truncates and low >= max_tokens)})
     return pd.DataFrame(rows)
 
 
@@ -219,6 +221,7 @@ def evaluate_model(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFr
     names = classifier.labels
     labels = test["label"].to_numpy()
     transformer = transformer_of(classifier)
+    reads_windows = False
     if transformer is not None:
         ids, token_counts, _ = transformer.encoder.encode_with_counts(test["text"].tolist())
         max_tokens = transformer.encoder.settings.max_sequence_length - 1
@@ -240,7 +243,8 @@ def evaluate_model(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFr
              plot_reliability(labels, probabilities, names, out_dir / "reliability.png")]
     if token_counts is not None and max_tokens is not None:
         predictions["token_count"] = np.asarray(token_counts)
-        buckets = length_bucket_accuracy(predictions["correct"].to_numpy(), np.asarray(token_counts), max_tokens)
+        buckets = length_bucket_accuracy(predictions["correct"].to_numpy(), np.asarray(token_counts), max_tokens,
+                                         truncates=not reads_windows)
         plots.append(plot_length_buckets(buckets, out_dir / "accuracy_by_length.png"))
     if transformer is not None and pooling is not None:
         plots.append(plot_attention(transformer, pooling, out_dir / "attention.png"))

@@ -513,3 +513,13 @@ def test_the_tuned_level_is_the_tuned_file_and_the_default_level_keeps_the_compa
     with pytest.raises(ConfigError, match="model.hidden_dim, which the masked-LM backbone is built for"):
         design({"model.hidden_dim": 32}, pretrained)
     assert design({"model.dropout": 0.1}, pretrained).overlays[0][1] == (("model.dropout", 0.1),)
+
+
+def test_the_model_card_says_how_the_transformer_reads_a_long_review():
+    from pipeline.stages.register import transformer_lines
+
+    params = {"tokenizer.max_sequence_length": "256", "tokenizer.truncation": "head_tail", "model.pooling": "mean"}
+    cut = "\n".join(transformer_lines(params, {}))
+    assert "cut to **256 tokens** (head_tail truncation)." in cut and "windows" not in cut
+    read = "\n".join(transformer_lines({**params, "model.long_reviews": "windows"}, {}))
+    assert "cut to **256 tokens** (head_tail truncation) for training" in read and "windows covering all of it" in read

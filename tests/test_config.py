@@ -161,6 +161,7 @@ def test_gpu_config_loads_and_each_model_takes_a_step_on_cpu():
     config = load_config(PROJECT_ROOT / "configs" / "gpu.yaml")
     assert config.model.init == "pretrained" and config.tokenizer.max_sequence_length == 512
     assert config.training.pseudo_labels and config.pseudo_label.max_rows is None  # every unlabeled review
+    assert config.model.long_reviews == "windows"  # long reviews scored whole
     # a small vocabulary and 64-token rows: the shapes that matter are the encoder's width, depth and heads, and its
     # 512 learned positions (built whatever the rows' length, which the model leaves open)
     vocabulary, length = 300, config.tokenizer.max_sequence_length
@@ -275,7 +276,8 @@ def test_keys_added_for_ngrams_presets_and_sparse_updates_leave_the_hashes_of_ru
 
     for name in SHIPPED:
         config = load_config(PROJECT_ROOT / "configs" / name, ["model.ngram_max=1", "model.preset=null",
-                                                               "training.sparse_updates=false"])
+                                                               "training.sparse_updates=false",
+                                                               "model.long_reviews=truncate"])
         for sections in (("model", "training"), ("compare", "model", "training")):
             assert config.section_hash(*sections) == earlier_hash(config, *sections), (name, sections)
     # the controls: with a preset, or with n-grams on (or compared), the hash is another one

@@ -17,6 +17,8 @@ def test_length_bucket_accuracy_marks_truncated_buckets():
     assert buckets["reviews"].sum() == 4
     assert buckets.set_index("bucket")["accuracy"].to_dict() == {"1-63": 0.5, "256-510": 1.0, ">510": 1.0}
     assert buckets.set_index("bucket")["truncated"].to_dict() == {"1-63": False, "256-510": True, ">510": True}
+    whole = evaluation.length_bucket_accuracy(correct, counts, max_tokens=255, truncates=False)  # read by windows
+    assert whole["accuracy"].tolist() == buckets["accuracy"].tolist() and not whole["truncated"].any()
 
 
 def test_most_confident_errors_are_wrong_and_sorted():

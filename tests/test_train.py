@@ -193,6 +193,7 @@ def test_a_run_trained_to_read_windows_scores_and_evaluates_long_reviews_by_them
     long = np.flatnonzero(np.bincount(owner) > 1)
     assert len(long) > 0  # the generated test reviews include some longer than the 32-token limit
     expected = pool_windows(logged.model.predict(ids, verbose=0), owner)
-    evaluated = evaluate_run(config, run_id).predictions("test")["positive_probability"].to_numpy()
+    evaluated_run = evaluate_run(config, run_id)
+    evaluated = evaluated_run.predictions("test")["positive_probability"].to_numpy()
     np.testing.assert_allclose(evaluated, expected[:, 1], atol=1e-5)
     assert np.abs(evaluated[long] - truncating.probabilities([texts[i] for i in long])[:, 1]).max() > 1e-4

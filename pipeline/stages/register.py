@@ -79,7 +79,9 @@ def transformer_lines(params: dict, tags: dict, prefix: str = "") -> list[str]:
             + (f" (masked-LM pretrained backbone from MLflow run `{pretrained}`)" if pretrained else "")
             + (f", token embedding {get('model.token_embedding')}" if get("model.token_embedding") else "") + ".",
             f"- Tokenizer: WordPiece, {get('vocabulary_size')} tokens learned on the training texts; reviews are "
-            f"cut to **{get('tokenizer.max_sequence_length')} tokens** ({get('tokenizer.truncation')} truncation)."]
+            f"cut to **{get('tokenizer.max_sequence_length')} tokens** ({get('tokenizer.truncation')} truncation)"
+            + (" for training; a longer review is scored as that row and **windows covering all of it**, their "
+               "log-probabilities averaged." if get("model.long_reviews") == "windows" else ".")]
 
 
 def lexical_lines(params: dict, prefix: str = "") -> list[str]:
@@ -170,7 +172,10 @@ def model_card(name: str, version: str, run, evaluation: dict, intervals: dict, 
               "bulk, with `make score`, `make serve` or Spark; the probability is calibrated as above.",
               *([f"- Reviews longer than {get('tokenizer.max_sequence_length')} tokens are cut for the Transformer: "
                  "text in the cut part does not count" + (" for that part of the model." if kind == "fusion" else ".")]
-                if kind != "lexical" else []),
+                if kind != "lexical" and get("model.long_reviews", "truncate") == "truncate" else []),
+              *([f"- Reviews longer than {get('tokenizer.max_sequence_length')} tokens are read whole by the "
+                 "Transformer, as their first and last tokens and windows of consecutive tokens covering every one, "
+                 "the windows' answers averaged."] if kind != "lexical" and get("model.long_reviews") == "windows" else []),
               "- English only; trained on IMDB movie reviews. Other languages, domains or very short texts are "
               "out of scope and untested.",
               "- Not for decisions about people. Missing, blank or numeric texts get no score (a `score_error`)."]
