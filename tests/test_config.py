@@ -156,12 +156,13 @@ def test_gpu_config_loads_and_each_model_takes_a_step_on_cpu():
     import keras
     import numpy as np
 
+    from pipeline.adversarial import AdversarialClassifier
     from pipeline.model import build_masked_lm, build_model
 
     config = load_config(PROJECT_ROOT / "configs" / "gpu.yaml")
     assert config.model.init == "pretrained" and config.tokenizer.max_sequence_length == 512
     assert config.training.pseudo_labels and config.pseudo_label.max_rows is None  # every unlabeled review
-    assert config.model.long_reviews == "windows"  # long reviews scored whole
+    assert config.model.long_reviews == "windows" and config.training.adversarial_epsilon == 2.0
     # a small vocabulary and 64-token rows: the shapes that matter are the encoder's width, depth and heads, and its
     # 512 learned positions (built whatever the rows' length, which the model leaves open)
     vocabulary, length = 300, config.tokenizer.max_sequence_length
@@ -172,6 +173,9 @@ def test_gpu_config_loads_and_each_model_takes_a_step_on_cpu():
     # eager: one step each needs no traced graph (6 s instead of 26 s here, same arithmetic)
     classifier.compile(optimizer="adam", loss="sparse_categorical_crossentropy", run_eagerly=True)
     assert np.isfinite(classifier.train_on_batch(ids, np.array([0, 1])))
+    adversarial = AdversarialClassifier(classifier, config.training.adversarial_epsilon)  # as training wraps it
+    adversarial.compile(optimizer="adam", loss="sparse_categorical_crossentropy", run_eagerly=True)
+    assert np.isfinite(adversarial.train_on_batch(ids, np.array([0, 1])))
     masked_lm = build_masked_lm(config.model, vocabulary, length)
     masked_lm.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       run_eagerly=True)
@@ -277,7 +281,8 @@ def test_keys_added_for_ngrams_presets_and_sparse_updates_leave_the_hashes_of_ru
     for name in SHIPPED:
         config = load_config(PROJECT_ROOT / "configs" / name, ["model.ngram_max=1", "model.preset=null",
                                                                "training.sparse_updates=false",
-                                                               "model.long_reviews=truncate"])
+                                                               "model.long_reviews=truncate",
+                                                               "training.adversarial_epsilon=0"])
         for sections in (("model", "training"), ("compare", "model", "training")):
             assert config.section_hash(*sections) == earlier_hash(config, *sections), (name, sections)
     # the controls: with a preset, or with n-grams on (or compared), the hash is another one
