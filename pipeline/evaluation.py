@@ -225,7 +225,7 @@ def evaluate_model(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFr
     if transformer is not None:
         ids, token_counts, _ = transformer.encoder.encode_with_counts(test["text"].tolist())
         max_tokens = transformer.encoder.settings.max_sequence_length - 1
-        reads_windows = getattr(transformer.encoder.settings, "long_reviews", "truncate") == "windows"
+        reads_windows = transformer.reads_windows
         if probabilities is None and classifier is transformer and not reads_windows:
             probabilities = predict_ids(transformer.model, ids)  # else below, through its windows
     if probabilities is None:

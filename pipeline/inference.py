@@ -282,10 +282,16 @@ class SentimentClassifier(PipelineModel):
         self.encoder, self.labels, self.model = _load_parts(Path(artifacts[ARTIFACT_KERAS_MODEL]),
                                                             Path(artifacts[ARTIFACT_TOKENIZER]))
 
+    @property
+    def reads_windows(self) -> bool:
+        """Whether a review longer than the limit is scored by windows (``long_reviews: windows`` in the encoder's
+        settings; a preset's encoder has no such setting and truncates)."""
+        return getattr(self.encoder.settings, "long_reviews", "truncate") == "windows"
+
     def prepare(self, texts: Sequence[str]):
-        """The texts' ids; with ``long_reviews: windows`` in the encoder's settings, (ids, owner): each text's row and
-        the windows of those longer than the limit (``TextEncoder.encode_windows``)."""
-        if getattr(self.encoder.settings, "long_reviews", "truncate") == "windows":
+        """The texts' ids; when it :attr:`reads_windows`, (ids, owner): each text's row and the windows of those
+        longer than the limit (``TextEncoder.encode_windows``)."""
+        if self.reads_windows:
             return self.encoder.encode_windows(list(texts))
         return self.encoder.encode(list(texts))
 

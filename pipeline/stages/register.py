@@ -170,12 +170,11 @@ def model_card(name: str, version: str, run, evaluation: dict, intervals: dict, 
     lines += ["", "## Intended use and limits", "",
               "- Intended use: scoring the overall sentiment of English reviews of films (and similar reviews) in "
               "bulk, with `make score`, `make serve` or Spark; the probability is calibrated as above.",
-              *([f"- Reviews longer than {get('tokenizer.max_sequence_length')} tokens are cut for the Transformer: "
-                 "text in the cut part does not count" + (" for that part of the model." if kind == "fusion" else ".")]
-                if kind != "lexical" and get("model.long_reviews", "truncate") == "truncate" else []),
-              *([f"- Reviews longer than {get('tokenizer.max_sequence_length')} tokens are read whole by the "
-                 "Transformer, as their first and last tokens and windows of consecutive tokens covering every one, "
-                 "the windows' answers averaged."] if kind != "lexical" and get("model.long_reviews") == "windows" else []),
+              *([f"- Reviews longer than {get('tokenizer.max_sequence_length')} tokens are "
+                 + ("read whole by the Transformer, as their first and last tokens and windows of consecutive tokens "
+                    "covering every one, the windows' answers averaged." if get("model.long_reviews") == "windows" else
+                    "cut for the Transformer: text in the cut part does not count"
+                    + (" for that part of the model." if kind == "fusion" else "."))] if kind != "lexical" else []),
               "- English only; trained on IMDB movie reviews. Other languages, domains or very short texts are "
               "out of scope and untested.",
               "- Not for decisions about people. Missing, blank or numeric texts get no score (a `score_error`)."]
