@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from pipeline.artifacts import TOKENIZER_SETTINGS_FILE, VOCABULARY_FILE, atomic_write_json, ids_file, labels_file, sha256_text
-from pipeline.config import TokenizerConfig
+from pipeline.config import LONG_REVIEWS, TokenizerConfig
 from pipeline.errors import InputError, MissingInputError
 from pipeline.text import CLS_ID, MASK_ID, PAD_ID, REQUIRED_RESERVED, RESERVED_TOKENS, UNK_ID, clean_text
 
@@ -387,6 +387,9 @@ class TextEncoder:
         vocabulary = vocabulary_text.split("\n")[:-1]
         if len(vocabulary) != payload["vocabulary_size"]:
             raise InputError(f"{vocabulary_path}: {len(vocabulary)} tokens, expected {payload['vocabulary_size']}")
+        if payload.get("long_reviews", "truncate") not in LONG_REVIEWS:
+            raise InputError(f"{settings_path}: long_reviews is {payload['long_reviews']!r}, expected one of "
+                             f"{', '.join(LONG_REVIEWS)}")
         settings = EncoderSettings(**{k: payload[k] for k in EncoderSettings.__dataclass_fields__ if k in payload})
         return cls(vocabulary, settings)
 

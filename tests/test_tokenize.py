@@ -137,6 +137,10 @@ def test_the_windows_setting_is_saved_only_when_on(small_encoder, tmp_path):
     on = TextEncoder(small_encoder.vocabulary, dataclasses.replace(small_encoder.settings, long_reviews="windows"))
     on.save(tmp_path / "on")
     assert TextEncoder.load(tmp_path / "on").settings.long_reviews == "windows"
+    settings = tmp_path / "on" / "tokenizer.json"
+    settings.write_text(settings.read_text().replace('"windows"', '"sliding"'))
+    with pytest.raises(ValueError, match=r"on/tokenizer.json: long_reviews is 'sliding', expected one of truncate"):
+        TextEncoder.load(tmp_path / "on")
 
 
 def test_load_missing_files_says_run_tokenize(tmp_path):

@@ -22,7 +22,7 @@ import yaml
 from pipeline.config.runs import (COMPARE_FACTORS, SPARK_OUTPUT_FORMATS, CompareConfig, SparkConfig, TrackingConfig,
                                   TuneConfig)
 from pipeline.config.sections import (BACKBONE_KEYS, CANONICAL_IMDB_MD5, CANONICAL_IMDB_URL, DATA_SOURCES, INITS,
-                                      NGRAM_KEYS, POOLINGS, POSITIONS, PRECISIONS, PRESET_KEYS, PSEUDO_LABEL_TEACHERS,
+                                      LONG_REVIEWS, NGRAM_KEYS, POOLINGS, POSITIONS, PRECISIONS, PRESET_KEYS, PSEUDO_LABEL_TEACHERS,
                                       TOKEN_EMBEDDINGS, TRUNCATION_STRATEGIES, BaselineConfig, DataConfig,
                                       ModelConfig, PathsConfig, PretrainConfig, PseudoLabelConfig, TokenizerConfig,
                                       TrainingConfig)
@@ -31,7 +31,7 @@ from pipeline.typed_values import build_sections
 
 __all__ = [
     "BACKBONE_KEYS", "CANONICAL_IMDB_MD5", "CANONICAL_IMDB_URL", "COMPARE_FACTORS", "DATA_SOURCES", "INITS",
-    "NGRAM_KEYS", "POOLINGS", "POSITIONS", "PRECISIONS", "PRESET_KEYS", "PSEUDO_LABEL_TEACHERS",
+    "LONG_REVIEWS", "NGRAM_KEYS", "POOLINGS", "POSITIONS", "PRECISIONS", "PRESET_KEYS", "PSEUDO_LABEL_TEACHERS",
     "SPARK_OUTPUT_FORMATS", "TOKEN_EMBEDDINGS", "TRUNCATION_STRATEGIES", "BaselineConfig", "CompareConfig", "Config",
     "DataConfig", "ModelConfig", "PathsConfig", "PretrainConfig", "PseudoLabelConfig", "SparkConfig",
     "TokenizerConfig", "TrackingConfig", "TrainingConfig", "TuneConfig", "load_config", "parse_override",
