@@ -11,7 +11,10 @@ Writes: ``data/pseudo_label/`` holding ``pseudo_labels.parquet`` (``row``: the r
         validation accuracy, how many reviews were kept and the plot.
 
 The teacher is the comparison's NBSVM baseline (``pseudo_label.teacher: nbsvm``; ``tfidf`` for the
-TF-IDF + logistic regression one), fitted on the train split only. With ``training.pseudo_labels: true``
+TF-IDF + logistic regression one), fitted on the train split only, or a model this pipeline logged, named by
+its URI (``models:/imdb-sentiment@champion``: the candidate validation chose, a fusion included; a run's
+``runs:/RUN_ID/model``; a folder), loaded as it is; its identity (MLflow's model UUID) is one of the stage's
+inputs, so moving the alias makes new labels. With ``training.pseudo_labels: true``
 the classifier trains on the train split plus these reviews, on the teacher's probabilities with
 ``pseudo_label.soft`` (distillation) or its labels without, and is still chosen on the untouched
 validation split.
@@ -21,10 +24,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Callable, Sequence
 
 import mlflow
 import numpy as np
 import pandas as pd
+from tqdm.auto import tqdm
 
 from pipeline.artifacts import (
     teacher_probability_column,
@@ -40,14 +45,16 @@ from pipeline.artifacts import (
     write_manifest,
 )
 from pipeline.baseline import class_probabilities, nbsvm_baseline, tfidf_baseline
-from pipeline.config import Config
+from pipeline.config import PSEUDO_LABEL_TEACHERS, Config
 from pipeline.errors import InputError, MissingInputError
 from pipeline.catalog import require_output, stage_dir
+from pipeline.inference import PipelineModel, load_classifier
 from pipeline.tracking import PSEUDO_LABEL_STAGE, STAGE_TAG, flat_params, setup_tracking
-from pipeline.text import load_labels
+from pipeline.text import load_labels, text_problem
 
 STAGE = "pseudo_label"
 PLOT_FILE = "teacher_confidence.png"
+TEACHER_CHUNK = 2048  # reviews a logged teacher scores at a time (one progress step)
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -63,8 +70,49 @@ def fit_teacher(config: Config, train: pd.DataFrame, val: pd.DataFrame):
 
 
 
+def model_probabilities(classifier: PipelineModel, texts: Sequence[str], desc: str = "teacher") -> np.ndarray:
+    """A logged model's ``[N, k]`` probabilities for ``texts``, scored in chunks with a progress bar; a row it
+    cannot score (``pipeline.text.text_problem``) gets NaN, which no confidence threshold keeps."""
+    probabilities = np.full((len(texts), len(classifier.labels)), np.nan, dtype=np.float32)
+    scorable = np.flatnonzero([not text_problem(text) for text in texts])
+    with tqdm(total=len(scorable), desc=desc, unit=" reviews", mininterval=1.0) as bar:
+        for start in range(0, len(scorable), TEACHER_CHUNK):
+            rows = scorable[start:start + TEACHER_CHUNK]
+            probabilities[rows] = classifier.probabilities([texts[r] for r in rows])
+            bar.update(len(rows))
+    return probabilities
+
+
+def load_teacher(config: Config, train: pd.DataFrame, val: pd.DataFrame,
+                 names: list[str]) -> Callable[[Sequence[str], str], np.ndarray]:
+    """The teacher as ``(texts, description) -> [N, k]`` probabilities: NBSVM or TF-IDF fitted on the train split
+    (:func:`fit_teacher`), or the logged model ``pseudo_label.teacher`` names, refused when its classes are not
+    the ingested ones."""
+    teacher = config.pseudo_label.teacher
+    if teacher in PSEUDO_LABEL_TEACHERS:
+        model = fit_teacher(config, train, val)
+        return lambda texts, _desc: class_probabilities(model, texts, len(names))
+    classifier = load_classifier(teacher)
+    if list(classifier.labels) != list(names):
+        raise InputError(f"pseudo_label.teacher {teacher!r} predicts the classes {list(classifier.labels)}; the "
+                         f"ingested reviews have {list(names)}")
+    return lambda texts, desc: model_probabilities(classifier, list(texts), desc)
+
+
+def teacher_identity(teacher: str) -> str:
+    """What the labels depend on besides the config: for a logged teacher its model UUID (a moved alias or a
+    re-logged folder is another model); "" for a teacher the stage fits itself."""
+    if teacher in PSEUDO_LABEL_TEACHERS:
+        return ""
+    try:
+        return mlflow.models.Model.load(teacher).model_uuid
+    except (mlflow.exceptions.MlflowException, OSError) as exc:  # no such model, alias, run or folder
+        raise InputError(f"pseudo_label.teacher: cannot read model {teacher!r}: {exc}") from None
+
+
 def select_confident(probabilities: np.ndarray, min_confidence: float) -> pd.DataFrame:
-    """Rows whose top-class probability is at least ``min_confidence``: ``row``, ``label``, ``confidence``."""
+    """Rows whose top-class probability is at least ``min_confidence``: ``row``, ``label``, ``confidence``
+    (a row of NaN, one the teacher could not score, is never kept)."""
     probabilities = np.asarray(probabilities)
     confidence = probabilities.max(axis=1)
     rows = np.flatnonzero(confidence >= min_confidence)
@@ -104,21 +152,25 @@ def pseudo_label(config: Config, force: bool = False) -> Path:
         raise MissingInputError(f"no unlabeled reviews in {ingest_dir}/ (set IMDB_UNSUP_ARCHIVE or "
                                 "data.unlabeled_archive and rerun `make ingest tokenize`)")
     inputs = {"ingest_manifest_sha256": manifest_hash(ingest_dir)}
+    settings = config.pseudo_label
+    if settings.teacher not in PSEUDO_LABEL_TEACHERS:
+        setup_tracking(config)  # a models:/ or runs:/ teacher is read from the tracking store
+        inputs["teacher_model_uuid"] = teacher_identity(settings.teacher)
     config_hash = config.section_hash("pseudo_label", *(("baseline",) if config.pseudo_label.teacher == "nbsvm" else ()))
     if not force and is_up_to_date(out_dir, config_hash, inputs, [PSEUDO_LABELS_FILE]):
         print(f"pseudo-label: up to date, nothing to do ({out_dir}/ with config {config_hash})")
         return out_dir
 
-    settings = config.pseudo_label
     train = pd.read_parquet(ingest_dir / split_table("train"), columns=["text", "label"])
     val = pd.read_parquet(ingest_dir / split_table("val"), columns=["text", "label"])
     unlabeled = pd.read_parquet(unlabeled_path, columns=["text"])
     names = load_labels(ingest_dir)
-    print(f"pseudo-label: fitting the {settings.teacher} teacher on {len(train):,} train reviews")
-    teacher = fit_teacher(config, train, val)
-    val_accuracy = float((class_probabilities(teacher, val["text"].tolist(), len(names)).argmax(axis=1)
+    print(f"pseudo-label: fitting the {settings.teacher} teacher on {len(train):,} train reviews"
+          if settings.teacher in PSEUDO_LABEL_TEACHERS else f"pseudo-label: loading the teacher {settings.teacher}")
+    teacher = load_teacher(config, train, val, names)
+    val_accuracy = float((teacher(val["text"].tolist(), "teacher: val").argmax(axis=1)
                           == val["label"].to_numpy()).mean())
-    probabilities = class_probabilities(teacher, unlabeled["text"].tolist(), len(names))
+    probabilities = teacher(unlabeled["text"].tolist(), "teacher: unlabeled")
     kept = sample_rows(select_confident(probabilities, settings.min_confidence), settings.max_rows, settings.seed)
     for index in range(len(names)):  # the teacher's probabilities: soft targets for distillation
         kept[teacher_probability_column(index)] = probabilities[kept["row"].to_numpy(), index].astype(np.float32)
@@ -131,14 +183,16 @@ def pseudo_label(config: Config, force: bool = False) -> Path:
                "pseudo_label_mean_confidence": float(kept["confidence"].mean()) if len(kept) else 0.0}
 
     setup_tracking(config)
-    with mlflow.start_run(run_name=f"pseudo-label-{settings.teacher}", nested=mlflow.active_run() is not None) as active:
+    name = settings.teacher if settings.teacher in PSEUDO_LABEL_TEACHERS else "model"
+    with mlflow.start_run(run_name=f"pseudo-label-{name}", nested=mlflow.active_run() is not None) as active:
         mlflow.set_tags({STAGE_TAG: PSEUDO_LABEL_STAGE, "teacher": settings.teacher,
                          "ingest_manifest": inputs["ingest_manifest_sha256"][:16]})
         mlflow.log_params({k: v for k, v in flat_params(config).items() if k.startswith("pseudo_label.")})
         mlflow.log_metrics(metrics)
         with staged_directory(out_dir) as staging:
             kept.to_parquet(staging / PSEUDO_LABELS_FILE, index=False)
-            plot = plot_confidence(probabilities.max(axis=1), settings.min_confidence,
+            scored = probabilities[~np.isnan(probabilities).any(axis=1)]
+            plot = plot_confidence(scored.max(axis=1), settings.min_confidence,
                                    f"{settings.teacher} teacher (val accuracy {val_accuracy:.4f}): "
                                    f"{len(kept):,} of {len(unlabeled):,} kept", staging / PLOT_FILE)
             mlflow.log_artifact(str(plot), "plots")

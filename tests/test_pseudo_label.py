@@ -208,3 +208,57 @@ def test_soft_targets_carry_the_nbsvm_teacher_probabilities_into_training(prepar
     assert not training.load_training_data(hard, hard.data_dir / "tokenize", 1).soft_targets
     hard_dir, _, inputs = training.run_directory(hard.replace(training={"epochs": 1}), hard.data_dir / "tokenize")
     assert hard_dir != run_dir and inputs["pseudo_label_targets"] == "hard"  # the same file, another run
+
+
+def test_a_logged_model_teaches_with_the_probabilities_it_would_score(prepared_config, trained_run, tmp_path, capsys):
+    """``pseudo_label.teacher`` a model URI (the champion, a fused run, a folder): the soft targets are that
+    model's own probabilities, its model UUID is an input (a re-logged model makes new labels), a row it cannot
+    score is never kept, and a model of other classes or no model at all is one error naming the key."""
+    from pipeline.artifacts import LABELS_FILE, teacher_probability_column
+    from pipeline.inference import load_classifier
+
+    trained_config, run_dir = trained_run
+    run_id = json.loads((run_dir / "manifest.json").read_text())["mlflow_run_id"]
+    folder = mlflow.artifacts.download_artifacts(f"runs:/{run_id}/model", dst_path=str(tmp_path / "logged"),
+                                                 tracking_uri=trained_config.tracking.tracking_uri)
+    teacher = shutil.copytree(folder, tmp_path / "teacher")
+    config = prepared_config.replace(pseudo_label={"teacher": str(teacher), "max_rows": 40})
+    out_dir = pseudo_label.run(config)
+    output = capsys.readouterr().out
+    assert f"pseudo-label: loading the teacher {teacher}" in output and "wrote 40 pseudo labels" in output
+    kept = pd.read_parquet(out_dir / PSEUDO_LABELS_FILE)
+    unlabeled = pd.read_parquet(config.data_dir / "ingest" / "unlabeled.parquet")["text"].tolist()
+    classifier = load_classifier(str(teacher))
+    expected = classifier.probabilities([unlabeled[row] for row in kept["row"]])
+    np.testing.assert_allclose(kept[[teacher_probability_column(i) for i in range(2)]], expected, atol=1e-5)
+    assert (kept["label"].to_numpy() == expected.argmax(axis=1)).all()
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    uuid = mlflow.models.Model.load(str(teacher)).model_uuid
+    assert manifest["inputs"]["teacher_model_uuid"] == uuid
+    run = mlflow.tracking.MlflowClient().get_run(manifest["mlflow_run_id"])
+    assert run.info.run_name == "pseudo-label-model" and run.data.tags["teacher"] == str(teacher)
+    val = pd.read_parquet(config.data_dir / "ingest" / "val.parquet")
+    val_accuracy = (classifier.probabilities(val["text"].tolist()).argmax(axis=1) == val["label"]).mean()
+    assert manifest["teacher_val_accuracy"] == pytest.approx(val_accuracy, abs=1e-6)
+
+    assert pseudo_label.run(config) == out_dir and "pseudo-label: up to date" in capsys.readouterr().out
+    mlmodel = teacher / "MLmodel"  # the same place, another model (as a moved models:/...@champion alias is)
+    other = uuid[:-6] + ("abcdef" if uuid[-6:] != "abcdef" else "fedcba")
+    mlmodel.write_text(mlmodel.read_text().replace(uuid, other))
+    pseudo_label.run(config)
+    assert "pseudo-label: read" in capsys.readouterr().out
+    assert json.loads((out_dir / "manifest.json").read_text())["inputs"]["teacher_model_uuid"] == other
+
+    probabilities = pseudo_labels.model_probabilities(classifier, ["A superb film.", "", "42", "Dull and awful."])
+    assert np.isnan(probabilities[[1, 2]]).all() and not np.isnan(probabilities[[0, 3]]).any()
+    assert pseudo_labels.select_confident(probabilities, 0.0)["row"].tolist() == [0, 3]
+
+    renamed = shutil.copytree(teacher, tmp_path / "renamed")
+    labels_file, = renamed.rglob(LABELS_FILE)
+    labels_file.write_text(json.dumps({"labels": ["bad", "good"]}))
+    before = (out_dir / PSEUDO_LABELS_FILE).read_bytes()
+    with pytest.raises(InputError, match=r"pseudo_label.teacher .* classes \['bad', 'good'\]; the ingested reviews"):
+        pseudo_label.run(config.replace(pseudo_label={"teacher": str(renamed)}))
+    with pytest.raises(InputError, match="pseudo_label.teacher: cannot read model"):
+        pseudo_label.run(config.replace(pseudo_label={"teacher": str(tmp_path / "no_such_model")}))
+    assert (out_dir / PSEUDO_LABELS_FILE).read_bytes() == before  # refusals leave the labels as they were

@@ -251,6 +251,13 @@ class PretrainConfig:
 
 
 PSEUDO_LABEL_TEACHERS = ("nbsvm", "tfidf")
+MODEL_URI_PREFIXES = ("models:/", "runs:/")
+
+
+def is_model_uri(value: str) -> bool:
+    """Whether ``value`` names a logged model rather than a teacher to fit: ``models:/NAME@ALIAS``,
+    ``runs:/RUN_ID/model`` or a folder (a path holding ``/``)."""
+    return value.startswith(MODEL_URI_PREFIXES) or "/" in value
 
 
 @dataclass(frozen=True)
@@ -258,7 +265,8 @@ class PseudoLabelConfig:
     """``make pseudo-label``: self-training data from the unlabeled reviews.
 
     The teacher (``nbsvm``: the comparison's NBSVM baseline; ``tfidf``: TF-IDF + logistic regression;
-    both fitted on the train split only) labels every unlabeled review; those whose top-class
+    both fitted on the train split only; or a model this pipeline logged, by its URI: ``models:/NAME@champion``,
+    ``runs:/RUN_ID/model`` or a folder, loaded as it is) labels every unlabeled review; those whose top-class
     probability is at least ``min_confidence`` join the training set when ``training.pseudo_labels``
     is on: as their most likely class, or with ``soft`` as the teacher's probabilities (distillation).
     ``max_rows`` keeps a random sample of that many of them (seeded by ``seed``), for a training time
@@ -272,8 +280,9 @@ class PseudoLabelConfig:
     seed: int = 1337
 
     def __post_init__(self) -> None:
-        if self.teacher not in PSEUDO_LABEL_TEACHERS:
-            raise ConfigError(f"pseudo_label.teacher must be one of {PSEUDO_LABEL_TEACHERS}, got {self.teacher!r}")
+        if self.teacher not in PSEUDO_LABEL_TEACHERS and not is_model_uri(self.teacher):
+            raise ConfigError(f"pseudo_label.teacher must be one of {PSEUDO_LABEL_TEACHERS} or a model URI "
+                              f"(models:/NAME@ALIAS, runs:/RUN_ID/model or a model folder), got {self.teacher!r}")
         if not 0.0 <= self.min_confidence <= 1.0:
             raise ConfigError(f"pseudo_label.min_confidence must be in [0, 1], got {self.min_confidence}")
         if self.max_rows is not None and self.max_rows < 1:
