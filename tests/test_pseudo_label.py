@@ -219,8 +219,8 @@ def test_a_logged_model_teaches_with_the_probabilities_it_would_score(prepared_c
 
     trained_config, run_dir = trained_run
     run_id = json.loads((run_dir / "manifest.json").read_text())["mlflow_run_id"]
-    folder = mlflow.artifacts.download_artifacts(f"runs:/{run_id}/model", dst_path=str(tmp_path / "logged"),
-                                                 tracking_uri=trained_config.tracking.tracking_uri)
+    mlflow.set_tracking_uri(trained_config.tracking.tracking_uri)  # runs:/ finds its logged model in this store
+    folder = mlflow.artifacts.download_artifacts(f"runs:/{run_id}/model", dst_path=str(tmp_path / "logged"))
     teacher = shutil.copytree(folder, tmp_path / "teacher")
     config = prepared_config.replace(pseudo_label={"teacher": str(teacher), "max_rows": 40})
     out_dir = pseudo_label.run(config)
