@@ -100,10 +100,8 @@ def load_teacher(config: Config, train: pd.DataFrame, val: pd.DataFrame,
 
 
 def teacher_identity(teacher: str) -> str:
-    """What the labels depend on besides the config: for a logged teacher its model UUID (a moved alias or a
-    re-logged folder is another model); "" for a teacher the stage fits itself."""
-    if teacher in PSEUDO_LABEL_TEACHERS:
-        return ""
+    """What the labels of a logged teacher depend on besides the config: its model UUID (a moved alias or a
+    re-logged folder is another model)."""
     try:
         return mlflow.models.Model.load(teacher).model_uuid
     except (mlflow.exceptions.MlflowException, OSError) as exc:  # no such model, alias, run or folder
@@ -153,10 +151,11 @@ def pseudo_label(config: Config, force: bool = False) -> Path:
                                 "data.unlabeled_archive and rerun `make ingest tokenize`)")
     inputs = {"ingest_manifest_sha256": manifest_hash(ingest_dir)}
     settings = config.pseudo_label
-    if settings.teacher not in PSEUDO_LABEL_TEACHERS:
+    logged = settings.teacher not in PSEUDO_LABEL_TEACHERS  # a model's URI: loaded, not fitted
+    if logged:
         setup_tracking(config)  # a models:/ or runs:/ teacher is read from the tracking store
         inputs["teacher_model_uuid"] = teacher_identity(settings.teacher)
-    config_hash = config.section_hash("pseudo_label", *(("baseline",) if config.pseudo_label.teacher == "nbsvm" else ()))
+    config_hash = config.section_hash("pseudo_label", *(("baseline",) if settings.teacher == "nbsvm" else ()))
     if not force and is_up_to_date(out_dir, config_hash, inputs, [PSEUDO_LABELS_FILE]):
         print(f"pseudo-label: up to date, nothing to do ({out_dir}/ with config {config_hash})")
         return out_dir
@@ -165,8 +164,8 @@ def pseudo_label(config: Config, force: bool = False) -> Path:
     val = pd.read_parquet(ingest_dir / split_table("val"), columns=["text", "label"])
     unlabeled = pd.read_parquet(unlabeled_path, columns=["text"])
     names = load_labels(ingest_dir)
-    print(f"pseudo-label: fitting the {settings.teacher} teacher on {len(train):,} train reviews"
-          if settings.teacher in PSEUDO_LABEL_TEACHERS else f"pseudo-label: loading the teacher {settings.teacher}")
+    print(f"pseudo-label: loading the teacher {settings.teacher}" if logged
+          else f"pseudo-label: fitting the {settings.teacher} teacher on {len(train):,} train reviews")
     teacher = load_teacher(config, train, val, names)
     val_accuracy = float((teacher(val["text"].tolist(), "teacher: val").argmax(axis=1)
                           == val["label"].to_numpy()).mean())
@@ -183,8 +182,7 @@ def pseudo_label(config: Config, force: bool = False) -> Path:
                "pseudo_label_mean_confidence": float(kept["confidence"].mean()) if len(kept) else 0.0}
 
     setup_tracking(config)
-    name = settings.teacher if settings.teacher in PSEUDO_LABEL_TEACHERS else "model"
-    with mlflow.start_run(run_name=f"pseudo-label-{name}", nested=mlflow.active_run() is not None) as active:
+    with mlflow.start_run(run_name=f"pseudo-label-{'model' if logged else settings.teacher}", nested=mlflow.active_run() is not None) as active:
         mlflow.set_tags({STAGE_TAG: PSEUDO_LABEL_STAGE, "teacher": settings.teacher,
                          "ingest_manifest": inputs["ingest_manifest_sha256"][:16]})
         mlflow.log_params({k: v for k, v in flat_params(config).items() if k.startswith("pseudo_label.")})

@@ -23,7 +23,7 @@ from pipeline.config.runs import (COMPARE_FACTORS, SPARK_OUTPUT_FORMATS, Compare
                                   TuneConfig)
 from pipeline.config.sections import (BACKBONE_KEYS, CANONICAL_IMDB_MD5, CANONICAL_IMDB_URL, DATA_SOURCES, INITS,
                                       LONG_REVIEWS, NGRAM_KEYS, POOLINGS, POSITIONS, PRECISIONS, PRESET_KEYS, PSEUDO_LABEL_TEACHERS,
-                                      TOKEN_EMBEDDINGS, TRUNCATION_STRATEGIES, BaselineConfig, DataConfig, is_model_uri,
+                                      TOKEN_EMBEDDINGS, TRUNCATION_STRATEGIES, BaselineConfig, DataConfig,
                                       ModelConfig, PathsConfig, PretrainConfig, PseudoLabelConfig, TokenizerConfig,
                                       TrainingConfig)
 from pipeline.errors import ConfigError, MissingInputError
@@ -34,8 +34,7 @@ __all__ = [
     "LONG_REVIEWS", "NGRAM_KEYS", "POOLINGS", "POSITIONS", "PRECISIONS", "PRESET_KEYS", "PSEUDO_LABEL_TEACHERS",
     "SPARK_OUTPUT_FORMATS", "TOKEN_EMBEDDINGS", "TRUNCATION_STRATEGIES", "BaselineConfig", "CompareConfig", "Config",
     "DataConfig", "ModelConfig", "PathsConfig", "PretrainConfig", "PseudoLabelConfig", "SparkConfig",
-    "TokenizerConfig", "TrackingConfig", "TrainingConfig", "TuneConfig", "is_model_uri", "load_config",
-    "parse_override",
+    "TokenizerConfig", "TrackingConfig", "TrainingConfig", "TuneConfig", "load_config", "parse_override",
 ]
 
 # Keys added after runs were recorded -> the value that does what the config did without them: left out of
