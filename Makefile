@@ -31,7 +31,7 @@ FORCE_ARG = $(if $(FORCE),--force)
 .DEFAULT_GOAL := help
 POOLING ?=
 SET_ARGS += $(if $(POOLING),--set model.pooling=$(POOLING))
-.PHONY: help setup setup-browser all ingest tokenize pretrain pretrain-budget pseudo-label train evaluate compare compare-tuned ablate-position register score ui ui-screenshots serve test tune bench clean FORCE
+.PHONY: help setup lock setup-browser all ingest tokenize pretrain pretrain-budget pseudo-label train evaluate compare compare-tuned ablate-position register score ui ui-screenshots serve test tune bench clean FORCE
 RUN ?= latest
 UI_PORT ?= 5000
 SERVE_PORT ?= 5001
@@ -52,13 +52,24 @@ help: ## list every target with a one-line description: the product's stages, th
 	@awk 'BEGIN {FS = ":.*##@ "} /^[a-z][a-zA-Z0-9_-]*:.*##@ / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  variables: CONFIG=$(CONFIG) SET='section.key=value ...' DATA=folder FORCE=1 VERBOSE=1 IMDB_ARCHIVE=path IMDB_UNSUP_ARCHIVE=path"
 
-setup: $(VENV)/.installed ## create .venv/ and install the project with its Spark, browser and test extras (every target does this when it is missing)
+setup: $(VENV)/.installed ## create .venv/ and install requirements.lock's exact versions (runtime, Spark, browser and test extras), then the project (every target does this when it is missing)
 
-$(VENV)/.installed: pyproject.toml
+# The exact versions with their hashes come from requirements.lock; the project itself is installed editable, without dependencies.
+$(VENV)/.installed: pyproject.toml requirements.lock
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --upgrade pip
-	$(VENV)/bin/pip install -e ".[spark,browser,test]"
+	$(VENV)/bin/pip install --require-hashes -r requirements.lock
+	$(VENV)/bin/pip install --no-deps -e .
 	touch $@
+
+# uv resolves pyproject.toml's ranges for Python 3.11 on Linux x86_64; it keeps the lock's versions that still fit (UPGRADE=1: the newest allowed)
+UV_VERSION ?= 0.13.9
+LOCK_EXTRAS := --extra spark --extra browser --extra test
+lock: ## refresh requirements.lock (exact versions + hashes) from pyproject.toml after changing its dependencies; UPGRADE=1 moves every package to its newest allowed version
+	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q "uv==$(UV_VERSION)"
+	$(VENV)/bin/uv pip compile pyproject.toml $(LOCK_EXTRAS) --generate-hashes --python-version 3.11 \
+	  --python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock" $(if $(UPGRADE),--upgrade) -o requirements.lock >/dev/null
 
 all: $(ENV) ingest tokenize compare register ## ingest, tokenize, compare (trains and evaluates every candidate), register, then score the example CSV
 	$(call STAGE,score) --input $(EXAMPLE_CSV) --output $(REPORTS)/example_scored.csv --text-column $(EXAMPLE_TEXT_COLUMN)
@@ -85,7 +96,7 @@ pseudo-label: $(ENV) $(DATA_DIR)/ingest/manifest.json ## label the unlabeled rev
 train: $(ENV) $(DATA_DIR)/tokenize/manifest.json ## train one model (POOLING=first_token|mean), log it to MLflow -> data/train/
 	$(call STAGE,train) $(FORCE_ARG)
 
-evaluate: $(ENV) ## score the test split with a run (RUN=latest|RUN_ID), log test_ metrics and plots -> reports/<run_id>/
+evaluate: $(ENV) $(DATA_DIR)/ingest/manifest.json ## score the test split with a run (RUN=latest|RUN_ID), log test_ metrics and plots -> reports/<run_id>/
 	$(call STAGE,evaluate) --run $(RUN) $(FORCE_ARG)
 
 compare: $(ENV) $(DATA_DIR)/tokenize/manifest.json ## Transformer variants (compare.poolings x compare.inits ...) x compare.seeds, NBSVM, their fusion, TF-IDF -> reports/comparison.{md,json,png}
@@ -126,7 +137,7 @@ test: $(ENV) setup-browser ## run the test suite (tiny generated data, temporary
 tune: $(ENV) $(DATA_DIR)/tokenize/manifest.json ##@ Optuna study over configs/tune.yaml (TRIALS=N; SET='tune.storage=postgresql://...' to share it) -> reports/tune/best.yaml for make compare-tuned (TRIAL=n: also trial-n.yaml)
 	$(call STAGE,tune) $(if $(TRIALS),--trials $(TRIALS)) $(if $(TRIAL),--trial $(TRIAL))
 
-bench: $(ENV) ##@ training/MLM/scoring speed vs the same run's GEMM peak, padding, threads, memory -> reports/bench.{json,md}
+bench: $(ENV) $(DATA_DIR)/tokenize/manifest.json ##@ training/MLM/scoring speed vs the same run's GEMM peak, padding, threads, memory -> reports/bench.{json,md}
 	$(call STAGE,bench) $(if $(MODEL),--model "$(MODEL)")
 
 clean: ## delete stage outputs in data/ (keeps data/raw) and reports/

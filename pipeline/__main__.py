@@ -7,7 +7,7 @@ user's mistake (a ``PipelineError``: a bad config, input or model, ``MissingInpu
 is not there) prints one ``error:`` line naming the file, row or field and exits with status 2; any
 other exception is a bug and keeps its traceback, a bare ``FileNotFoundError`` included.
 Third-party start-up lines stay out of the output unless ``-v`` or ``PIPELINE_VERBOSE=1``
-(``pipeline.logs``).
+(``pipeline.core.logs``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import os
 import sys
 
 from pipeline.config import load_config
-from pipeline.errors import PipelineError
-from pipeline.logs import VERBOSE_ENV, quiet_third_party, verbose_requested
+from pipeline.core.errors import PipelineError
+from pipeline.core.logs import VERBOSE_ENV, quiet_third_party, verbose_requested
 from pipeline.experiments import EXPERIMENTS
 from pipeline.stages import STAGES
 

@@ -11,7 +11,7 @@ import numpy as np
 from scipy.stats import binomtest
 from sklearn import metrics as skm
 
-from pipeline.predictions import fuse_probabilities, predicted_and_confidence
+from pipeline.core.predictions import fuse_probabilities, predicted_and_confidence
 
 
 def cross_fitted_accuracy(correct: dict, seed: int = 0) -> float:

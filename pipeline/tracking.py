@@ -19,9 +19,9 @@ from typing import Any
 import keras
 import mlflow
 
-from pipeline.artifacts import code_version
 from pipeline.config import Config
-from pipeline.errors import PipelineError
+from pipeline.core.errors import PipelineError
+from pipeline.core.files import code_version
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 CHAMPION_ALIAS = "champion"
@@ -63,7 +63,7 @@ def setup_tracking(config: Config) -> str:
     The experiment is tagged as a model-training experiment. MLflow 3.17's UI decides what an
     experiment page shows from its GenAI / model-training switch (the ``workflowType`` URL
     parameter, else the browser's last choice) and reads the tag only where that switch is off;
-    ``pipeline.mlflow_ui`` therefore also makes links that carry the parameter.
+    ``pipeline.stages.ui.links`` therefore also makes links that carry the parameter.
     """
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     for message in _IGNORED_MLFLOW_WARNINGS:
@@ -98,6 +98,11 @@ FUSION_STAGE = "fusion"                  # a fused model: a Transformer run and 
 PSEUDO_LABEL_STAGE = "pseudo_label"
 PSEUDO_LABELS_FROM_TAG = "pseudo_labels_from"  # on a classifier run: the pseudo-label run its extra data came from
 PRETRAINED_FROM_TAG = "pretrained_from"  # on a classifier run: the pretraining run its backbone came from
+# params of a fused run: its Transformer's weight (the rest is the lexical model's), the weights tried, the runs fused
+FUSION_WEIGHT_PARAM = "fusion.transformer_weight"
+FUSION_WEIGHTS_TRIED_PARAM = "fusion.weights_tried"
+FUSION_TRANSFORMER_RUN_PARAM = "fusion.transformer_run"
+FUSION_LEXICAL_RUN_PARAM = "fusion.lexical_run"
 COMPARE_KEY_TAG = "compare_key"          # a comparison's identity: factor, config hash, tokenizer hash
 FACTOR_TAG = "factor"                    # on a comparison: its design (main, position; "pooling" before)
 VARIANT_TAG = "variant"                  # on a comparison's child: the candidate it is a run of
@@ -143,7 +148,7 @@ def fusion_tags(key: str, variant: str, transformer_run_id: str, lexical_run_id:
 
 
 def log_pipeline_model(python_model, artifacts: dict[str, str], example_texts) -> str:
-    """Log one of the pipeline's pyfunc models (``pipeline.inference``) on the active run; returns its URI.
+    """Log one of the pipeline's pyfunc models (``pipeline.model.classifiers``) on the active run; returns its URI.
 
     The logged instance is empty: MLflow pickles it, and its parts are loaded from ``artifacts`` by
     ``load_context``. The package travels with it (``code_paths``), so the model loads without an install.

@@ -8,14 +8,14 @@ import mlflow
 import numpy as np
 import pytest
 
-from pipeline.adversarial import AdversarialClassifier, classifier_of
 from pipeline.config import Config, ModelConfig
-from pipeline.errors import ConfigError
-from pipeline.fitting import compile_model
-from pipeline.inference import load_keras_model
-from pipeline.model import build_model
+from pipeline.core.errors import ConfigError
+from pipeline.model.adversarial import AdversarialClassifier, classifier_of
+from pipeline.model.classifiers import load_keras_model
+from pipeline.model.fit import compile_model
+from pipeline.model.transformer import build_model
 from pipeline.stages import train
-from pipeline.training import run_directory
+from pipeline.stages.train.fit_and_log import run_directory
 
 
 def tiny_classifier(seed: int = 0) -> keras.Model:

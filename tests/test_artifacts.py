@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.artifacts import (
+from pipeline.config import load_config
+from pipeline.core.files import (
     atomic_dump,
     atomic_write_json,
     atomic_write_parquet,
@@ -20,7 +21,6 @@ from pipeline.artifacts import (
     new_file_mode,
     staged_directory,
 )
-from pipeline.config import load_config
 from tests.conftest import PROJECT_ROOT
 
 UMASKS = {0o022: 0o644, 0o077: 0o600, 0o002: 0o664}  # umask -> the mode open(path, "w") gives a new file
@@ -111,7 +111,7 @@ class ConstantModel:
 
 @pytest.mark.parametrize("mask", [0o022, 0o077], ids=octal)
 def test_the_csv_scorer_output_gets_the_umask_mode(mask, tmp_path, monkeypatch):
-    from pipeline import scoring
+    from pipeline.stages.score import csv_file as scoring
 
     monkeypatch.setattr(scoring, "load_classifier", lambda uri: ConstantModel())
     config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml",

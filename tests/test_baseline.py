@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 from scipy import sparse
 
-from pipeline.baseline import NaiveBayesLogisticRegression, class_probabilities, nbsvm_baseline, tfidf_baseline
-from pipeline.inference import LexicalClassifier, SentimentClassifier
-from pipeline.text import text_problem
+from pipeline.lexical import NaiveBayesLogisticRegression, class_probabilities, nbsvm_baseline, tfidf_baseline
+from pipeline.model.classifiers import LexicalClassifier, SentimentClassifier
+from pipeline.text.conventions import text_problem
 from tests.conftest import make_review
 
 ROWS = ["A superb, wonderful film.", "", "   ", "42", None, "Awful and dull.", "caf\udce9 broken bytes"]
@@ -67,7 +67,7 @@ def test_nbsvm_beats_chance_where_tfidf_does_too_and_needs_two_classes():
 def lexical_model(tmp_path_factory):
     import joblib
 
-    from pipeline.artifacts import atomic_write_json
+    from pipeline.core.files import atomic_write_json
 
     folder = tmp_path_factory.mktemp("lexical")
     fitted = nbsvm_baseline(reviews(200, 6), reviews(60, 7), c_values=(0.1,))
@@ -99,7 +99,7 @@ def test_the_lexical_pyfunc_cleans_texts_as_ingestion_does(lexical_model):
 
 @pytest.mark.parametrize("ngram_max", [1, 3])
 def test_fast_ngram_counts_are_the_vectorizers_matrix_exactly(ngram_max):
-    from pipeline.baseline import NgramCounts, nbsvm_vectorizer
+    from pipeline.lexical import NgramCounts, nbsvm_vectorizer
 
     train = reviews(120, 8)["text"].tolist() + ["Straße café naïve! Really?! ok", "x_y 3rd 42 films!!"]
     vectorizer = nbsvm_vectorizer(ngram_max=ngram_max, max_features=3000).fit(train)
@@ -115,7 +115,7 @@ def test_fast_ngram_counts_are_the_vectorizers_matrix_exactly(ngram_max):
 def test_fast_ngram_counts_refuse_a_vectorizer_they_do_not_mirror():
     from sklearn.feature_extraction.text import CountVectorizer
 
-    from pipeline.baseline import NgramCounts
+    from pipeline.lexical import NgramCounts
 
     with pytest.raises(ValueError, match="word-analyzer"):
         NgramCounts(CountVectorizer(analyzer="char").fit(["abc"]))

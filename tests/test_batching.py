@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from pipeline.batching import batch_width, bucketed_batches, padding_fraction
+from pipeline.runtime.batching import batch_width, bucketed_batches, padding_fraction
 
 
 def test_every_example_exactly_once_per_epoch_with_its_label():

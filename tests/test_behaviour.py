@@ -6,8 +6,8 @@ No test here asserts how well a model does: the predictors are written for each 
 import numpy as np
 import pytest
 
-from pipeline import behaviour
-from pipeline.behaviour import CAPABILITIES, build_suite, evaluate_suite, markdown_report, pass_rates
+from pipeline.stages.evaluate import behaviour
+from pipeline.stages.evaluate.behaviour import CAPABILITIES, build_suite, evaluate_suite, markdown_report, pass_rates
 
 LABELS = ["negative", "positive"]
 

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from pipeline.experiments import bench
 from pipeline.config import ModelConfig
+from pipeline.experiments import bench
 
 
 def synthetic_results() -> dict:

@@ -8,12 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.comparison import effects, report
-from pipeline.comparison.candidates import Candidate, fusion_candidate
-from pipeline.comparison.designs import Design, design_for, variant_config
-from pipeline.comparison.runner import comparison_key
 from pipeline.metrics import best_fusion_weight, compare_pair, mcnemar_exact
 from pipeline.stages import compare
+from pipeline.stages.compare import effects, report
+from pipeline.stages.compare.candidates import Candidate, fusion_candidate
+from pipeline.stages.compare.designs import Design, design_for, variant_config
+from pipeline.stages.compare.runner import comparison_key
 
 VARIANTS = ["first_token", "mean"]
 FUSED = [f"nbsvm+{name}" for name in VARIANTS]
@@ -131,7 +131,7 @@ def test_rerun_reuses_finished_children(own_comparison, capsys):
 
 
 def test_mlflow_server_shows_children_with_pooling_and_test_accuracy(comparison):
-    from pipeline.mlflow_ui import mlflow_server
+    from pipeline.stages.ui.links import mlflow_server
 
     config, _ = comparison
     with mlflow_server(config.tracking.tracking_uri) as base:
@@ -152,6 +152,7 @@ def test_mlflow_server_shows_children_with_pooling_and_test_accuracy(comparison)
 
 def test_register_picks_the_best_validation_candidate_of_any_kind_and_score_uses_it(own_comparison, tmp_path, capsys):
     from pipeline.stages import register, score
+    from pipeline.stages.register import card as register_card
 
     config, _ = own_comparison
     payload = json.loads((config.reports_dir / "comparison.json").read_text())
@@ -172,7 +173,7 @@ def test_register_picks_the_best_validation_candidate_of_any_kind_and_score_uses
     card = (config.reports_dir / champion.run_id / "model_card.md").read_text()
     assert client.get_model_version("smoke-sentiment", champion.version).description == card
     run = client.get_run(champion.run_id)
-    evaluation, _ = register.run_evaluation(champion.run_id)
+    evaluation, _ = register_card.run_evaluation(champion.run_id)
     accuracy = run.data.metrics["test_accuracy"]
     line = next(li for li in card.splitlines() if li.startswith("- accuracy "))
     low, high = (float(x) for x in line.split("95% CI ")[1].rstrip(")").split(" to "))
@@ -301,7 +302,7 @@ def test_compare_pair_calls_a_consistent_large_difference_significant_and_equal_
 
 
 def test_fused_probabilities_are_a_weighted_logit_average():
-    from pipeline.inference import fuse_probabilities
+    from pipeline.model.classifiers import fuse_probabilities
 
     transformer = np.array([[0.2, 0.8], [0.9, 0.1]])
     lexical = np.array([[0.6, 0.4], [0.3, 0.7]])
@@ -334,8 +335,8 @@ def test_the_fusion_weight_is_the_best_on_validation_of_the_grid():
 def test_fusing_models_of_other_label_sets_is_refused_naming_both(tmp_path, smoke_config):
     import dataclasses
 
-    from pipeline.artifacts import atomic_write_json
-    from pipeline.errors import InputError
+    from pipeline.core.errors import InputError
+    from pipeline.core.files import atomic_write_json
 
     (tmp_path / "run" / "tokenizer").mkdir(parents=True)
     atomic_write_json(tmp_path / "run" / "tokenizer" / "labels.json", {"labels": ["negative", "positive"]})
@@ -352,7 +353,7 @@ def test_fusing_models_of_other_label_sets_is_refused_naming_both(tmp_path, smok
 
 
 def test_model_cards_describe_each_kind_of_candidate(comparison):
-    from pipeline.stages import register
+    from pipeline.stages.register import card as register_card
 
     config, _ = comparison
     payload = json.loads((config.reports_dir / "comparison.json").read_text())
@@ -362,15 +363,15 @@ def test_model_cards_describe_each_kind_of_candidate(comparison):
                 FUSED[0]: "on the Transformer**"}
     for name, phrase in expected.items():
         run = client.get_run(payload["summary"][name]["run_ids"][0])
-        evaluation, _ = register.run_evaluation(run.info.run_id)
-        card = register.model_card("m", "1", run, evaluation, {}, 17, payload["parent_run_id"])
+        evaluation, _ = register_card.run_evaluation(run.info.run_id)
+        card = register_card.model_card("m", "1", run, evaluation, {}, 17, payload["parent_run_id"])
         assert phrase in card and f"{evaluation['test_rows']:,} test reviews" in card
         assert ("cut to" in card) == (name != "nbsvm")
 
 
 def test_every_kind_of_candidate_gives_the_same_row_errors_through_make_score_and_serve(comparison, tmp_path):
     from pipeline.stages import score, serve
-    from pipeline.text import text_problem
+    from pipeline.text.conventions import text_problem
 
     config, _ = comparison
     payload = json.loads((config.reports_dir / "comparison.json").read_text())
@@ -406,7 +407,7 @@ def test_cross_fitting_removes_the_optimism_of_choosing_among_many_options():
 
 
 def test_a_fused_model_skips_a_part_whose_weight_is_zero_and_answers_the_same(comparison):
-    from pipeline.inference import FusedClassifier, load_classifier
+    from pipeline.model.classifiers import FusedClassifier, load_classifier
 
     config, _ = comparison
     payload = json.loads((config.reports_dir / "comparison.json").read_text())
@@ -422,7 +423,7 @@ def test_a_fused_model_skips_a_part_whose_weight_is_zero_and_answers_the_same(co
 
 
 def fuse_probabilities_of(fused, texts, weight):
-    from pipeline.inference import fuse_probabilities
+    from pipeline.model.classifiers import fuse_probabilities
 
     return fuse_probabilities(fused.transformer.probabilities(texts), fused.lexical.probabilities(texts), weight)
 
@@ -489,7 +490,7 @@ def test_the_tuned_config_and_the_default_are_one_comparison_that_register_choos
 
 def test_the_tuned_level_is_the_tuned_file_and_the_default_level_keeps_the_compare_sections_settings(smoke_config,
                                                                                                        tmp_path):
-    from pipeline.errors import ConfigError, MissingInputError
+    from pipeline.core.errors import ConfigError, MissingInputError
     from pipeline.experiments import tune
 
     with pytest.raises(MissingInputError, match="run `make tune` first"):

@@ -3,9 +3,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.comparison.designs import design_for
 from pipeline.config import load_config, parse_override
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
+from pipeline.stages.compare.designs import design_for
 from tests.conftest import PROJECT_ROOT
 
 SEARCH_SPACE = "tune.yaml"  # `make tune`'s search space, not a config (tests/test_tune.py reads it)
@@ -22,8 +22,8 @@ def build_from(path: Path, num_classes: int = 3, vocabulary_size: int = 300):
     """
     import numpy as np
 
-    from pipeline.datasets import make_dataset
-    from pipeline.model import build_model
+    from pipeline.model.transformer import build_model
+    from pipeline.runtime.datasets import make_dataset
 
     config = load_config(path)
     rows, length = 2, config.tokenizer.max_sequence_length
@@ -35,7 +35,7 @@ def build_from(path: Path, num_classes: int = 3, vocabulary_size: int = 300):
 
         import keras_hub
 
-        from pipeline.presets import build_preset_model, load_preset_backbone
+        from pipeline.model.presets import build_preset_model, load_preset_backbone
         from tests.tiny_preset import write_tiny_preset
 
         assert config.model.preset in keras_hub.models.Backbone.presets
@@ -156,8 +156,8 @@ def test_gpu_config_loads_and_each_model_takes_a_step_on_cpu():
     import keras
     import numpy as np
 
-    from pipeline.adversarial import AdversarialClassifier
-    from pipeline.model import build_masked_lm, build_model
+    from pipeline.model.adversarial import AdversarialClassifier
+    from pipeline.model.transformer import build_masked_lm, build_model
 
     config = load_config(PROJECT_ROOT / "configs" / "gpu.yaml")
     assert config.model.init == "pretrained" and config.tokenizer.max_sequence_length == 512
@@ -196,7 +196,7 @@ def test_the_comparison_design_comes_from_the_compare_section():
 
 
 def test_long_reviews_are_a_factor_and_windows_are_refused_with_a_preset():
-    from pipeline.comparison.designs import variant_config, variant_name, variants
+    from pipeline.stages.compare.designs import variant_config, variant_name, variants
 
     config = load_config(None, ["compare.poolings=[first_token]", "compare.long_reviews=[truncate, windows]"])
     design = design_for(config)
@@ -211,7 +211,7 @@ def test_long_reviews_are_a_factor_and_windows_are_refused_with_a_preset():
 
 
 def test_ngrams_are_a_factor_named_by_their_setting():
-    from pipeline.comparison.designs import variant_config, variant_name, variants
+    from pipeline.stages.compare.designs import variant_config, variant_name, variants
 
     config = load_config(None, ["compare.poolings=[first_token]", "compare.ngrams=[1, 3]"])
     design = design_for(config)

@@ -17,7 +17,7 @@ import pytest
 from scipy import sparse
 
 from pipeline.__main__ import main as cli_main
-from pipeline.errors import ConfigError, InputError, MissingInputError, PipelineError
+from pipeline.core.errors import ConfigError, InputError, MissingInputError, PipelineError
 from pipeline.stages import STAGES
 from tests.conftest import PROJECT_ROOT
 
@@ -99,7 +99,7 @@ def test_the_control_a_missing_input_error_from_the_same_place_is_one_line(ui_st
 PLANTED = """
 import importlib, sys
 from pipeline.__main__ import main
-from pipeline.errors import MissingInputError
+from pipeline.core.errors import MissingInputError
 from pipeline.stages import STAGES
 
 def bug(config, args):
@@ -134,14 +134,14 @@ def test_python_m_pipeline_prints_a_bugs_traceback_and_one_line_for_a_user_error
 
 def missing_file_calls(tmp_path, smoke_config):
     """(what, call) pairs: a library reading a user's file or folder at ``tmp_path / 'missing'``."""
-    from pipeline.backbone import load_backbone, resolve_pretrained
-    from pipeline.comparison.designs import design_for
     from pipeline.config import load_config
-    from pipeline.inference import load_classifier
-    from pipeline.scoring import score_csv
-    from pipeline.spark import resolve_inputs
-    from pipeline.tables import find_table_files
-    from pipeline.text import load_labels
+    from pipeline.model.classifiers import load_classifier
+    from pipeline.stages.compare.designs import design_for
+    from pipeline.stages.ingest.tables import find_table_files
+    from pipeline.stages.pretrain.backbone import load_backbone, resolve_pretrained
+    from pipeline.stages.score.csv_file import score_csv
+    from pipeline.stages.score.spark import resolve_inputs
+    from pipeline.text.conventions import load_labels
 
     missing = tmp_path / "missing"
     return {
@@ -171,14 +171,14 @@ def test_a_users_missing_file_is_a_missing_input_error_naming_it(what, tmp_path,
 
 def test_a_one_class_classifier_is_an_input_error():
     from pipeline.config import ModelConfig
-    from pipeline.model import build_model
+    from pipeline.model.transformer import build_model
 
     with pytest.raises(InputError, match="at least 2 classes"):
         build_model(ModelConfig(), vocabulary_size=50, max_sequence_length=8, num_classes=1)
 
 
 def test_nbsvm_on_one_class_is_an_input_error_and_still_a_value_error():
-    from pipeline.baseline import NaiveBayesLogisticRegression
+    from pipeline.lexical import NaiveBayesLogisticRegression
 
     with pytest.raises(InputError, match="two or more classes") as caught:
         NaiveBayesLogisticRegression().fit(sparse.csr_matrix(np.ones((3, 2))), np.array([1, 1, 1]))
@@ -186,7 +186,7 @@ def test_nbsvm_on_one_class_is_an_input_error_and_still_a_value_error():
 
 
 def test_an_empty_nbsvm_c_grid_is_a_config_error():
-    from pipeline.baseline import nbsvm_baseline
+    from pipeline.lexical import nbsvm_baseline
 
     frame = pd.DataFrame({"text": ["good", "bad"], "label": [1, 0]})
     with pytest.raises(ConfigError, match="baseline.nbsvm_c"):

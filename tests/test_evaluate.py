@@ -5,9 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import behaviour
-from pipeline import evaluation
 from pipeline.stages import evaluate
+from pipeline.stages.evaluate import behaviour
+from pipeline.stages.evaluate import scorecard as evaluation
 
 
 def test_length_bucket_accuracy_marks_truncated_buckets():

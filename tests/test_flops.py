@@ -1,5 +1,5 @@
 from pipeline.config import ModelConfig
-from pipeline.flops import (
+from pipeline.model.flops import (
     EncoderShape,
     batch_flops,
     classifier_forward_flops,

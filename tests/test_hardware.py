@@ -16,14 +16,14 @@ import mlflow
 import numpy as np
 import pytest
 
-from pipeline.stages import ingest, tokenize
 from pipeline.__main__ import main as cli_main
 from pipeline.config import load_config
-from pipeline import hardware
-from pipeline.hardware import Cluster, cluster_from_env, multi_worker_fit
-from pipeline.errors import ConfigError, PipelineError
-from pipeline.datasets import make_dataset
-from pipeline.servers import free_port
+from pipeline.core.errors import ConfigError, PipelineError
+from pipeline.runtime import hardware
+from pipeline.runtime.datasets import make_dataset
+from pipeline.runtime.hardware import Cluster, cluster_from_env, multi_worker_fit
+from pipeline.runtime.local_http import free_port
+from pipeline.stages import ingest, tokenize
 from tests.conftest import PROJECT_ROOT, inside, make_archive, write_imdb_tree
 
 SMOKE = str(PROJECT_ROOT / "configs" / "smoke.yaml")

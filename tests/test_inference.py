@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.inference import SentimentClassifier, output_columns, output_frame
-from pipeline.text import text_problem
-from pipeline.predictions import as_class_probabilities, predicted_and_confidence, probability_columns
+from pipeline.core.predictions import as_class_probabilities, predicted_and_confidence, probability_columns
+from pipeline.model.classifiers import SentimentClassifier, output_columns, output_frame
+from pipeline.text.conventions import text_problem
 from tests.conftest import PROJECT_ROOT
 
 LEGACY = PROJECT_ROOT / "tests" / "data" / "legacy_binary_model"
@@ -151,11 +151,11 @@ class BlockSklearn:
         if name == "sklearn" or name.startswith("sklearn."):
             raise ImportError("scikit-learn is blocked in this test")
 sys.meta_path.insert(0, BlockSklearn())
-from pipeline.inference import SentimentClassifier
+from pipeline.model.classifiers import SentimentClassifier
 import pandas as pd
 classifier = SentimentClassifier.from_paths({str(LEGACY / "model.keras")!r}, {str(LEGACY / "tokenizer")!r})
 print(classifier.predict(None, pd.DataFrame({{"text": ["superb", "awful"]}}))["predicted_label"].tolist())
-loaded = sorted(m for m in sys.modules if m.startswith(("sklearn", "pipeline.ingest", "pipeline.tables",
+loaded = sorted(m for m in sys.modules if m.startswith(("sklearn", "pipeline.ingest", "pipeline.stages.ingest.tables",
                                                          "pipeline.metrics", "pipeline.compare")))
 print("LOADED", loaded)
 """
@@ -166,7 +166,7 @@ print("LOADED", loaded)
 
 
 def test_a_wrong_shape_is_an_error_not_a_reshape():
-    from pipeline.predictions import check_shape
+    from pipeline.core.predictions import check_shape
 
     with pytest.raises(ValueError, match=r"\[N, 2\]"):
         output_frame(np.array([0.2, 0.9]), ["negative", "positive"])
@@ -175,8 +175,8 @@ def test_a_wrong_shape_is_an_error_not_a_reshape():
 
 
 def test_compiled_scoring_gives_the_eager_probabilities():
-    from pipeline.inference import load_keras_model, predict_ids
-    from pipeline.tokenizer import TextEncoder
+    from pipeline.model.classifiers import load_keras_model, predict_ids
+    from pipeline.text.wordpiece import TextEncoder
 
     model = load_keras_model(LEGACY / "model.keras")
     encoder = TextEncoder.load(LEGACY / "tokenizer")
@@ -203,7 +203,7 @@ def test_one_trace_per_shape_is_not_reported_as_a_retracing_problem(fresh_retrac
     while its other warnings still do."""
     import logging
 
-    from pipeline.inference import load_keras_model, predict_ids
+    from pipeline.model.classifiers import load_keras_model, predict_ids
 
     records = []
     handler = logging.Handler()
@@ -231,7 +231,7 @@ def test_without_the_filter_the_same_calls_do_report_retracing(fresh_retracing_d
     """The control of the test above: the shapes it scores do make TensorFlow warn when nothing filters it."""
     import logging
 
-    from pipeline import inference
+    from pipeline.model.transformer import classifiers as inference
 
     monkeypatch.setattr(inference, "_expected_retracing", lambda record: True)  # a filter that keeps everything
     records = []
@@ -261,7 +261,7 @@ def test_loading_a_logged_model_does_not_put_its_code_copy_on_sys_path(trained_r
 
     import mlflow
 
-    from pipeline.inference import load_classifier
+    from pipeline.model.classifiers import load_classifier
 
     config, run_dir = trained_run
     mlflow.set_tracking_uri(config.tracking.tracking_uri)
@@ -273,8 +273,8 @@ def test_loading_a_logged_model_does_not_put_its_code_copy_on_sys_path(trained_r
 
 
 def test_small_inputs_are_padded_to_a_power_of_two_and_score_like_eager():
-    from pipeline.inference import load_keras_model, predict_ids
-    from pipeline.tokenizer import TextEncoder
+    from pipeline.model.classifiers import load_keras_model, predict_ids
+    from pipeline.text.wordpiece import TextEncoder
 
     model = load_keras_model(LEGACY / "model.keras")
     ids = TextEncoder.load(LEGACY / "tokenizer").encode(["superb", "awful and dull", "the movie plot was fine"])
@@ -286,8 +286,8 @@ def test_small_inputs_are_padded_to_a_power_of_two_and_score_like_eager():
 def test_a_shape_is_compiled_once_it_recurs_and_a_rare_one_runs_eagerly():
     """By default a batch shape met once or twice runs eagerly (no XLA compile for a few rows); met a third time,
     in one call or over several (a server), it is compiled, and the answers do not change."""
-    from pipeline import inference
-    from pipeline.tokenizer import TextEncoder
+    from pipeline.model.transformer import classifiers as inference
+    from pipeline.text.wordpiece import TextEncoder
 
     model = inference.load_keras_model(LEGACY / "model.keras")
     ids = TextEncoder.load(LEGACY / "tokenizer").encode(["superb", "awful and dull", "the movie plot was fine"])
@@ -318,7 +318,7 @@ def test_mlflows_type_hint_notice_for_our_pyfunc_models_is_a_known_warning():
 
     import mlflow
 
-    from pipeline.logs import ignore_known_warnings
+    from pipeline.core.logs import ignore_known_warnings
 
     def shown(quiet: bool) -> list[str]:
         printed = []
@@ -344,7 +344,7 @@ def test_scoring_a_saved_model_eagerly_raises_no_keras_input_structure_warning(t
     scored eagerly print nothing. The control: the bare call Keras warns about."""
     import warnings
 
-    from pipeline.inference import load_keras_model, predict_ids
+    from pipeline.model.classifiers import load_keras_model, predict_ids
 
     _, run_dir = trained_run
     model = load_keras_model(run_dir / "model.keras")
@@ -361,7 +361,7 @@ def test_scoring_a_saved_model_eagerly_raises_no_keras_input_structure_warning(t
 
 
 def test_pooling_windows_averages_log_probabilities_and_keeps_a_one_row_text_as_it_was():
-    from pipeline.predictions import pool_windows
+    from pipeline.core.predictions import pool_windows
 
     rows = np.array([[0.2, 0.8], [0.9, 0.1], [0.6, 0.4], [0.3, 0.7]], dtype=np.float32)
     owner = np.array([0, 1, 1, 1])  # text 0: one row; text 1: its row and two windows
@@ -376,8 +376,8 @@ def test_pooling_windows_averages_log_probabilities_and_keeps_a_one_row_text_as_
 def test_a_model_reading_windows_scores_a_long_review_whole_and_a_short_one_as_before(tmp_path):
     import shutil
 
-    from pipeline.inference import SentimentClassifier, predict_ids
-    from pipeline.tokenizer import TextEncoder
+    from pipeline.model.classifiers import SentimentClassifier, predict_ids
+    from pipeline.text.wordpiece import TextEncoder
 
     tokenizer = tmp_path / "tokenizer"
     shutil.copytree(LEGACY / "tokenizer", tokenizer)

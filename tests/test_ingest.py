@@ -9,14 +9,19 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline import imdb
-from pipeline.stages import ingest
 from pipeline.__main__ import main as cli_main
 from pipeline.config import load_config
-from pipeline.errors import PipelineError
-from pipeline.text import clean_text
+from pipeline.core.errors import PipelineError
+from pipeline.stages import ingest
+from pipeline.stages.ingest import imdb
+from pipeline.text.conventions import clean_text
 from tests.conftest import (
-    PROJECT_ROOT, REAL_ARCHIVE, add_member, make_archive, requires_real_archive, write_imdb_tree,
+    PROJECT_ROOT,
+    REAL_ARCHIVE,
+    add_member,
+    make_archive,
+    requires_real_archive,
+    write_imdb_tree,
 )
 
 

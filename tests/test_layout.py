@@ -1,23 +1,36 @@
-"""The package's layout: one module per stage (and per experiment), stages import libraries and never each
-other, libraries never import a stage or an experiment, no import cycle, and every file name a stage hands on
-is written once (in the catalog of ``pipeline.artifacts``).
+"""The package's layout, as rules a newcomer can rely on:
 
-Each rule is checked by a function that reads sources as text (``ast``), and each function is first
-shown to catch a broken input, so a rule that silently stopped checking would fail here.
+- the package root holds a handful of entries: the CLI, ``stages/``, ``experiments/`` and the shared libraries
+  grouped by concern;
+- one package per ``make`` stage under ``pipeline/stages/`` (its entry point in ``__init__``, its logic beside
+  it), one module per experiment under ``pipeline/experiments/``;
+- a stage imports shared libraries and the packages of the stages upstream of it (what the stage table says it
+  reads or runs), never one downstream or beside it; libraries never import a stage or an experiment; no cycle;
+- the Makefile's prerequisites and the stage table agree (the stage graph is written once);
+- one name per idea: no two modules named after forms of one word (``tokenize``/``tokenizer``/``tokenization``);
+- every file name a stage hands on is written once (in ``pipeline.core.files``);
+- sizes: no module over 400 lines, no function over 60 lines or with more than 8 parameters.
+
+Each rule is checked by a function that reads sources as text (``ast``), and each function is first shown to
+catch a broken input, so a rule that silently stopped checking would fail here.
 """
 
 from __future__ import annotations
 
 import ast
 import graphlib
+import re
 from pathlib import Path
 
-from pipeline import artifacts
+from pipeline.core import files
 from pipeline.experiments import EXPERIMENTS
 from pipeline.stages import STAGES
 from tests.conftest import PROJECT_ROOT
 
 PACKAGE = PROJECT_ROOT / "pipeline"
+ROOT_ENTRIES = 12
+MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_PARAMETERS = 400, 60, 8
+EVERYTHING = {**STAGES, **EXPERIMENTS}
 
 
 def module_name(path: Path) -> str:
@@ -49,8 +62,8 @@ def import_graph(modules: dict[str, str]) -> dict[str, set[str]]:
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """An import cycle of ``graph`` (module -> modules it imports), or None.
 
-    A package's ``__init__`` is imported by its submodules' own import, so ``pipeline`` and
-    ``pipeline.stages`` edges to their children are not cycles by themselves; they are left out.
+    A package's ``__init__`` is imported by its submodules' own import, so edges from a package to its
+    children are not cycles by themselves; they are left out.
     """
     edges = {name: {target for target in targets if not target.startswith(name + ".")}
              for name, targets in graph.items()}
@@ -61,13 +74,28 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def stage_modules() -> set[str]:
-    """The modules of every sub-command: the product's stages and the experiments."""
-    return {stage.module for stage in (*STAGES.values(), *EXPERIMENTS.values())}
-
-
 RUNNER_PACKAGES = ("pipeline.stages", "pipeline.experiments")
 CLI = "pipeline.__main__"
+
+
+def owner(module: str, table: dict) -> str | None:
+    """The stage or experiment whose package (or module) holds ``module``, or None for a library."""
+    for name, stage in table.items():
+        if module == stage.module or module.startswith(stage.module + "."):
+            return name
+    return None
+
+
+def upstream_closure(name: str, table: dict) -> set[str]:
+    """Every stage ``name`` reads or runs, directly or through them."""
+    seen: set[str] = set()
+    todo = list(table[name].upstream)
+    while todo:
+        current = todo.pop()
+        if current not in seen and current in table:
+            seen.add(current)
+            todo.extend(table[current].upstream)
+    return seen
 
 
 def library_violations(graph: dict[str, set[str]]) -> list[str]:
@@ -80,10 +108,88 @@ def library_violations(graph: dict[str, set[str]]) -> list[str]:
                   for target in targets if runs_things(target) and target != CLI)
 
 
-def layering_violations(graph: dict[str, set[str]], stages: set[str]) -> list[str]:
-    """Imports of a stage module by anything but the CLI's table (stages import libraries, never each other)."""
-    return sorted(f"{source} imports {target}" for source, targets in graph.items()
-                  for target in targets if target in stages and source != target)
+def stage_violations(graph: dict[str, set[str]], table: dict) -> list[str]:
+    """Imports of a stage's package by another stage (or experiment) that neither reads nor runs it upstream."""
+    found = []
+    for source, targets in graph.items():
+        importer = owner(source, table)
+        for target in targets:
+            imported = owner(target, table)
+            if importer is None or imported is None or imported == importer:
+                continue
+            if target == "pipeline.stages" or imported not in upstream_closure(importer, table) and (
+                    importer in STAGES or imported in EXPERIMENTS):
+                found.append(f"{source} ({importer}) imports {target} ({imported})")
+    return sorted(found)
+
+
+def makefile_prerequisites(makefile: str) -> dict[str, set[str]]:
+    """target -> the stage output folders (``$(DATA_DIR)/<folder>/manifest.json``) it names as prerequisites,
+    a stage target standing for its manifest rule (``ingest: $(DATA_DIR)/ingest/manifest.json``)."""
+    rules: dict[str, str] = {}
+    for line in makefile.splitlines():
+        match = re.match(r"^([$()\w/.-]+):(?!=)([^#]*)", line)
+        if match:
+            rules[match.group(1)] = match.group(2)
+    needs = {}
+    for target, prerequisites in rules.items():
+        folders = set(re.findall(r"\$\(DATA_DIR\)/(\w+)/manifest\.json", prerequisites))
+        for folder in list(folders):
+            own = f"$(DATA_DIR)/{folder}/manifest.json"
+            if prerequisites.strip() == own and own in rules:  # `ingest: its manifest`: the manifest rule's needs
+                folders = set(re.findall(r"\$\(DATA_DIR\)/(\w+)/manifest\.json", rules[own]))
+        needs[target] = folders
+    return needs
+
+
+def stage_graph_drift(makefile: str, table: dict, folders: dict[str, str]) -> list[str]:
+    """Stage targets whose Makefile prerequisites (followed through the manifest rules) build other stage
+    outputs than the table's ``reads`` (followed through the table) ask for. Only stages whose output make can
+    see (a ``$(DATA_DIR)/<folder>/manifest.json`` rule) count; the others are MLflow runs or phony."""
+    needs = makefile_prerequisites(makefile)
+    by_folder = {folder: stage for stage, folder in folders.items()}
+    file_backed = {by_folder[f] for f in by_folder if f"$(DATA_DIR)/{f}/manifest.json" in needs}
+
+    def make_closure(target: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [by_folder[f] for f in needs.get(target, set()) if f in by_folder]
+        while todo:
+            stage = todo.pop()
+            if stage not in seen:
+                seen.add(stage)
+                todo.extend(by_folder[f] for f in needs.get(stage, set()) if f in by_folder)
+        return seen
+
+    def table_closure(name: str) -> set[str]:
+        seen: set[str] = set()
+        todo = list(table[name].reads)
+        while todo:
+            stage = todo.pop()
+            if stage not in seen and stage in file_backed:  # make builds nothing through an MLflow run
+                seen.add(stage)
+                todo.extend(table[stage].reads)
+        return seen
+
+    return sorted(f"{name}: make builds {sorted(make_closure(name))}, the table reads {sorted(table_closure(name))}"
+                  for name in table if name in needs and make_closure(name) != table_closure(name))
+
+
+def word_stem(name: str) -> str:
+    """``tokenization``, ``tokenizer``, ``tokenize`` -> ``token``; ``servers``, ``serve`` -> ``serv``."""
+    stem = name.lower().removesuffix("s")
+    for suffix in ("ization", "ation", "izer", "ize", "ing", "ion", "er", "e"):
+        if stem.endswith(suffix) and len(stem) - len(suffix) >= 3:
+            return stem[: -len(suffix)]
+    return stem
+
+
+def names_of_one_idea(modules: list[str]) -> dict[str, list[str]]:
+    """Module and package names (last part) that are forms of one word, by their stem."""
+    by_stem: dict[str, set[str]] = {}
+    for module in modules:
+        for part in module.split(".")[1:]:
+            by_stem.setdefault(word_stem(part), set()).add(part)
+    return {stem: sorted(names) for stem, names in by_stem.items() if len(names) > 1}
 
 
 def string_literals(source: str) -> list[str]:
@@ -92,8 +198,8 @@ def string_literals(source: str) -> list[str]:
 
 
 def catalog_names() -> dict[str, str]:
-    """The catalog's file names: upper-case ``str`` constants of ``pipeline.artifacts`` that name a file."""
-    return {name: value for name, value in vars(artifacts).items()
+    """The catalog's file names: upper-case ``str`` constants of ``pipeline.core.files`` that name a file."""
+    return {name: value for name, value in vars(files).items()
             if name.isupper() and isinstance(value, str) and "." in value}
 
 
@@ -107,42 +213,109 @@ def repeated_file_names(modules: dict[str, str], names: set[str]) -> dict[str, l
     return {name: where for name, where in places.items() if len(where) > 1}
 
 
+def size_violations(modules: dict[str, str]) -> list[str]:
+    """Modules over 400 lines, functions over 60 lines or with more than 8 parameters (``self``/``cls`` aside)."""
+    found = []
+    for module, source in modules.items():
+        lines = len(source.splitlines())
+        if lines > MAX_MODULE_LINES:
+            found.append(f"{module}: {lines} lines")
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            length = node.end_lineno - node.lineno + 1
+            args = node.args
+            names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+            parameters = len(names) + bool(args.vararg) + bool(args.kwarg) - (names[:1] in (["self"], ["cls"]))
+            if length > MAX_FUNCTION_LINES:
+                found.append(f"{module}.{node.name}: {length} lines")
+            if parameters > MAX_PARAMETERS:
+                found.append(f"{module}.{node.name}: {parameters} parameters")
+    return sorted(found)
+
+
 # --------------------------------------------------------------------------- the checks catch broken inputs
 
 
-def test_the_checks_catch_a_cycle_a_stage_importing_a_stage_and_a_repeated_file_name():
+def test_the_checks_catch_a_cycle_a_library_importing_a_stage_and_a_repeated_file_name():
     assert find_cycle({"pipeline.a": {"pipeline.b"}, "pipeline.b": {"pipeline.a"}}) is not None
     assert find_cycle({"pipeline.a": {"pipeline.b"}, "pipeline.b": set()}) is None
-    inside_a_function = "def run():\n    from pipeline.stages import train\n"
-    graph = {"pipeline.stages.compare": imported_modules(inside_a_function, {"pipeline.stages.train"})}
-    assert layering_violations(graph, {"pipeline.stages.compare", "pipeline.stages.train"}) == [
-        "pipeline.stages.compare imports pipeline.stages.train"]
     library = "from pipeline.stages import require_output\n"
     known = {"pipeline.stages", "pipeline.experiments", "pipeline.experiments.tune"}
-    assert library_violations({"pipeline.backbone": imported_modules(library, known)}) == [
-        "pipeline.backbone imports pipeline.stages"]
-    assert library_violations({"pipeline.training": {"pipeline.experiments.tune"}}) == [
-        "pipeline.training imports pipeline.experiments.tune"]
-    assert library_violations({"pipeline.stages.train": {"pipeline.training"}, CLI: {"pipeline.stages"}}) == []
-    modules = {"pipeline.artifacts": 'A = "x.parquet"', "pipeline.stages.y": 'path = "x.parquet"'}
-    assert repeated_file_names(modules, {"x.parquet"}) == {"x.parquet": ["pipeline.artifacts", "pipeline.stages.y"]}
+    assert library_violations({"pipeline.model.fit": imported_modules(library, known)}) == [
+        "pipeline.model.fit imports pipeline.stages"]
+    assert library_violations({"pipeline.lexical": {"pipeline.experiments.tune"}}) == [
+        "pipeline.lexical imports pipeline.experiments.tune"]
+    assert library_violations({"pipeline.stages.train": {"pipeline.lexical"}, CLI: {"pipeline.stages"}}) == []
+    modules = {"pipeline.core.files": 'A = "x.parquet"', "pipeline.stages.y": 'path = "x.parquet"'}
+    assert repeated_file_names(modules, {"x.parquet"}) == {"x.parquet": ["pipeline.core.files", "pipeline.stages.y"]}
+
+
+def test_the_stage_rule_catches_a_stage_importing_one_downstream_or_beside_it():
+    inside_a_function = "def run():\n    from pipeline.stages.compare.runner import run_comparison\n"
+    graph = {"pipeline.stages.train.fit_and_log": imported_modules(inside_a_function,
+                                                                   {"pipeline.stages.compare.runner"})}
+    assert stage_violations(graph, STAGES) == [
+        "pipeline.stages.train.fit_and_log (train) imports pipeline.stages.compare.runner (compare)"]
+    beside = {"pipeline.stages.pretrain.masked_lm": {"pipeline.stages.pseudo_label.teacher"}}
+    assert len(stage_violations(beside, STAGES)) == 1
+    upstream = {"pipeline.stages.compare.runner": {"pipeline.stages.train.fit_and_log"},
+                "pipeline.experiments.bench": {"pipeline.stages.score.csv_file"}}
+    assert stage_violations(upstream, EVERYTHING) == []
+
+
+def test_the_drift_check_catches_a_makefile_and_a_table_that_disagree():
+    makefile = (PROJECT_ROOT / "Makefile").read_text()
+    assert stage_graph_drift(makefile, STAGES, files_folders()) == []
+    broken = makefile.replace("\ntrain: $(ENV) $(DATA_DIR)/tokenize/manifest.json", "\ntrain: $(ENV)")
+    assert broken != makefile
+    assert stage_graph_drift(broken, STAGES, files_folders()) == [
+        "train: make builds [], the table reads ['ingest', 'tokenize']"]
+    table = {**STAGES, "evaluate": STAGES["evaluate"].__class__(**{**vars(STAGES["evaluate"]), "reads": ("train",)})}
+    assert stage_graph_drift(makefile, table, files_folders()) == [
+        "evaluate: make builds ['ingest'], the table reads []"]
+
+
+def test_the_name_and_size_checks_catch_forms_of_one_word_and_a_long_function():
+    assert names_of_one_idea(["pipeline.stages.tokenize", "pipeline.text.tokenizer", "pipeline.stages.train"]) == {
+        "token": ["tokenize", "tokenizer"]}
+    assert names_of_one_idea(["pipeline.runtime.servers", "pipeline.stages.serve"]) == {"serv": ["serve", "servers"]}
+    assert names_of_one_idea(["pipeline.stages.train", "pipeline.model.fit"]) == {}
+    long_function = "def f(a, b, c, d, e, f, g, h, i):\n" + "    x = 1\n" * 60
+    assert size_violations({"pipeline.m": long_function}) == ["pipeline.m.f: 61 lines", "pipeline.m.f: 9 parameters"]
+    method = "class C:\n    def f(self, a, b, c, d, e, f, g, h):\n        pass\n"
+    assert size_violations({"pipeline.m": method}) == []
+    assert size_violations({"pipeline.m": "x = 1\n" * 401}) == ["pipeline.m: 401 lines"]
+
+
+def files_folders() -> dict[str, str]:
+    from pipeline.core.catalog import FOLDERS
+
+    return FOLDERS
 
 
 # --------------------------------------------------------------------------- the package
 
 
-def test_one_module_per_make_target_in_pipeline_stages_and_pipeline_experiments():
-    for package, table in (("stages", STAGES), ("experiments", EXPERIMENTS)):
-        modules = {module_name(path) for path in (PACKAGE / package).glob("*.py") if path.name != "__init__.py"}
-        assert modules == {stage.module for stage in table.values()}, package
-        for name, stage in table.items():
-            assert stage.module == f"pipeline.{package}.{name.replace('-', '_')}", name
+def test_the_package_root_holds_a_handful_of_entries():
+    entries = sorted(p.name for p in PACKAGE.iterdir() if p.name != "__pycache__")
+    assert len(entries) <= ROOT_ENTRIES, entries
+    assert {"__init__.py", "__main__.py", "stages", "experiments", "core", "config"} <= set(entries)
+
+
+def test_one_package_per_stage_and_one_module_per_experiment():
+    packages = {module_name(path.parent) for path in (PACKAGE / "stages").glob("*/__init__.py")}
+    assert packages == {stage.module for stage in STAGES.values()}
+    for name, stage in STAGES.items():
+        assert stage.module == f"pipeline.stages.{name.replace('-', '_')}", name
+    modules = {module_name(path) for path in (PACKAGE / "experiments").glob("*.py") if path.name != "__init__.py"}
+    assert modules == {stage.module for stage in EXPERIMENTS.values()}
     assert not set(STAGES) & set(EXPERIMENTS)
 
 
-def test_stages_import_libraries_never_each_other_and_libraries_never_import_a_stage():
+def test_stages_import_only_upstream_stages_and_libraries_never_import_a_stage():
     graph = import_graph(sources())
-    assert layering_violations(graph, stage_modules()) == []
+    assert stage_violations(graph, EVERYTHING) == []
     assert library_violations(graph) == []
 
 
@@ -150,7 +323,19 @@ def test_no_import_cycle_anywhere_in_the_package():
     assert find_cycle(import_graph(sources())) is None
 
 
+def test_the_makefile_and_the_stage_table_agree():
+    assert stage_graph_drift((PROJECT_ROOT / "Makefile").read_text(), EVERYTHING, files_folders()) == []
+
+
+def test_one_name_per_idea():
+    assert names_of_one_idea(list(sources())) == {}
+
+
 def test_every_file_name_of_the_catalog_is_written_once():
     names = catalog_names()
     assert {"test_predictions.parquet", "model.keras", "labels.json", "vocabulary.txt"} <= set(names.values())
     assert repeated_file_names(sources(), set(names.values())) == {}
+
+
+def test_no_module_function_or_parameter_list_is_too_long():
+    assert size_violations(sources()) == []

@@ -1,13 +1,18 @@
+import keras
 import numpy as np
 import pytest
-import keras
 
 from pipeline.config import ModelConfig
-from pipeline.model import (
-    FirstTokenPooling, HashedNgramEmbedding, MaskedMeanPooling, PaddingMask, build_model, hashed_ngram_ids,
+from pipeline.model.transformer import (
+    FirstTokenPooling,
+    HashedNgramEmbedding,
+    MaskedMeanPooling,
+    PaddingMask,
+    build_model,
+    hashed_ngram_ids,
     last_block_attention,
 )
-from pipeline.text import CLS_ID, PAD_ID
+from pipeline.text.conventions import CLS_ID, PAD_ID
 
 VOCABULARY_SIZE, MAX_LENGTH = 50, 32
 
@@ -95,7 +100,12 @@ def test_output_is_float32_under_mixed_precision():
 
 
 def test_masked_lm_shares_the_backbone_and_its_weights_transfer_by_name():
-    from pipeline.model import backbone_layer_names, backbone_weights, build_masked_lm, load_backbone_weights
+    from pipeline.model.transformer import (
+        backbone_layer_names,
+        backbone_weights,
+        build_masked_lm,
+        load_backbone_weights,
+    )
 
     keras.utils.set_random_seed(0)
     config = ModelConfig(hidden_dim=16, num_layers=2, num_heads=2, intermediate_dim=32, dropout=0.0, ngram_max=1)
@@ -117,8 +127,8 @@ def test_masked_lm_shares_the_backbone_and_its_weights_transfer_by_name():
 
 
 def test_pretrained_weights_of_another_vocabulary_or_width_are_refused():
-    from pipeline.errors import InputError
-    from pipeline.model import backbone_weights, build_masked_lm, load_backbone_weights
+    from pipeline.core.errors import InputError
+    from pipeline.model.transformer import backbone_weights, build_masked_lm, load_backbone_weights
 
     config = ModelConfig(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, ngram_max=1)
     weights = backbone_weights(build_masked_lm(config, VOCABULARY_SIZE, MAX_LENGTH))
@@ -189,8 +199,13 @@ def test_ngrams_change_what_the_model_sees_of_word_order():
 
 
 def test_ngram_table_is_a_backbone_layer_and_an_ngram_free_backbone_is_refused():
-    from pipeline.errors import InputError
-    from pipeline.model import backbone_layer_names, backbone_weights, build_masked_lm, load_backbone_weights
+    from pipeline.core.errors import InputError
+    from pipeline.model.transformer import (
+        backbone_layer_names,
+        backbone_weights,
+        build_masked_lm,
+        load_backbone_weights,
+    )
 
     plain = ModelConfig(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, ngram_max=1)
     with_ngrams = ModelConfig(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, ngram_max=2,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline.optimizers import LazyAdamW, summed_rows
+from pipeline.model.optimizers import LazyAdamW, summed_rows
 
 ROWS, WIDTH = 12, 4
 
@@ -89,7 +89,7 @@ def test_summed_rows_adds_repeated_indices():
 def test_a_compiled_model_with_sparse_updates_trains_and_saves(tmp_path):
     """``training.sparse_updates`` reaches compile_model; the saved model (no optimizer) loads without the class."""
     from pipeline.config import Config
-    from pipeline.fitting import compile_model
+    from pipeline.model.fit import compile_model
 
     config = Config().with_settings([("training.sparse_updates", True)])
     model = compile_model(tiny_model(), config, steps_per_epoch=2)
@@ -107,7 +107,7 @@ def test_a_compiled_model_with_sparse_updates_trains_and_saves(tmp_path):
 @pytest.mark.parametrize("value", ["maybe", "2"])
 def test_bad_sparse_updates_value_names_the_key(value):
     from pipeline.config import load_config
-    from pipeline.errors import ConfigError
+    from pipeline.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="training.sparse_updates"):
         load_config(None, [f"training.sparse_updates={value}"])

@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 
 from pipeline.__main__ import main as cli_main
-from pipeline.errors import ConfigError
-from pipeline.inference import load_keras_model
-from pipeline.presets import PRESET_ASSETS_DIR, PRESET_FORMAT, pad_rows
+from pipeline.core.errors import ConfigError
+from pipeline.model.classifiers import load_keras_model
+from pipeline.model.presets import PRESET_ASSETS_DIR, PRESET_FORMAT, pad_rows
 from pipeline.stages import score, serve
-from tests.tiny_preset import write_tiny_preset
 from tests.test_errors import SMOKE, one_error_line
+from tests.tiny_preset import write_tiny_preset
 
 POOLINGS = ["first_token", "mean"]
 
@@ -141,7 +141,7 @@ def test_a_bad_preset_is_one_error_line_before_tokenize_writes_anything(prepared
 
 def test_training_refuses_ids_from_another_tokenizer_and_a_preset_too_large_for_a_cpu(preset_comparison,
                                                                                      prepared_config, tmp_path):
-    from pipeline.errors import InputError
+    from pipeline.core.errors import InputError
     from pipeline.stages import train
 
     preset = write_tiny_preset(tmp_path / "preset")
@@ -184,8 +184,8 @@ def test_the_head_trains_alone_first_while_the_pretrained_backbone_stays_as_it_w
 
     import keras
 
-    from pipeline.presets import load_preset_backbone, preset_backbone_of
-    from pipeline.training import train_model
+    from pipeline.model.presets import load_preset_backbone, preset_backbone_of
+    from pipeline.stages.train.fit_and_log import train_model
 
     shared = preset_comparison
     preset = write_tiny_preset(tmp_path / "preset")

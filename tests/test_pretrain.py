@@ -7,12 +7,13 @@ import mlflow
 import numpy as np
 import pytest
 
-from pipeline import backbone, pretraining
-from pipeline.artifacts import BACKBONE_SPEC_FILE
+from pipeline.core.errors import InputError, MissingInputError
+from pipeline.core.files import BACKBONE_SPEC_FILE
 from pipeline.stages import ingest, pretrain, tokenize, train
-from pipeline.errors import InputError, MissingInputError
-from pipeline.tokenizer import TextEncoder
-from pipeline.text import MASK_ID
+from pipeline.stages.pretrain import backbone
+from pipeline.stages.pretrain import masked_lm as pretraining
+from pipeline.text.conventions import MASK_ID
+from pipeline.text.wordpiece import TextEncoder
 from tests.conftest import PREPARED_UNLABELED, make_archive, write_imdb_tree
 
 
@@ -141,7 +142,7 @@ def test_pretraining_needs_the_mask_token(prepared_config):
     vocabulary[MASK_ID] = "[OLD]"
     text = "".join(token + "\n" for token in vocabulary)
     (config.data_dir / "tokenize" / "vocabulary.txt").write_text(text)
-    from pipeline.artifacts import sha256_text
+    from pipeline.core.files import sha256_text
 
     (config.data_dir / "tokenize" / "tokenizer.json").write_text(json.dumps({**settings, "vocabulary_sha256": sha256_text(text)}))
     with pytest.raises(InputError, match=r"no \[MASK\] token"):
@@ -150,8 +151,8 @@ def test_pretraining_needs_the_mask_token(prepared_config):
 
 def test_budget_curve_fine_tunes_from_scratch_and_from_the_pretrained_backbone(prepared_config):
     """One encoder size's curve, added to a report that already holds another size's over the same data."""
-    from pipeline.artifacts import manifest_hash
-    from pipeline.catalog import stage_dir
+    from pipeline.core.catalog import stage_dir
+    from pipeline.core.files import manifest_hash
     from pipeline.experiments import pretrain_budget
 
     config = prepared_config.replace(training={"epochs": 1}, pretrain={"max_steps": 20})  # any budget > 0 makes the curve
@@ -222,8 +223,8 @@ def test_budget_baseline_defaults_to_the_comparison_report(tmp_path):
 
 
 def test_an_unreadable_budget_report_is_refused_by_name_not_overwritten(tmp_path):
+    from pipeline.core.errors import InputError
     from pipeline.experiments.pretrain_budget import read_previous_report
-    from pipeline.errors import InputError
 
     assert read_previous_report(tmp_path / "pretraining_budget.json") is None
     broken = tmp_path / "pretraining_budget.json"

@@ -9,13 +9,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import pseudo_labels, training
-from pipeline.artifacts import PSEUDO_LABELS_FILE
-from pipeline.tokenizer import load_split
-from pipeline.stages import ingest, pseudo_label, tokenize, train
 from pipeline.__main__ import main as cli_main
-from pipeline.errors import ConfigError, InputError
-from pipeline.text import PAD_ID
+from pipeline.core.errors import ConfigError, InputError
+from pipeline.core.files import PSEUDO_LABELS_FILE
+from pipeline.stages import ingest, pseudo_label, tokenize, train
+from pipeline.stages.pseudo_label import teacher as pseudo_labels
+from pipeline.stages.tokenize.outputs import load_split
+from pipeline.stages.train import fit_and_log as training
+from pipeline.text.conventions import PAD_ID
 from tests.conftest import POSITIVE_WORDS, PROJECT_ROOT, make_archive, write_imdb_tree
 
 
@@ -84,10 +85,11 @@ def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(prepar
     assert run.data.tags["pseudo_labels_from"] == manifest["mlflow_run_id"]
     assert int(run.data.params["train_rows"]) == 64 + len(kept)
     assert int(run.data.params["pseudo_label_rows"]) == len(kept)
-    from pipeline.stages import evaluate, register  # the model card counts the distilled rows apart
+    from pipeline.stages import evaluate  # the model card counts the distilled rows apart
+    from pipeline.stages.register import card as register_card
 
     evaluate.run(config, run=run.info.run_id)
-    card = register.model_card("m", "1", run, register.run_evaluation(run.info.run_id)[0], {}, 1, "parent")
+    card = register_card.model_card("m", "1", run, register_card.run_evaluation(run.info.run_id)[0], {}, 1, "parent")
     assert f"64 labelled training reviews plus {len(kept):,} unlabeled ones with the nbsvm teacher's" in card
 
     # a rerun that writes the same labels leaves the run up to date; other labels get their own folder
@@ -173,7 +175,7 @@ def test_without_unlabeled_reviews_the_stage_says_how_to_get_them(smoke_config, 
 
 
 def test_the_comparison_key_follows_the_teacher_settings_only_when_training_uses_them(prepared_config):
-    from pipeline.comparison.runner import comparison_key
+    from pipeline.stages.compare.runner import comparison_key
 
     off, stricter_off = prepared_config, prepared_config.replace(pseudo_label={"min_confidence": 0.9})
     assert comparison_key(off, "pooling") == comparison_key(stricter_off, "pooling")
@@ -185,7 +187,7 @@ def test_the_comparison_key_follows_the_teacher_settings_only_when_training_uses
 def test_soft_targets_carry_the_nbsvm_teacher_probabilities_into_training(prepared_config):
     """Distillation: pseudo_label.soft trains on the teacher's probabilities (gold rows one-hot), and the
     default teacher is NBSVM."""
-    from pipeline.artifacts import teacher_probability_column
+    from pipeline.core.files import teacher_probability_column
 
     assert prepared_config.pseudo_label.teacher == "nbsvm" and prepared_config.pseudo_label.soft
     out_dir = pseudo_label.run(prepared_config)
@@ -214,8 +216,8 @@ def test_a_logged_model_teaches_with_the_probabilities_it_would_score(prepared_c
     """``pseudo_label.teacher`` a model URI (the champion, a fused run, a folder): the soft targets are that
     model's own probabilities, its model UUID is an input (a re-logged model makes new labels), a row it cannot
     score is never kept, and a model of other classes or no model at all is one error naming the key."""
-    from pipeline.artifacts import LABELS_FILE, teacher_probability_column
-    from pipeline.inference import load_classifier
+    from pipeline.core.files import LABELS_FILE, teacher_probability_column
+    from pipeline.model.classifiers import load_classifier
 
     trained_config, run_dir = trained_run
     run_id = json.loads((run_dir / "manifest.json").read_text())["mlflow_run_id"]

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline import scoring
-from pipeline.stages import score
 from pipeline.__main__ import main as cli_main
-from pipeline.text import text_problem
+from pipeline.stages import score
+from pipeline.stages.score import csv_file as scoring
+from pipeline.text.conventions import text_problem
 
 
 @pytest.fixture(scope="module")

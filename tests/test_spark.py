@@ -6,10 +6,10 @@ import os
 import pandas as pd
 import pytest
 
-from pipeline import spark
-from pipeline.stages import score
 from pipeline.__main__ import main as cli_main
-from pipeline.errors import InputError, MissingInputError
+from pipeline.core.errors import InputError, MissingInputError
+from pipeline.stages import score
+from pipeline.stages.score import spark
 
 REVIEWS = ["A superb, wonderful film.", "", "Awful and dull, \"truly\" awful.", "   ", "42",
            "Great acting,\nand a moving story.", "7 Samurai is a classic", "dull dull dull"]

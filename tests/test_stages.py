@@ -5,13 +5,13 @@ import subprocess
 
 import pytest
 
-from pipeline import catalog, stages
+from pipeline import stages
 from pipeline.__main__ import build_parser
 from pipeline.__main__ import main as cli_main
-from pipeline.errors import MissingInputError
+from pipeline.core import catalog
+from pipeline.core.errors import MissingInputError
 from pipeline.experiments import EXPERIMENTS
 from tests.conftest import PROJECT_ROOT
-
 
 EVERYTHING = {**stages.STAGES, **EXPERIMENTS}
 

@@ -7,9 +7,9 @@ import mlflow
 import pandas as pd
 import pytest
 
-from pipeline.stages import evaluate, ingest, score, tokenize, train
 from pipeline.config import load_config
-from pipeline.tables import sort_labels
+from pipeline.stages import evaluate, ingest, score, tokenize, train
+from pipeline.stages.ingest.tables import sort_labels
 from tests.conftest import NEGATIVE_WORDS, NEUTRAL_WORDS, POSITIVE_WORDS, PROJECT_ROOT
 
 MIXED_WORDS = ["okay", "average", "fine", "ordinary", "acceptable", "middling"]

@@ -5,11 +5,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import tokenization, tokenizer as encoding
-from pipeline.stages import ingest, tokenize
 from pipeline.config import load_config
-from pipeline.text import CLS_ID, PAD_ID, UNK_ID
-from pipeline.tokenizer import FAST_PATH_LETTERS, EncoderSettings, TextEncoder, load_split, on_fast_path, text_ends, truncate_and_pad
+from pipeline.stages import ingest, tokenize
+from pipeline.stages.tokenize import encode as tokenization
+from pipeline.stages.tokenize.outputs import load_split
+from pipeline.text.conventions import CLS_ID, PAD_ID, UNK_ID
+from pipeline.text.conventions import wordpiece as encoding
+from pipeline.text.wordpiece import (
+    FAST_PATH_LETTERS,
+    EncoderSettings,
+    TextEncoder,
+    on_fast_path,
+    text_ends,
+    truncate_and_pad,
+)
 from tests.conftest import PROJECT_ROOT, REAL_ARCHIVE, requires_real_archive
 
 
@@ -209,7 +218,7 @@ def test_real_archive_subsample(tmp_path):
 @pytest.mark.parametrize("strategy", ["head", "tail", "head_tail"])
 def test_vectorised_rows_match_a_row_by_row_reference(strategy):
     """The batch encoder against a plain reading of the rule, on rows shorter, equal and longer than the budget."""
-    from pipeline.tokenizer import truncate_and_pad_rows
+    from pipeline.text.wordpiece import truncate_and_pad_rows
 
     rng = np.random.default_rng(0)
     rows = [rng.integers(4, 100, n).tolist() for n in (0, 1, 5, 7, 8, 20, 3)]

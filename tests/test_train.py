@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import training
+from pipeline.model.classifiers import load_keras_model, predict_probabilities
 from pipeline.stages import train
-from pipeline.inference import load_keras_model, predict_probabilities
-from pipeline.tokenizer import TextEncoder
+from pipeline.stages.train import fit_and_log as training
+from pipeline.text.wordpiece import TextEncoder
 
 
 def test_tiny_model_learns_separable_task(trained_run):
@@ -105,7 +105,7 @@ def test_killed_training_resumes_from_last_epoch(prepared_config, capsys):
 
 
 def test_mlflow_models_predict_cli_scores_a_csv_in_a_fresh_process(trained_run, tmp_path):
-    """A new process has not imported pipeline.model: the pyfunc must bring what it needs."""
+    """A new process has not imported pipeline.model.transformer: the pyfunc must bring what it needs."""
     import os
     import subprocess
     import sys
@@ -127,7 +127,7 @@ def test_mlflow_models_predict_cli_scores_a_csv_in_a_fresh_process(trained_run, 
 
 
 def test_max_train_samples_draws_from_the_whole_split_not_its_head():
-    from pipeline.datasets import subsample
+    from pipeline.runtime.datasets import subsample
 
     labels = np.repeat([0, 1], 500)  # ordered by label, as IMDB's train split is
     keep = subsample(len(labels), 100, seed=3)
@@ -143,8 +143,8 @@ def test_running_out_of_device_memory_is_one_error_naming_the_batch_size(prepare
     import keras
     import tensorflow as tf
 
-    from pipeline.errors import ConfigError
-    from pipeline.training import train_model
+    from pipeline.core.errors import ConfigError
+    from pipeline.stages.train.fit_and_log import train_model
 
     class OutOfMemory(keras.callbacks.Callback):
         def on_train_batch_begin(self, batch, logs=None):
@@ -160,8 +160,8 @@ def test_the_saved_model_holds_weights_not_optimizer_state(trained_run, tmp_path
     step, carries its optimizer and is the larger file."""
     import numpy as np
 
-    from pipeline.inference import load_keras_model
-    from pipeline.fitting import compile_model
+    from pipeline.model.classifiers import load_keras_model
+    from pipeline.model.fit import compile_model
 
     config, run_dir = trained_run
     saved = load_keras_model(run_dir / "model.keras")
@@ -177,9 +177,9 @@ def test_the_saved_model_holds_weights_not_optimizer_state(trained_run, tmp_path
 def test_a_run_trained_to_read_windows_scores_and_evaluates_long_reviews_by_them(prepared_config):
     """model.long_reviews=windows: the run's tokenizer files say so, and its logged model and its evaluation read a
     review longer than the limit through its windows (training itself reads the same head+tail rows)."""
-    from pipeline.evaluation import evaluate_run
-    from pipeline.inference import SentimentClassifier, load_classifier
-    from pipeline.predictions import pool_windows
+    from pipeline.core.predictions import pool_windows
+    from pipeline.model.classifiers import SentimentClassifier, load_classifier
+    from pipeline.stages.evaluate.scorecard import evaluate_run
 
     config = prepared_config.replace(model={"long_reviews": "windows"}, training={"epochs": 1})
     run_dir = training.train_model(config).run_dir

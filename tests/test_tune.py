@@ -15,7 +15,7 @@ import yaml
 
 from pipeline.__main__ import main as cli_main
 from pipeline.config import load_config
-from pipeline.errors import ConfigError, InputError
+from pipeline.core.errors import ConfigError, InputError
 from pipeline.experiments import tune
 from tests.conftest import PROJECT_ROOT
 
@@ -215,7 +215,7 @@ def test_optunas_experimental_heartbeat_notice_is_a_known_warning(tmp_path):
     """The heartbeat storage is used as Optuna documents it: its experimental notice must not reach users."""
     import warnings
 
-    from pipeline.logs import ignore_known_warnings
+    from pipeline.core.logs import ignore_known_warnings
 
     def notices(quiet: bool) -> list[str]:
         with warnings.catch_warnings(record=True) as caught:

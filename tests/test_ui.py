@@ -7,9 +7,9 @@ test's temporary folder.
 import mlflow
 import pytest
 
-from pipeline import mlflow_ui as ui
-from pipeline.experiments import ui_screenshots
 from pipeline.__main__ import main as cli_main
+from pipeline.experiments import ui_screenshots
+from pipeline.stages.ui import links as ui
 from pipeline.tracking import DESCRIPTION_TAG, EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
 from tests.conftest import PROJECT_ROOT
 

@@ -25,7 +25,7 @@ import mlflow
 import pandas as pd
 import pytest
 
-from pipeline.inference import load_classifier
+from pipeline.model.classifiers import load_classifier
 from pipeline.stages import score, serve
 from tests.conftest import PROJECT_ROOT
 

@@ -3,8 +3,8 @@ starts from it."""
 
 import numpy as np
 
-from pipeline import word_vectors
-from pipeline.text import PAD_ID
+from pipeline.model.transformer import word_vectors
+from pipeline.text.conventions import PAD_ID
 
 
 def test_sentences_are_the_rows_without_padding():
@@ -37,16 +37,16 @@ def test_the_embedding_keeps_the_default_spread_and_random_rows_for_unseen_token
 def test_training_with_word2vec_starts_from_the_cached_vectors(trained_run, tmp_path):
     import shutil
 
-    from pipeline.model import build_model
-    from pipeline.catalog import stage_dir
-    from pipeline import training as train
+    from pipeline.core.catalog import stage_dir
+    from pipeline.model.transformer import build_model
+    from pipeline.stages.train import fit_and_log as train
 
     config, _ = trained_run
     shutil.copytree(config.data_dir / "tokenize", tmp_path / "data" / "tokenize")  # the fixture stays untouched
     config = config.replace(paths={"data_dir": str(tmp_path / "data")})
     tokenize_dir = config.data_dir / "tokenize"
     cache = tmp_path / "vectors"
-    from pipeline.tokenizer import TextEncoder
+    from pipeline.text.wordpiece import TextEncoder
 
     size = TextEncoder.load(tokenize_dir).vocabulary_size
     path = word_vectors.cached_embedding(tokenize_dir, cache, vocabulary_size=size, dimension=16, seed=0)

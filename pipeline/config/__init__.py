@@ -19,15 +19,40 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
-from pipeline.config.runs import (COMPARE_FACTORS, SPARK_OUTPUT_FORMATS, CompareConfig, SparkConfig, TrackingConfig,
-                                  TuneConfig)
-from pipeline.config.sections import (BACKBONE_KEYS, CANONICAL_IMDB_MD5, CANONICAL_IMDB_URL, DATA_SOURCES, INITS,
-                                      LONG_REVIEWS, NGRAM_KEYS, POOLINGS, POSITIONS, PRECISIONS, PRESET_KEYS, PSEUDO_LABEL_TEACHERS,
-                                      TOKEN_EMBEDDINGS, TRUNCATION_STRATEGIES, BaselineConfig, DataConfig,
-                                      ModelConfig, PathsConfig, PretrainConfig, PseudoLabelConfig, TokenizerConfig,
-                                      TrainingConfig)
-from pipeline.errors import ConfigError, MissingInputError
-from pipeline.typed_values import build_sections
+from pipeline.config.runs import (
+    COMPARE_FACTORS,
+    SPARK_OUTPUT_FORMATS,
+    CompareConfig,
+    SparkConfig,
+    TrackingConfig,
+    TuneConfig,
+)
+from pipeline.config.sections import (
+    BACKBONE_KEYS,
+    CANONICAL_IMDB_MD5,
+    CANONICAL_IMDB_URL,
+    DATA_SOURCES,
+    INITS,
+    LONG_REVIEWS,
+    NGRAM_KEYS,
+    POOLINGS,
+    POSITIONS,
+    PRECISIONS,
+    PRESET_KEYS,
+    PSEUDO_LABEL_TEACHERS,
+    TOKEN_EMBEDDINGS,
+    TRUNCATION_STRATEGIES,
+    BaselineConfig,
+    DataConfig,
+    ModelConfig,
+    PathsConfig,
+    PretrainConfig,
+    PseudoLabelConfig,
+    TokenizerConfig,
+    TrainingConfig,
+)
+from pipeline.config.typed_values import build_sections
+from pipeline.core.errors import ConfigError, MissingInputError
 
 __all__ = [
     "BACKBONE_KEYS", "CANONICAL_IMDB_MD5", "CANONICAL_IMDB_URL", "COMPARE_FACTORS", "DATA_SOURCES", "INITS",

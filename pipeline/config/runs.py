@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.config.sections import INITS, LONG_REVIEWS, POOLINGS, TOKEN_EMBEDDINGS
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

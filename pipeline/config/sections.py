@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 
 CANONICAL_IMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
 CANONICAL_IMDB_MD5 = "7c2ac02c03563afcf9b574c7e56c153a"
@@ -117,7 +117,7 @@ class ModelConfig:
     classifier_dropout: float = 0.3
     init: str = "scratch"           # scratch | pretrained (`make pretrain`'s backbone; -1.04 points here: docs/results.md)
     pretrained: str | None = None   # a pretrain output folder or runs:/<run_id>/backbone; default data/pretrain
-    token_embedding: str = "random"  # random | word2vec (vectors learned on train + unlabeled, pipeline.word_vectors)
+    token_embedding: str = "random"  # random | word2vec (vectors learned on train + unlabeled, pipeline.model.word_vectors)
     ngram_max: int = 3              # 1: tokens alone; 3: + hashed 2- and 3-grams (+0.86 points, significant: docs/results.md)
     ngram_buckets: int = 262_144    # rows of the hashed n-gram table shared by every n (2^18)
     ngram_dropout: float = 0.3      # drop whole n-gram vectors while training (0.0 stopped a run at epoch 1)
@@ -190,11 +190,11 @@ class TrainingConfig:
     # points, significant: docs/results.md); made first when missing; off by itself when nothing is unlabeled
     pseudo_labels: bool = True
     freeze_backbone_epochs: int = 0  # model.preset: train the new head alone first, the pretrained backbone frozen
-    # Embedding rows a batch did not read keep their weights and moments (pipeline.optimizers.LazyAdamW): the
+    # Embedding rows a batch did not read keep their weights and moments (pipeline.model.optimizers.LazyAdamW): the
     # n-gram table's dense AdamW update was most of a CPU step (0.78x the epoch time, accuracy +0.14 n.s.)
     sparse_updates: bool = True
     # adversarial training (Miyato et al. 2017): also the loss of every review with its normalised embeddings moved
-    # this far along the loss gradient (pipeline.adversarial); 0: off. The pipeline's own encoder only
+    # this far along the loss gradient (pipeline.model.adversarial); 0: off. The pipeline's own encoder only
     adversarial_epsilon: float = 0.0
 
     def __post_init__(self) -> None:
@@ -291,7 +291,7 @@ class PseudoLabelConfig:
 
 @dataclass(frozen=True)
 class BaselineConfig:
-    """The NBSVM baseline (``pipeline.baseline``): its n-grams and the ``C`` values validation chooses from."""
+    """The NBSVM baseline (``pipeline.lexical``): its n-grams and the ``C`` values validation chooses from."""
 
     nbsvm_c: tuple[float, ...] = (0.03, 0.1, 0.3, 1.0)
     ngram_max: int = 3

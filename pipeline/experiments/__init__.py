@@ -1,7 +1,7 @@
 """The experiments: runners that answer research questions about the product, apart from its stages.
 
 Each is a ``make`` target and a ``python -m pipeline`` sub-command like a stage, declared in
-:data:`EXPERIMENTS` (same :class:`pipeline.catalog.Stage` entries), and like a stage it calls the
+:data:`EXPERIMENTS` (same :class:`pipeline.core.catalog.Stage` entries), and like a stage it calls the
 libraries in ``pipeline/`` and never imports a stage. Their outputs are reports (``reports/``), an
 Optuna study, screenshots; what a user deploys comes from the stages alone.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from pipeline.catalog import Stage, model_argument
+from pipeline.core.catalog import Stage, model_argument
 
 
 def _tune_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,16 +45,18 @@ def _budget_arguments(parser: argparse.ArgumentParser) -> None:
 EXPERIMENTS: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("compare-tuned", "pipeline.experiments.compare_tuned", "make tune's best config (compare.tuned) against this "
           "config, with NBSVM and the fused candidates, as one comparison make register chooses from",
-          reads=("tune", "tokenize", "ingest"), writes="an MLflow parent run with its children; "
+          reads=("tune", "tokenize", "ingest"), runs=("pretrain", "pseudo-label", "train", "evaluate"),
+          writes="an MLflow parent run with its children; "
           "reports/comparison_tuned.*", force=True),
     Stage("ablate-position", "pipeline.experiments.ablate_position", "learned vs no positions, everything else as "
           "configured (an ablation: its runs are not candidates)", reads=("tokenize", "ingest"),
+          runs=("pretrain", "pseudo-label", "train", "evaluate"),
           writes="an MLflow parent run with its children; reports/ablation_position.*", force=True),
     Stage("pretrain-budget", "pipeline.experiments.pretrain_budget", "test accuracy against minutes of pretraining",
-          reads=("pretrain", "train", "evaluate"), writes="reports/pretraining_budget.{json,md,png}",
+          reads=("tokenize",), runs=("pretrain", "train", "evaluate"), writes="reports/pretraining_budget.{json,md,png}",
           arguments=_budget_arguments),
     Stage("tune", "pipeline.experiments.tune", "an Optuna study over configs/tune.yaml, every trial an MLflow run; the "
-          "best parameters as a config for make compare-tuned", reads=("tokenize", "ingest", "train"),
+          "best parameters as a config for make compare-tuned", reads=("tokenize", "ingest"), runs=("train",),
           writes="the study in Optuna storage; a parent MLflow run with a child per trial; reports/tune/best.yaml",
           arguments=_tune_arguments),
     Stage("bench", "pipeline.experiments.bench", "training and scoring speed against the same run's GEMM peak; memory",

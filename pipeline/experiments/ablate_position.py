@@ -3,15 +3,15 @@
 Reads:  ``data/tokenize/``, ``data/ingest/``.
 Writes: a comparison whose runs are not candidates for ``make register`` (shared with ``make compare``
         where the settings agree) and ``reports/ablation_position.{md,json,png}``. The design:
-        ``position`` in ``pipeline/comparison/designs.yaml``.
+        ``position`` in ``pipeline/stages/compare/designs.yaml``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.comparison.runner import run_comparison
 from pipeline.config import Config
+from pipeline.stages.compare.runner import run_comparison
 
 DESIGN = "position"
 

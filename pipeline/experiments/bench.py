@@ -8,7 +8,7 @@ Writes: ``reports/bench.json`` and ``reports/bench.md``:
         - training steps (classifier and masked-LM) for each measured encoder in float32,
           ``mixed_bfloat16`` and float32 with XLA, on length-bucketed batches of real train ids,
           warm-up (the first pass, which traces every batch width) excluded: non-padding tokens/s,
-          achieved GFLOP/s (``pipeline.flops``) and the fraction of the same-run, same-precision peak;
+          achieved GFLOP/s (``pipeline.model.flops``) and the fraction of the same-run, same-precision peak;
         - TensorFlow thread settings (intra-op, inter-op) for the classifier step, each in a fresh process;
         - the padding fraction of full-width and of length-bucketed batches;
         - scoring: the model alone (compiled, bucketed) against the eager per-batch path, tokenization
@@ -30,15 +30,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline.artifacts import atomic_write_json, atomic_write_text, split_table
-from pipeline.batching import TRAINING_LENGTH_MULTIPLE, batch_width, bucketed_batches, padding_fraction
-from pipeline.tokenizer import TextEncoder, load_split
 from pipeline.config import Config, ModelConfig
-from pipeline.errors import InputError
-from pipeline.flops import EncoderShape, batch_flops, classifier_forward_flops, masked_lm_forward_flops
-from pipeline.scoring import score_csv
-from pipeline.catalog import require_output
-from pipeline.text import PAD_ID
+from pipeline.core.catalog import require_output
+from pipeline.core.errors import InputError
+from pipeline.core.files import atomic_write_json, atomic_write_text, split_table
+from pipeline.model.flops import EncoderShape, batch_flops, classifier_forward_flops, masked_lm_forward_flops
+from pipeline.runtime.batching import TRAINING_LENGTH_MULTIPLE, batch_width, bucketed_batches, padding_fraction
+from pipeline.stages.score.csv_file import score_csv
+from pipeline.stages.tokenize.outputs import load_split
+from pipeline.text.conventions import PAD_ID
+from pipeline.text.wordpiece import TextEncoder
 
 MEASURED_BATCHES = 8
 # The encoders measured besides the configured one: the one-block width-64 model that was the
@@ -111,7 +112,7 @@ def measure_classifier_step(model_config: ModelConfig, vocabulary_size: int, max
                             batches: list[np.ndarray], policy: str = "float32", jit: bool = False) -> dict:
     import keras
 
-    from pipeline.model import build_model
+    from pipeline.model.transformer import build_model
 
     keras.mixed_precision.set_global_policy(policy)
     try:
@@ -130,8 +131,8 @@ def measure_masked_lm_step(model_config: ModelConfig, vocabulary_size: int, max_
                            batches: list[np.ndarray], mask_rate: float, policy: str = "float32") -> dict:
     import keras
 
-    from pipeline.model import build_masked_lm
-    from pipeline.backbone import mask_generator
+    from pipeline.model.transformer import build_masked_lm
+    from pipeline.stages.pretrain.backbone import mask_generator
 
     masked = [{name: np.asarray(value) for name, value in mask_generator(vocabulary_size, batch.shape[1], mask_rate)(batch).items()}
               for batch in batches]
@@ -204,8 +205,8 @@ def score_peak_memory(config: Config, input_path: Path, output_path: Path, model
 
 
 def measure_scoring(config: Config, model_uri: str, texts: pd.Series, repeat: int) -> dict:
-    from pipeline.evaluation import transformer_of
-    from pipeline.inference import load_classifier, predict_ids
+    from pipeline.model.classifiers import load_classifier, predict_ids
+    from pipeline.stages.evaluate.scorecard import transformer_of
 
     champion = load_classifier(model_uri)
     classifier = transformer_of(champion)
@@ -272,8 +273,8 @@ def measure_ngram_scoring(model_config: ModelConfig, vocabulary_size: int, max_l
 
     import keras
 
-    from pipeline.inference import predict_ids
-    from pipeline.model import build_model
+    from pipeline.model.classifiers import predict_ids
+    from pipeline.model.transformer import build_model
 
     ngram_max = model_config.ngram_max if model_config.ngram_max > 1 else ngram_max
     variants = {"tokens": dataclasses.replace(model_config, ngram_max=1),
@@ -303,8 +304,8 @@ def measure_sparse_updates(model_config: ModelConfig, vocabulary_size: int, max_
 
     import keras
 
-    from pipeline.model import build_model
-    from pipeline.optimizers import LazyAdamW
+    from pipeline.model.optimizers import LazyAdamW
+    from pipeline.model.transformer import build_model
 
     config = model_config if model_config.ngram_max > 1 else dataclasses.replace(model_config, ngram_max=3)
     variants = {"AdamW (dense updates)": (keras.optimizers.AdamW, False),

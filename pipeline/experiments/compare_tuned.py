@@ -3,15 +3,15 @@
 Reads:  ``compare.tuned`` (default ``reports/tune/best.yaml``), ``data/tokenize/``, ``data/ingest/``.
 Writes: a comparison (MLflow parent run and children, with NBSVM and the fused candidates, which
         ``make register`` chooses from) and ``reports/comparison_tuned.{md,json,png}``. The design:
-        ``tuned`` in ``pipeline/comparison/designs.yaml``.
+        ``tuned`` in ``pipeline/stages/compare/designs.yaml``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.comparison.runner import run_comparison
 from pipeline.config import Config
+from pipeline.stages.compare.runner import run_comparison
 
 DESIGN = "tuned"
 

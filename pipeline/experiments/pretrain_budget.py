@@ -23,7 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.artifacts import (
+from pipeline.config import Config
+from pipeline.core.catalog import stage_dir
+from pipeline.core.files import (
     BACKBONE_SNAPSHOTS_DIR,
     BACKBONE_SPEC_FILE,
     COMPARISON_REPORT,
@@ -33,11 +35,9 @@ from pipeline.artifacts import (
     manifest_hash,
     read_manifest,
 )
-from pipeline.config import Config
-from pipeline.catalog import stage_dir
-from pipeline.evaluation import evaluate_run
-from pipeline.pretraining import pretrain
-from pipeline.training import train_model
+from pipeline.stages.evaluate.scorecard import evaluate_run
+from pipeline.stages.pretrain.masked_lm import pretrain
+from pipeline.stages.train.fit_and_log import train_model
 
 REPORT_NAME = "pretraining_budget"
 
@@ -78,7 +78,7 @@ def chosen_budgets(summary: list[dict]) -> dict[str, float]:
 
 
 def plot_budget_curve(rows: list[dict], summary: list[dict], baseline: float | None, path: Path) -> Path:
-    from pipeline.plots import new_figure, save_figure
+    from pipeline.core.plots import new_figure, save_figure
 
     figure, axis = new_figure(7.5, 4.8)
     for index, encoder in enumerate(dict.fromkeys(row["encoder"] for row in rows)):
@@ -113,7 +113,7 @@ def merge_rows(previous: dict | None, tokenize_sha256: str, encoder: str, rows: 
 def read_previous_report(path: Path) -> dict | None:
     """The report an earlier run wrote (its other encoder sizes are kept); an unreadable one is an error,
     not something to overwrite."""
-    from pipeline.errors import InputError
+    from pipeline.core.errors import InputError
 
     if not path.is_file():
         return None
@@ -209,7 +209,7 @@ def run(config: Config, seeds: tuple[int, ...] | None = None, baseline: float | 
 
 
 def main(config: Config, args) -> None:
-    from pipeline.errors import ConfigError
+    from pipeline.core.errors import ConfigError
 
     try:
         seeds = None if args.seeds is None else tuple(int(seed) for seed in args.seeds.split(","))

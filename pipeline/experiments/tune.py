@@ -29,13 +29,13 @@ from typing import Any
 import mlflow
 import yaml
 
-from pipeline.artifacts import MANIFEST_NAME, atomic_write_json, atomic_write_text, read_manifest
 from pipeline.config import Config
-from pipeline.typed_values import check_type
-from pipeline.errors import ConfigError, InputError, MissingInputError, PipelineError
-from pipeline.catalog import require_output
-from pipeline.tokenization import own_tokenization
-from pipeline.training import train_model
+from pipeline.config.typed_values import check_type
+from pipeline.core.catalog import require_output
+from pipeline.core.errors import ConfigError, InputError, MissingInputError, PipelineError
+from pipeline.core.files import MANIFEST_NAME, atomic_write_json, atomic_write_text, read_manifest
+from pipeline.stages.tokenize.encode import own_tokenization
+from pipeline.stages.train.fit_and_log import train_model
 from pipeline.tracking import flat_params, setup_tracking, tracking_uri
 
 REPORT_DIR = "tune"
@@ -226,7 +226,7 @@ def save_plots(study, out_dir: Path) -> list[Path]:
 
     from optuna.visualization import matplotlib as plots
 
-    from pipeline.plots import save_figure
+    from pipeline.core.plots import save_figure
 
     made = []
     for name, draw in (("optimization_history", plots.plot_optimization_history),

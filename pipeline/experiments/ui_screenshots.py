@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.config import Config
-from pipeline.errors import PipelineError
-from pipeline.mlflow_ui import Comparison, compare_url, experiment_url, latest_comparison, mlflow_server, run_url
+from pipeline.core.errors import PipelineError
+from pipeline.stages.ui.links import Comparison, compare_url, experiment_url, latest_comparison, mlflow_server, run_url
 from pipeline.tracking import tracking_uri
-
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 

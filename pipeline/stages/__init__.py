@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 
-from pipeline.catalog import Stage, model_argument
-from pipeline.comparison.designs import DESIGN_NAMES
+from pipeline.core.catalog import Stage, model_argument
+from pipeline.stages.compare.designs import DESIGN_NAMES
 
 
 def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +25,7 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--design", choices=DESIGN_NAMES, default="main",
                         help="main (default): the factors and levels of the config's compare section, the NBSVM "
                              "baseline and the fused candidates; position and tuned are the experiments "
-                             "ablate-position and compare-tuned (pipeline/comparison/designs.yaml)")
+                             "ablate-position and compare-tuned (pipeline/stages/compare/designs.yaml)")
 
 
 def _score_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,14 +67,15 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
           "teacher, keep the sure ones",
           reads=("ingest",), writes="pseudo_labels.parquet, a confidence histogram, manifest; one MLflow run", force=True),
     Stage("train", "pipeline.stages.train", "train the Transformer classifier, log the run and its model to MLflow",
-          reads=("tokenize", "ingest", "pseudo-label"),  # pseudo-label only with training.pseudo_labels
+          reads=("tokenize", "ingest"), runs=("pseudo-label", "pretrain"),  # as the config asks
           writes="a run folder with model.keras and a manifest; one MLflow run", force=True),
     Stage("evaluate", "pipeline.stages.evaluate", "score the test split with a trained run, log test_ metrics and plots",
           reads=("ingest", "train"), writes="test_ metrics and plots on the run; reports/<run_id>/",
           force=True, arguments=_evaluate_arguments),
     Stage("compare", "pipeline.stages.compare", "every candidate (Transformer variants x seeds, NBSVM, their fusion) "
-          "trained, evaluated and compared on one protocol", reads=("tokenize", "ingest", "pretrain", "pseudo-label",
-                                                                   "train", "evaluate"), writes="an MLflow parent run with its children; reports/comparison.*",
+          "trained, evaluated and compared on one protocol", reads=("tokenize", "ingest"),
+          runs=("pretrain", "pseudo-label", "train", "evaluate"),
+          writes="an MLflow parent run with its children; reports/comparison.*",
           force=True, arguments=_compare_arguments),
     Stage("register", "pipeline.stages.register", "register the candidate with the best validation accuracy of the "
           "latest comparison as @champion",

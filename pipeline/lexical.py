@@ -1,0 +1,231 @@
+"""The lexical models the Transformer is measured against, fused with, and taught by.
+
+- :func:`nbsvm_baseline`: NBSVM (Wang & Manning 2012) in the fastai form: binary 1-3-gram counts
+  scaled by the naive-Bayes log-count ratio ``r``, then a liblinear logistic regression. Its
+  regularisation ``C`` is chosen on the validation split from ``baseline.nbsvm_c``; the vectorizer,
+  ``r`` and the regression are fitted on the train split only. It is the comparison's baseline, a
+  candidate for ``@champion``, the lexical half of every fused model and the teacher of
+  ``make pseudo-label``.
+- :func:`tfidf_baseline`: TF-IDF (1-2 grams) + logistic regression, the earlier baseline, kept as a
+  second reference row.
+
+Both give ``predict_proba(texts)`` as ``[N, k]`` in class-index order, like the Transformer. Texts are
+expected cleaned (``pipeline.text.conventions.clean_text``), as ingestion stores them and the pyfunc models pass them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, ClassifierMixin
+
+from pipeline.core.errors import ConfigError, InputError
+
+NBSVM_TOKEN_PATTERN = r"(?u)\b\w+\b|[!?]"  # words, and ! and ? as tokens of their own
+
+
+class NaiveBayesLogisticRegression(ClassifierMixin, BaseEstimator):
+    """Logistic regression on features scaled by the naive-Bayes log-count ratio (NBSVM's "NB-LR").
+
+    Two classes: one ratio ``r = log((p / |p|) / (q / |q|))`` with ``p``, ``q`` the add-``alpha`` feature
+    counts of the second and first class. More classes: one ratio and one regression per class
+    against the rest, their probabilities normalised to sum to one. A scikit-learn style estimator
+    (``fit``, ``predict_proba``, ``classes_``) that pickles with ``joblib``.
+    """
+
+    def __init__(self, C: float = 0.1, alpha: float = 1.0, max_iter: int = 1000, seed: int = 0):
+        self.C = C
+        self.alpha = alpha
+        self.max_iter = max_iter
+        self.seed = seed
+
+    def _ratio(self, X, positive: np.ndarray) -> np.ndarray:
+        p = self.alpha + np.asarray(X[positive].sum(axis=0)).ravel()
+        q = self.alpha + np.asarray(X[~positive].sum(axis=0)).ravel()
+        return np.log((p / p.sum()) / (q / q.sum())).astype(np.float32)
+
+    def _regression(self):
+        from sklearn.linear_model import LogisticRegression
+
+        return LogisticRegression(C=self.C, solver="liblinear", dual=True, max_iter=self.max_iter,
+                                  random_state=self.seed)
+
+    def fit(self, X, y) -> "NaiveBayesLogisticRegression":
+        y = np.asarray(y)
+        self.classes_ = np.unique(y)
+        if len(self.classes_) < 2:
+            raise InputError(f"NBSVM needs two or more classes in the training labels, got {self.classes_.tolist()}")
+        targets = [self.classes_[1]] if len(self.classes_) == 2 else list(self.classes_)
+        self.ratios_, self.regressions_ = [], []
+        for target in targets:
+            positive = y == target
+            ratio = self._ratio(X, positive)
+            self.ratios_.append(ratio)
+            self.regressions_.append(self._regression().fit(X.multiply(ratio).tocsr(), positive.astype(int)))
+        return self
+
+    def predict_proba(self, X) -> np.ndarray:
+        scores = np.stack([regression.predict_proba(X.multiply(ratio).tocsr())[:, 1]
+                           for ratio, regression in zip(self.ratios_, self.regressions_)], axis=1)
+        if len(self.classes_) == 2:
+            return np.concatenate([1.0 - scores, scores], axis=1)
+        return scores / np.maximum(scores.sum(axis=1, keepdims=True), 1e-12)
+
+    def predict(self, X) -> np.ndarray:
+        return self.classes_[self.predict_proba(X).argmax(axis=1)]
+
+
+
+class NgramCounts:
+    """A fitted word n-gram ``CountVectorizer``'s binary counts, the same matrix faster.
+
+    scikit-learn builds every n-gram of a review as a string and looks each up in the vocabulary, in
+    Python: at scoring time that is slower than the Transformer. Here each token is looked up once
+    (its id among the tokens the vocabulary's n-grams are made of; an unknown token ends every n-gram
+    through it, as it would in scikit-learn, where such an n-gram is never a feature), and the n-grams
+    become integer keys matched against the vocabulary's in NumPy. Tokens never hold a space (the
+    vectorizer joins an n-gram's tokens with one), so key and string stand for the same n-gram: the
+    matrix is identical, which a test checks on texts of every kind.
+    """
+
+    def __init__(self, vectorizer):
+        if vectorizer.analyzer != "word" or vectorizer.strip_accents or vectorizer.preprocessor or vectorizer.tokenizer:
+            raise ValueError("NgramCounts mirrors a word-analyzer CountVectorizer without accent stripping or custom "
+                             "pre-processing")
+        self.pattern = re.compile(vectorizer.token_pattern)
+        self.lowercase = vectorizer.lowercase
+        self.binary = vectorizer.binary
+        self.dtype = vectorizer.dtype
+        self.orders = range(vectorizer.ngram_range[0], vectorizer.ngram_range[1] + 1)
+        self.width = len(vectorizer.vocabulary_)
+        self.token_ids: dict[str, int] = {}
+        by_order: dict[int, tuple[list, list]] = {n: ([], []) for n in self.orders}
+        for feature, column in vectorizer.vocabulary_.items():
+            parts = feature.split(" ")
+            ids = [self.token_ids.setdefault(token, len(self.token_ids)) for token in parts]
+            by_order[len(parts)][0].append(ids)
+            by_order[len(parts)][1].append(column)
+        self.base = max(1, len(self.token_ids))
+        if self.base ** max(self.orders) >= 2 ** 62:
+            raise ConfigError(f"{self.base:,} tokens and {max(self.orders)}-grams do not fit 64-bit keys")
+        self.keys, self.columns = {}, {}
+        for n, (ids, columns) in by_order.items():
+            keys = self._keys(np.asarray(ids, dtype=np.int64).reshape(-1, n)) if ids else np.zeros(0, np.int64)
+            order = np.argsort(keys)
+            self.keys[n], self.columns[n] = keys[order], np.asarray(columns, dtype=np.int64)[order]
+
+    def _keys(self, grams: np.ndarray) -> np.ndarray:
+        keys = np.zeros(len(grams), dtype=np.int64)
+        for j in range(grams.shape[1]):
+            keys = keys * self.base + grams[:, j]
+        return keys
+
+    def transform(self, texts: Sequence[str]):
+        from scipy import sparse
+
+        tokens = [self.pattern.findall(text.lower() if self.lowercase else text) for text in texts]
+        lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+        get = self.token_ids.get
+        ids = np.fromiter((get(token, -1) for doc in tokens for token in doc), dtype=np.int64, count=int(lengths.sum()))
+        doc = np.repeat(np.arange(len(tokens)), lengths)
+        rows, columns = [], []
+        for n in self.orders:
+            count = len(ids) - n + 1
+            if count <= 0:
+                continue
+            grams = np.lib.stride_tricks.sliding_window_view(ids, n)
+            usable = (doc[:count] == doc[n - 1:]) & (grams >= 0).all(axis=1)
+            keys = self._keys(grams[usable])
+            position = np.minimum(np.searchsorted(self.keys[n], keys), max(len(self.keys[n]) - 1, 0))
+            hit = (self.keys[n][position] == keys) if len(self.keys[n]) else np.zeros(len(keys), bool)
+            rows.append(doc[:count][usable][hit])
+            columns.append(self.columns[n][position[hit]])
+        rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+        columns = np.concatenate(columns) if columns else np.zeros(0, np.int64)
+        matrix = sparse.csr_matrix((np.ones(len(rows), dtype=self.dtype), (rows, columns)),
+                                   shape=(len(tokens), self.width), dtype=self.dtype)
+        matrix.sum_duplicates()
+        if self.binary:
+            matrix.data[:] = 1
+        matrix.sort_indices()
+        return matrix
+
+
+@dataclass(frozen=True)
+class FittedBaseline:
+    """A fitted lexical model, what chose its regularisation, and how long fitting took."""
+
+    model: object                        # a scikit-learn pipeline: predict_proba(texts) -> [N, k]
+    params: dict                         # what it is, to log
+    val_accuracy_by_c: dict[float, float]
+    val_accuracy: float                  # of the chosen C, on the validation rows it was chosen on
+    val_accuracy_cross_fitted: float     # of choosing C, without that optimism (``metrics.cross_fitted_accuracy``)
+    fit_seconds: float
+
+
+def nbsvm_vectorizer(ngram_max: int = 3, max_features: int = 800_000):
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    return CountVectorizer(ngram_range=(1, ngram_max), max_features=max_features, binary=True,
+                           token_pattern=NBSVM_TOKEN_PATTERN, dtype=np.float32)
+
+
+def nbsvm_baseline(train: pd.DataFrame, val: pd.DataFrame, c_values: Sequence[float] = (0.1,),
+                   ngram_max: int = 3, max_features: int = 800_000, seed: int = 0) -> FittedBaseline:
+    """NBSVM fitted on ``train`` (``text``, ``label``), its ``C`` the best of ``c_values`` on ``val``.
+
+    The vectorizer is fitted once on train; each ``C`` refits only the regression. Ties go to the
+    smaller ``C`` (the stronger regularisation).
+    """
+    import time
+
+    from sklearn.pipeline import Pipeline
+
+    if not c_values:
+        raise ConfigError("baseline.nbsvm_c needs at least one value")
+    started = time.perf_counter()
+    vectorizer = nbsvm_vectorizer(ngram_max, max_features)
+    train_features = vectorizer.fit_transform(train["text"])
+    val_features = vectorizer.transform(val["text"])
+    train_labels, val_labels = train["label"].to_numpy(), val["label"].to_numpy()
+    fitted, accuracy, correct = {}, {}, {}
+    for c in sorted(c_values):
+        fitted[c] = NaiveBayesLogisticRegression(C=c, seed=seed).fit(train_features, train_labels)
+        correct[c] = fitted[c].predict(val_features) == val_labels
+        accuracy[c] = float(correct[c].mean())
+    best = max(sorted(accuracy), key=lambda c: accuracy[c])  # max keeps the first (smallest) of equals
+    model = Pipeline([("counts", vectorizer), ("nb_logistic_regression", fitted[best])])
+    params = {"model": "nbsvm", "nbsvm.ngram_range": f"1,{ngram_max}", "nbsvm.max_features": max_features,
+              "nbsvm.binary": True, "nbsvm.token_pattern": NBSVM_TOKEN_PATTERN, "nbsvm.C": best,
+              "nbsvm.C_grid": ",".join(f"{c:g}" for c in sorted(c_values)),
+              "nbsvm.vocabulary": len(vectorizer.vocabulary_)}
+    from pipeline.metrics import cross_fitted_accuracy
+
+    return FittedBaseline(model, params, accuracy, accuracy[best], cross_fitted_accuracy(correct),
+                          time.perf_counter() - started)
+
+
+def tfidf_baseline(train: pd.DataFrame, seed: int):
+    """TF-IDF (1-2 grams) + logistic regression fitted on the train split."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    model = make_pipeline(
+        TfidfVectorizer(ngram_range=(1, 2), min_df=2, max_features=300_000, sublinear_tf=True),
+        LogisticRegression(C=4.0, max_iter=2000, random_state=seed),
+    )
+    return model.fit(train["text"], train["label"])
+
+
+def class_probabilities(model, texts: Sequence[str], num_classes: int) -> np.ndarray:
+    """``model.predict_proba(texts)`` placed in ``[N, num_classes]`` by class index (a class the model never
+    saw in training gets probability 0)."""
+    probabilities = np.zeros((len(texts), num_classes), dtype=np.float32)
+    if len(texts):
+        probabilities[:, np.asarray(model.classes_, dtype=int)] = model.predict_proba(list(texts))
+    return probabilities

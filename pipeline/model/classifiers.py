@@ -1,0 +1,407 @@
+"""Turning raw texts into class probabilities: the pyfunc models this pipeline logs, and their scoring path.
+
+``TextEncoder.encode`` then ``predict_ids`` is the single scoring path used by evaluation, batch
+scoring and the MLflow pyfunc model (``predict_probabilities`` chains the two), so the same review
+gets the same probability from all three. It returns ``[N, k]`` class probabilities
+(``pipeline.core.predictions``). Every pyfunc model the pipeline logs (:class:`PipelineModel`: the
+Transformer :class:`SentimentClassifier`, the lexical :class:`LexicalClassifier`, the
+:class:`FusedClassifier` of both) takes a DataFrame with a ``text`` column of raw strings and returns, for
+two classes, ``positive_probability`` (the probability of the second label), ``predicted_label``
+and ``score_error``; for more classes one ``probability_<label>`` column per class instead of
+``positive_probability``. A row that cannot be scored (``pipeline.text.conventions.text_problem``: missing,
+empty, whitespace-only or not text) gets an empty probability and label and the reason in
+``score_error``, the same answer ``make score``, ``mlflow models predict/serve`` and Spark give.
+
+This module and what it imports at load time stay free of the ingestion and download code; scikit-learn
+is imported only when a lexical or fused model is loaded.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import sys
+import threading
+import weakref
+from pathlib import Path
+from typing import Sequence
+
+import mlflow
+import numpy as np
+import pandas as pd
+
+from pipeline.core.errors import InputError, MissingInputError
+from pipeline.core.files import LABELS_FILE, TOKENIZER_SETTINGS_FILE, sha256_file
+from pipeline.core.predictions import (
+    as_class_probabilities,
+    check_shape,
+    fuse_probabilities,
+    pool_windows,
+    predicted_and_confidence,
+    probability_columns,
+)
+from pipeline.model.presets import load_text_encoder
+from pipeline.runtime.batching import SCORING_LENGTH_MULTIPLE, batch_width, bucketed_batches
+from pipeline.text.conventions import PAD_ID, load_labels, text_problem
+from pipeline.text.wordpiece import TextEncoder
+
+_COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# model -> Counter of batches scored per (batch size, width): what ``predict_ids`` compiles for
+_SHAPE_BATCHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# a batch shape is compiled once this many of its batches were asked of a model (in one call or over several):
+# an XLA compile costs a few eager batches (about 0.5 s a shape for the default model), so a shape met once or
+# twice (a few rows, a tiny split) runs eagerly, and one a long input or a server meets again gets compiled
+COMPILE_AFTER_BATCHES = 3
+ERROR_COLUMN = "score_error"  # why a row got no score ("" when it was scored)
+ARTIFACT_KERAS_MODEL = "keras_model"  # names of the pyfunc models' artifacts (Transformers logged so far use the
+ARTIFACT_TOKENIZER = "tokenizer"      # first two)
+ARTIFACT_LEXICAL_MODEL = "lexical_model"
+ARTIFACT_LABELS = "labels"            # a folder holding labels.json
+ARTIFACT_FUSION = "fusion"            # fusion.json: the Transformer's weight
+
+
+def _expected_retracing(record: logging.LogRecord) -> bool:
+    """Drop TensorFlow's "triggered tf.function retracing" warning for this module's forward pass:
+    one trace per (batch, width) shape is the design, not a mistake a user should be told about."""
+    message = record.getMessage()
+    return not ("retracing" in message and "compiled_forward" in message)
+
+
+def compiled_forward(model):
+    """``model(ids, training=False)`` compiled with XLA, one executable per input shape, cached per model.
+
+    Eager calls pay Python and op-dispatch overhead on every batch, and XLA fuses the
+    element-wise work (layer norms, GELU, softmax) that dominates a small encoder. Callers keep
+    the shapes to a small fixed set (full batches, widths in multiples of ``SCORING_LENGTH_MULTIPLE``);
+    each new shape compiles once, in well under a second for the default model here.
+    """
+    forward = _COMPILED.get(model)
+    if forward is None:
+        import tensorflow as tf
+
+        logging.getLogger("tensorflow").addFilter(_expected_retracing)
+        reference = weakref.ref(model)  # the cache must not keep the model alive
+        forward = tf.function(lambda ids: forward_pass(reference(), ids), jit_compile=True)
+        _COMPILED[model] = forward
+    return forward
+
+
+def forward_pass(model, ids):
+    """``model(ids, training=False)``, the ids given in the structure the model was built or loaded with: a model
+    loaded from a ``.keras`` file expects a list of its one input, and Keras warns at every other call shape."""
+    import keras
+
+    return model(keras.tree.pack_sequence_as(model.input, [ids]), training=False)
+
+
+def predict_ids(model, ids: np.ndarray, batch_size: int = 256, compiled: bool | None = None) -> np.ndarray:
+    """Class probabilities ``[N, k]`` for encoded rows.
+
+    Rows are grouped by length (``pipeline.runtime.batching``) so short reviews are not run through
+    the full ``max_sequence_length``; the padding mask makes the result independent of
+    padding, which also lets the compiled path pad a short last batch to the full batch size
+    (one shape per width). ``compiled=False`` calls the model eagerly, batch by batch: the
+    reference path; ``True`` compiles every shape; ``None`` compiles a shape once
+    ``COMPILE_AFTER_BATCHES`` of its batches were asked of this model, counting this call's, and runs
+    the others eagerly (the two paths agree to float rounding).
+    """
+    ids = np.asarray(ids, dtype=np.int32)
+    classes = as_class_probabilities(np.zeros((1, int(model.output_shape[-1])))).shape[1]
+    probabilities = np.empty((len(ids), classes), dtype=np.float32)
+    lengths = (ids != PAD_ID).sum(axis=1)
+    # a small input is one batch, padded up to a power of two: a bounded set of compiled shapes
+    batch_size = min(batch_size, 1 << max(len(ids) - 1, 0).bit_length())
+    batches = [(rows, batch_width(lengths[rows].max(), SCORING_LENGTH_MULTIPLE, ids.shape[1]))
+               for rows in bucketed_batches(lengths, batch_size, seed=None)]
+    if compiled is None:
+        seen = _SHAPE_BATCHES.setdefault(model, collections.Counter())
+        seen.update((batch_size, width) for _, width in batches)
+        compiled_widths = {width for _, width in batches if seen[batch_size, width] >= COMPILE_AFTER_BATCHES}
+    else:
+        compiled_widths = {width for _, width in batches} if compiled else set()
+    forward = compiled_forward(model) if compiled_widths else None
+    for rows, width in batches:
+        batch = ids[rows, :width]
+        if width not in compiled_widths:
+            probabilities[rows] = as_class_probabilities(forward_pass(model, batch))
+        else:
+            padded = np.pad(batch, ((0, batch_size - len(rows)), (0, 0)), constant_values=PAD_ID)
+            probabilities[rows] = as_class_probabilities(forward(padded))[:len(rows)]
+    return probabilities
+
+
+def predict_probabilities(model, encoder: TextEncoder, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
+    return predict_ids(model, encoder.encode(list(texts)), batch_size)
+
+
+def output_frame(probabilities: np.ndarray, labels: Sequence[str], errors: Sequence[str] | None = None) -> pd.DataFrame:
+    """The scored columns, one row per input row in order.
+
+    ``positive_probability`` (two classes) or one ``probability_<label>`` per class,
+    ``predicted_label`` and ``score_error``. ``probabilities`` holds the rows without an error
+    (``errors[i] == ""``), in order; a row with an error gets ``None`` probabilities (an empty CSV
+    cell, JSON ``null`` from ``mlflow models serve`` where NaN would not be valid JSON, a Spark null),
+    an empty label and its message; the probability columns are then of object dtype (float64 when
+    every row was scored). Without ``errors`` every row was scored.
+    """
+    errors = [""] * len(probabilities) if errors is None else list(errors)
+    scorable = np.array([not error for error in errors], dtype=bool)
+    probabilities = check_shape(probabilities, len(labels))
+    if len(probabilities) != scorable.sum():
+        raise ValueError(f"{len(probabilities)} probability rows for {int(scorable.sum())} scorable rows")
+    full = np.full((len(errors), len(labels)), np.nan)
+    full[scorable] = probabilities
+    names = np.full(len(errors), "", dtype=object)
+    names[scorable] = np.asarray(labels, dtype=object)[predicted_and_confidence(probabilities)[0]]
+    columns = probability_columns(full, labels)
+    if not scorable.all():  # None, not NaN: MLflow's JSON writer would send NaN, which JSON does not allow
+        columns = {name: pd.Series(values, dtype=object).where(scorable, None) for name, values in columns.items()}
+    return pd.DataFrame({**columns, "predicted_label": pd.Series(names, dtype=object),
+                         ERROR_COLUMN: pd.Series(errors, dtype=object)})
+
+
+def output_columns(labels: Sequence[str]) -> list[str]:
+    return list(output_frame(np.zeros((0, len(labels))), labels).columns)
+
+
+def load_keras_model(path: str | Path):
+    import keras
+
+    import pipeline.model.transformer  # noqa: F401  registers the custom layers before loading
+
+    return keras.saving.load_model(path)
+
+
+_LOADED: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()  # content key -> parts, newest last
+_LOADED_MAX = 2
+_LOADING = threading.Lock()
+_CHECKSUMS: dict[tuple, str] = {}  # (path, size, mtime) -> sha256: a file hashed once per process
+
+
+def _checksum(path: Path) -> str:
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _CHECKSUMS:
+        _CHECKSUMS[key] = sha256_file(path)
+    return _CHECKSUMS[key]
+
+
+def _load_parts(keras_model: Path, tokenizer: Path):
+    """The encoder, labels and Keras model of a model folder, loaded once per process and per content.
+
+    Keyed on the files' checksums, not their paths: ``mlflow.pyfunc.load_model`` copies a logged model
+    into a new temporary folder on every call. Spark's Python workers (``mlflow.pyfunc.spark_udf``
+    loads the pyfunc model once per task) and repeated loads in one process (``make bench``) then
+    reuse one Keras model, and with it its compiled forward passes (about 0.5 s per batch shape here).
+    Thread-safe: one load at a time.
+    """
+    with _LOADING:
+        key = (_checksum(keras_model), _checksum(tokenizer / TOKENIZER_SETTINGS_FILE), _checksum(tokenizer / LABELS_FILE))
+        parts = _LOADED.get(key)
+        if parts is None:
+            parts = load_text_encoder(tokenizer), load_labels(tokenizer), load_keras_model(keras_model)
+            _LOADED[key] = parts
+            while len(_LOADED) > _LOADED_MAX:
+                _LOADED.popitem(last=False)
+        else:
+            _LOADED.move_to_end(key)
+        return parts
+
+
+class PipelineModel(mlflow.pyfunc.PythonModel):
+    """What every model this pipeline logs answers: a DataFrame ``text`` column of raw strings -> the
+    probability columns, ``predicted_label`` and ``score_error``, one row per input row in order.
+
+    A subclass loads its parts (``_load``) and turns texts into ``[N, k]`` probabilities in two steps:
+    ``prepare`` (tokenizing, counting n-grams: what batch scoring runs ahead in a reader thread) and
+    ``score`` (the model). Unscorable rows never reach either (``pipeline.text.conventions.text_problem``).
+    """
+
+    kind = "model"
+    labels: list[str]
+
+    @staticmethod
+    def artifacts(*paths) -> dict[str, str]:
+        """The ``artifacts=`` mapping to log with the model (read back by ``load_context``)."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_artifacts(cls, artifacts: dict) -> "PipelineModel":
+        """A loaded model from an ``artifacts`` mapping (what ``load_context`` gets from MLflow)."""
+        model = cls()
+        model._load({name: Path(path) for name, path in artifacts.items()})
+        return model
+
+    @classmethod
+    def from_paths(cls, *paths) -> "PipelineModel":
+        """A loaded model from its files, in the order of ``artifacts``."""
+        return cls.from_artifacts(cls.artifacts(*paths))
+
+    def load_context(self, context):
+        self._load({name: Path(path) for name, path in context.artifacts.items()})
+
+    def _load(self, artifacts: dict[str, Path]) -> None:
+        raise NotImplementedError
+
+    def prepare(self, texts: Sequence[str]):
+        raise NotImplementedError
+
+    def score(self, prepared) -> np.ndarray:
+        raise NotImplementedError
+
+    def probabilities(self, texts: Sequence[str]) -> np.ndarray:
+        return self.score(self.prepare(list(texts)))
+
+    def predict(self, context, model_input, params=None):
+        if isinstance(model_input, pd.DataFrame):
+            if "text" not in model_input.columns:
+                raise InputError(f"input needs a 'text' column; it has {list(model_input.columns)}")
+            texts = model_input["text"].tolist()
+        else:
+            texts = list(model_input)
+        errors = [text_problem(text) for text in texts]
+        scorable = [text for text, error in zip(texts, errors) if not error]
+        return output_frame(self.probabilities(scorable), self.labels, errors)
+
+
+class SentimentClassifier(PipelineModel):
+    """The Transformer: a ``.keras`` file and its tokenizer folder (the class name and artifact names are
+    those of every Transformer logged so far: their pickles name this class).
+
+    MLflow builds it empty and calls ``load_context`` with the logged artifacts; in the package,
+    :meth:`from_paths` builds a loaded one.
+    """
+
+    kind = "transformer"
+
+    @staticmethod
+    def artifacts(keras_model: str | Path, tokenizer: str | Path) -> dict[str, str]:
+        return {ARTIFACT_KERAS_MODEL: str(keras_model), ARTIFACT_TOKENIZER: str(tokenizer)}
+
+    def _load(self, artifacts) -> None:
+        self.encoder, self.labels, self.model = _load_parts(Path(artifacts[ARTIFACT_KERAS_MODEL]),
+                                                            Path(artifacts[ARTIFACT_TOKENIZER]))
+
+    @property
+    def reads_windows(self) -> bool:
+        """Whether a review longer than the limit is scored by windows (``long_reviews: windows`` in the encoder's
+        settings; a preset's encoder has no such setting and truncates)."""
+        return getattr(self.encoder.settings, "long_reviews", "truncate") == "windows"
+
+    def prepare(self, texts: Sequence[str]):
+        """The texts' ids; when it :attr:`reads_windows`, (ids, owner): each text's row and the windows of those
+        longer than the limit (``TextEncoder.encode_windows``)."""
+        if self.reads_windows:
+            return self.encoder.encode_windows(list(texts))
+        return self.encoder.encode(list(texts))
+
+    def score(self, prepared) -> np.ndarray:
+        if isinstance(prepared, tuple):  # a text's windows pooled with its own row
+            ids, owner = prepared
+            return pool_windows(predict_ids(self.model, ids), owner)
+        return predict_ids(self.model, prepared)
+
+
+class LexicalClassifier(PipelineModel):
+    """A scikit-learn text model (NBSVM): its ``joblib`` file and the class names.
+
+    Texts get the same cleaning as at ingestion (``clean_text``) before the n-gram counts.
+    """
+
+    kind = "lexical"
+
+    @staticmethod
+    def artifacts(lexical_model: str | Path, labels_dir: str | Path) -> dict[str, str]:
+        return {ARTIFACT_LEXICAL_MODEL: str(lexical_model), ARTIFACT_LABELS: str(labels_dir)}
+
+    def _load(self, artifacts) -> None:
+        import joblib
+
+        from pipeline.lexical import NgramCounts
+
+        self.lexical = joblib.load(Path(artifacts[ARTIFACT_LEXICAL_MODEL]))
+        self.labels = load_labels(Path(artifacts[ARTIFACT_LABELS]))
+        self.counts = NgramCounts(self.lexical.steps[0][1])  # the fitted vectorizer's counts, computed faster
+
+    def prepare(self, texts: Sequence[str]):
+        from pipeline.text.conventions import clean_text
+
+        return self.counts.transform([clean_text(text) for text in texts])  # the costly part, run ahead
+
+    def score(self, prepared) -> np.ndarray:
+        classifier = self.lexical.steps[-1][1]
+        probabilities = np.zeros((prepared.shape[0], len(self.labels)), dtype=np.float32)
+        if prepared.shape[0]:
+            probabilities[:, np.asarray(classifier.classes_, dtype=int)] = classifier.predict_proba(prepared)
+        return probabilities
+
+
+class FusedClassifier(PipelineModel):
+    """A Transformer and a lexical model in one artifact: their log-probabilities averaged with the weight
+    chosen on validation (:func:`fuse_probabilities`; ``fusion.json`` holds it)."""
+
+    kind = "fusion"
+
+    @staticmethod
+    def artifacts(keras_model, tokenizer, lexical_model, fusion_file) -> dict[str, str]:
+        return {**SentimentClassifier.artifacts(keras_model, tokenizer),
+                **LexicalClassifier.artifacts(lexical_model, tokenizer), ARTIFACT_FUSION: str(fusion_file)}
+
+    def _load(self, artifacts) -> None:
+        import json
+
+        self.transformer = SentimentClassifier()
+        self.transformer._load(artifacts)
+        self.lexical = LexicalClassifier()
+        self.lexical._load(artifacts)
+        settings = json.loads(Path(artifacts[ARTIFACT_FUSION]).read_text())
+        self.weight = float(settings["transformer_weight"])
+        self.transformer_run_id = settings.get("transformer_run_id")  # where its Transformer was trained
+        self.labels = self.transformer.labels
+        if self.lexical.labels != self.labels or settings.get("labels", self.labels) != self.labels:
+            raise InputError(f"fused model: the Transformer's labels {self.labels} differ from the lexical model's "
+                             f"{self.lexical.labels}")
+
+    def prepare(self, texts: Sequence[str]):
+        # a part with weight 0 cannot change the answer: it is not run (validation may give all weight to one)
+        return (self.transformer.prepare(texts) if self.weight > 0 else None,
+                self.lexical.prepare(texts) if self.weight < 1 else None)
+
+    def score(self, prepared) -> np.ndarray:
+        ids, counts = prepared
+        transformer = self.transformer.score(ids) if ids is not None else None
+        lexical = self.lexical.score(counts) if counts is not None else None
+        return fuse_probabilities(lexical if transformer is None else transformer,
+                                  transformer if lexical is None else lexical, self.weight)
+
+
+def check_model_uri(model_uri: str) -> str:
+    """``model_uri`` as given; an error naming it when it is a folder (no ``scheme:``) that is not there
+    (MLflow would say "no such artifact", or a server process would print its own traceback)."""
+    if ":" not in model_uri and not Path(model_uri).is_dir():
+        raise MissingInputError(f"no model folder {model_uri} (a model is models:/NAME@ALIAS, runs:/RUN_ID/model or "
+                                "a folder)")
+    return model_uri
+
+
+def load_classifier(model_uri: str) -> PipelineModel:
+    """The pipeline's pyfunc model behind ``model_uri`` (models:/, runs:/ or a folder), unwrapped: a
+    Transformer, a lexical model or a fused one."""
+    check_model_uri(model_uri)
+    saved_path = list(sys.path)
+    try:
+        model = mlflow.pyfunc.load_model(model_uri)
+    except (mlflow.exceptions.MlflowException, OSError) as exc:  # a bad URI, a missing run or folder
+        raise InputError(f"cannot load model {model_uri!r}: {exc}") from None
+    finally:
+        # MLflow puts the model's logged copy of this package first on sys.path. This process already
+        # runs the package, so the copy would only shadow it for later imports and for spawned
+        # worker processes (which inherit sys.path) that then unpickle today's objects with old code.
+        sys.path[:] = saved_path
+    try:
+        classifier = model.unwrap_python_model()
+    except mlflow.exceptions.MlflowException:  # a model of another flavor
+        classifier = None
+    if not isinstance(classifier, PipelineModel):
+        raise InputError(f"model {model_uri!r} is not a sentiment model logged by this pipeline")
+    return classifier

@@ -1,0 +1,201 @@
+"""A comparison's report: the verdict in words, the Markdown and JSON files, the plot, the MLflow descriptions.
+
+Pure functions of the comparison's payload (the dict ``reports/<design report>.json`` holds), apart from
+:func:`write_reports`, which writes ``reports/<name>.{json,md,png}`` and returns their paths.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.core.files import atomic_write_json, atomic_write_text
+from pipeline.stages.compare.candidates import KINDS, LABELS, NBSVM, SUMMARY_METRICS
+from pipeline.stages.evaluate import behaviour
+
+
+def effect_sentence(effect: dict, n_test: int) -> str:
+    difference, boot = effect["mean_accuracy_difference"], effect["bootstrap"]
+    a, b, factor = effect["a"], effect["b"], effect["factor"]
+    p_values = ", ".join(f"{s['p_value']:.3g}" for s in effect["mcnemar"])
+    better, worse = (a, b) if difference > 0 else (b, a)
+    subject = f"{factor} ({effect['scope']})" if effect["scope"] != "candidates" else "candidates"
+    evidence = (f"{subject}: {a} minus {b} test accuracy is {difference * 100:+.2f} points over "
+                f"{len(effect['mcnemar'])} matched pairs on {n_test:,} test reviews (paired bootstrap 95% CI "
+                f"{boot['ci_low'] * 100:+.2f} to {boot['ci_high'] * 100:+.2f}; McNemar p per pair: {p_values}).")
+    if effect["significant"]:
+        return evidence + (f" Significant: {better} beats {worse} on this test set under this budget "
+                           "(the CI covers test-set sampling for these seeds, not other datasets, sizes or budgets).")
+    return evidence + (" Not significant by the criterion: these runs do not show that either is better at this "
+                       "budget; they do not show the two are equivalent either.")
+
+
+def deploy_sentence(best: dict) -> str:
+    kind = KINDS[best["kind"]].deploys_as
+    sentence = (f"Deploy `{best['variant']}`, {kind}: it has the highest mean validation accuracy "
+                f"({best['best_val_accuracy']:.4f}) of every candidate, which is what `make register` uses; its mean "
+                f"test accuracy is {best['test_accuracy']:.4f}.")
+    if "baseline_test_accuracy" in best and best["variant"] != NBSVM:
+        gap = (best["test_accuracy"] - best["baseline_test_accuracy"]) * 100
+        sentence += (f" That is {abs(gap):.2f} points {'above' if gap > 0 else 'below'} the NBSVM baseline "
+                     f"({best['baseline_test_accuracy']:.4f}) on test.")
+    if "best_transformer" in best and best["best_transformer"] != best["variant"]:
+        sentence += (f" The best Transformer alone (`{best['best_transformer']}`) reaches "
+                     f"{best['best_transformer_test_accuracy']:.4f}.")
+    return sentence
+
+
+def verdict(payload: dict) -> str:
+    sentences = [effect_sentence(effect, payload["test_rows"]) for effect in payload["effects"].values()]
+    for effect in payload.get("fusion_effects", {}).values():
+        sentences.append(effect_sentence(effect, payload["test_rows"]))
+    if payload.get("interaction"):
+        inter = payload["interaction"]
+        boot = inter["bootstrap"]
+        sentences.append(f"Interaction, {inter['description']}: {inter['difference'] * 100:+.2f} points (95% CI "
+                         f"{boot['ci_low'] * 100:+.2f} to {boot['ci_high'] * 100:+.2f}), "
+                         + ("significant." if inter["significant"] else "not significant."))
+    for effect in payload.get("versus", []):
+        sentences.append(effect_sentence(effect, payload["test_rows"]))
+    return " ".join(sentences + [deploy_sentence(payload["recommendation"])])
+
+
+def plot_comparison(payload: dict, path: Path) -> Path:
+    from pipeline.core.plots import new_figure, save_figure
+
+    summary, names = payload["summary"], payload["candidates"]
+    figure, (accuracy_axis, effect_axis) = new_figure(width=13, height=5, ncols=2)
+    for x, name in enumerate(names):
+        entry = summary[name]
+        values = entry["test_accuracy"]["values"]
+        accuracy_axis.scatter([x] * len(values), values, color=KINDS[entry["kind"]].colour, zorder=3)
+        accuracy_axis.errorbar(x + 0.12, entry["test_accuracy"]["mean"], yerr=entry["test_accuracy"]["std"],
+                               fmt="s", color="black", capsize=4, label="mean ± std" if x == 0 else None)
+    accuracy_axis.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+    accuracy_axis.set(ylabel="test accuracy", title="Test accuracy by candidate (dots: seeds)")
+    accuracy_axis.legend(fontsize=8)
+
+    effects = list(payload["effects"].values()) + list(payload.get("fusion_effects", {}).values()) + payload.get("versus", [])
+    rows = [(f"{e['factor']}: {e['a']} - {e['b']}" + (f" ({e['scope']})" if e["scope"] != "candidates" else ""),
+             e["bootstrap"]) for e in effects]
+    if payload.get("interaction"):
+        rows.append(("interaction", payload["interaction"]["bootstrap"]))
+    for y, (label, boot) in enumerate(rows):
+        effect_axis.errorbar(100 * boot["difference"], y, xerr=[[100 * (boot["difference"] - boot["ci_low"])],
+                                                                [100 * (boot["ci_high"] - boot["difference"])]],
+                             fmt="o", capsize=5, color="tab:orange")
+    effect_axis.axvline(0, color="black", linewidth=0.8)
+    effect_axis.set_yticks(range(len(rows)), [label for label, _ in rows], fontsize=8)
+    effect_axis.set(xlabel="test accuracy difference (points), paired bootstrap 95% CI", title="Effects")
+    return save_figure(figure, path)
+
+
+def candidate_label(name: str, kind: str) -> str:
+    if name in LABELS:
+        return LABELS[name]
+    return f"`{name}`" + (" (fused)" if kind == "fusion" else "")
+
+
+def behaviour_table(payload: dict) -> list[str]:
+    """Mean behaviour pass rate per capability (rows) and candidate (columns), when the runs have them."""
+    columns = [name for name in payload["candidates"] if name in payload["summary"]]
+    capabilities = [c for c in behaviour.CAPABILITIES
+                    if any(behaviour.metric_name(c) in payload["summary"][name] for name in columns)]
+    if not capabilities:
+        return []
+    lines = ["", "## Behaviour tests (mean pass rate over seeds)", "",
+             "CheckList-style tests on sentences the project writes (`pipeline/stages/evaluate/behaviour.py`; each run's failing "
+             "sentences are in its `evaluation/behaviour.md`).", "",
+             "| capability | " + " | ".join(f"`{name}`" for name in columns) + " |",
+             "| --- |" + " --- |" * len(columns)]
+    for capability in capabilities:
+        cells = [payload["summary"][name].get(behaviour.metric_name(capability)) for name in columns]
+        lines.append(f"| {capability} | " + " | ".join("–" if c is None else f"{c['mean']:.0%}" for c in cells) + " |")
+    return lines
+
+
+def factors_text(payload: dict) -> str:
+    if not payload["factors"]:
+        return "one Transformer configuration"
+    return ", ".join(f"`{key}` ({a} vs {b})" for key, (a, b) in payload["factors"].items())
+
+
+def parent_description(payload: dict) -> str:
+    """The comparison parent run's description in the MLflow UI: what was compared, the verdict, the table."""
+    return "\n".join([f"**Comparison of {factors_text(payload)}** over seeds {payload['seeds']} on "
+                      f"{payload['test_rows']:,} test reviews; child runs below: every Transformer variant and seed, "
+                      "the NBSVM baseline, the fused candidates and the TF-IDF reference. Full report: artifact "
+                      "`comparison/`.", "", f"**Verdict.** {payload['verdict']}", ""] + summary_lines(payload))
+
+
+def summary_lines(payload: dict) -> list[str]:
+    """The table of candidates: mean ± std over seeds of every summary metric."""
+    lines = ["| candidate | kind | runs | test accuracy | test F1 | test ROC AUC | test log loss | test ECE | "
+             "best val accuracy | train seconds |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name in payload["candidates"]:
+        entry = payload["summary"].get(name)
+        if entry is None:
+            continue
+        cells = []
+        for key in SUMMARY_METRICS:
+            stat = entry.get(key)
+            cells.append("–" if stat is None else (f"{stat['mean']:.4f} ± {stat['std']:.4f}" if key != "train_seconds"
+                                                   else f"{stat['mean']:.0f} ± {stat['std']:.0f}"))
+        lines.append(f"| {candidate_label(name, entry['kind'])} | {entry['kind']} | {len(entry['run_ids'])} | "
+                     + " | ".join(cells) + " |")
+    return lines
+
+
+def effect_lines(effect: dict) -> list[str]:
+    boot = effect["bootstrap"]
+    title = f"### {effect['factor']}: {effect['a']} - {effect['b']}" + (
+        f" ({effect['scope']})" if effect["scope"] != "candidates" else "")
+    lines = [title, "", f"- mean accuracy difference: {effect['mean_accuracy_difference'] * 100:+.2f} points",
+             f"- paired bootstrap 95% CI ({boot['samples']} resamples of test reviews): "
+             f"[{boot['ci_low'] * 100:+.2f}, {boot['ci_high'] * 100:+.2f}] points"]
+    for s in effect["mcnemar"]:
+        where = f" ({s['at']})" if "at" in s else ""
+        lines.append(f"- seed {s['seed']}{where}: difference {s['accuracy_difference'] * 100:+.2f} points; McNemar exact "
+                     f"p = {s['p_value']:.3g} (only {effect['a']} right: {s['only_a_correct']}, only {effect['b']} "
+                     f"right: {s['only_b_correct']})")
+    return lines + [f"- criterion: {effect['criterion']}", ""]
+
+
+def markdown_report(payload: dict) -> str:
+    lines = [f"# Comparison: {factors_text(payload)}", "",
+             f"MLflow parent run `{payload['parent_run_id']}`; seeds {payload['seeds']}; "
+             f"{payload['test_rows']:,} test reviews, {payload['val_rows']:,} validation reviews "
+             f"({payload['split_rule']}); identical data, tokenizer, hyper-parameters and budget apart from the "
+             "factors. Candidates are chosen on validation; test is read only for this report.", ""]
+    for level, settings in payload.get("levels", {}).items():
+        lines += [f"`{level}` sets " + ", ".join(f"`{key}` = {value:.4g}" if isinstance(value, float) else
+                                                 f"`{key}` = {value}" for key, value in settings.items())
+                  + "; the other level is the configuration as given.", ""]
+    lines += summary_lines(payload)
+    lines += behaviour_table(payload)
+    lines += ["", "## Effects", ""]
+    for effect in list(payload["effects"].values()) + list(payload.get("fusion_effects", {}).values()):
+        lines += effect_lines(effect)
+    if payload.get("interaction"):
+        inter = payload["interaction"]
+        lines += ["### Interaction", "", f"- {inter['description']}: {inter['difference'] * 100:+.2f} points, paired "
+                  f"bootstrap 95% CI [{inter['bootstrap']['ci_low'] * 100:+.2f}, {inter['bootstrap']['ci_high'] * 100:+.2f}]",
+                  ""]
+    if payload.get("versus"):
+        lines += ["## Candidates against each other", ""]
+        for effect in payload["versus"]:
+            lines += effect_lines(effect)
+    if payload.get("fusion_weights"):
+        lines += ["## Fusion weights (chosen on validation)", "",
+                  "| fused candidate | seed | weight on the Transformer |", "| --- | --- | --- |"]
+        lines += [f"| `{row['variant']}` | {row['seed']} | {row['weight']:g} |" for row in payload["fusion_weights"]]
+        lines.append("")
+    lines += ["## Verdict", "", payload["verdict"], ""]
+    return "\n".join(lines)
+
+
+def write_reports(payload: dict, reports_dir: Path, name: str) -> list[Path]:
+    """``<name>.json``, ``<name>.md`` and ``<name>.png`` under ``reports_dir`` (each written whole, then renamed)."""
+    return [atomic_write_json(reports_dir / f"{name}.json", payload),
+            atomic_write_text(reports_dir / f"{name}.md", markdown_report(payload)),
+            plot_comparison(payload, reports_dir / f"{name}.png")]

@@ -1,0 +1,210 @@
+"""The comparison's loop: every candidate of a design trained (or reused), evaluated, compared and reported.
+
+Reads:  ``data/tokenize/`` and ``data/ingest/`` (``data/pretrain/``, ``data/pseudo_label/`` when a variant
+        needs them; they are made first when missing or stale).
+Writes: one MLflow parent run with a child run per candidate: each Transformer variant and seed (the
+        combinations of the design's levels with ``compare.seeds``), the NBSVM baseline, one fused model per
+        Transformer run (its log-probabilities averaged with NBSVM's, the weight chosen on validation) and the
+        TF-IDF reference; ``reports/<design report>.{md,json,png}``, also logged to the parent run.
+
+Every variant uses the same data, tokenizer, hyper-parameters and budget; only the design's factors and
+the seed change. Seeds are matched across variants, so McNemar's test compares predictions of models
+trained with the same seed on the same test reviews, and the paired bootstrap resamples test reviews
+jointly. For two factors the report gives both main effects and their interaction; each effect is
+measured for the Transformer alone and inside the fusion. The candidate to deploy is the one with the
+best mean validation accuracy: test is read only for the report. Finished children are reused, so
+re-running after a crash continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+
+from pipeline.config import Config
+from pipeline.core.catalog import require_output, stage_dir
+from pipeline.core.errors import InputError
+from pipeline.core.files import manifest_hash, read_manifest, split_table, token_counts_file
+from pipeline.stages.compare import effects
+from pipeline.stages.compare.candidates import (
+    NBSVM,
+    Candidate,
+    fused_name,
+    fusion_candidate,
+    nbsvm_candidate,
+    tfidf_candidate,
+    transformer_candidate,
+)
+from pipeline.stages.compare.designs import Design, design_for, level_name, variant_config, variant_name, variants
+from pipeline.stages.compare.report import parent_description, verdict, write_reports
+from pipeline.stages.pretrain.masked_lm import pretrain
+from pipeline.stages.pseudo_label.teacher import with_pseudo_labels
+from pipeline.text.conventions import load_labels
+from pipeline.tracking import (
+    FUSION_WEIGHT_PARAM,
+    comparison_tags,
+    describe_run,
+    find_comparison_run_id,
+    flat_params,
+    set_members,
+    setup_tracking,
+)
+
+
+def comparison_key(config: Config, design_name: str, design: Design | None = None) -> str:
+    """The comparison's identity: its design (a tuned level's settings included), the settings its candidates
+    depend on, the tokenization.
+
+    The pseudo-label settings count only when a variant trains on pseudo labels."""
+    tokenize_hash = manifest_hash(require_output(config, "tokenize"))[:8]
+    pseudo = (config.training.pseudo_labels or True in (config.compare.pseudo_labels or ())
+              or design is not None and any(variant_config(config, design, v, 0).training.pseudo_labels
+                                            for v in variants(design)))
+    sections = ("model", "training", "compare", "pretrain", "baseline") + (("pseudo_label",) if pseudo else ())
+    # compare.tuned names a file: the tuned level's settings count (below), not the file's name
+    key = f"{design_name}-{config.replace(compare={'tuned': None}).section_hash(*sections)[:8]}-{tokenize_hash}"
+    if design is not None and design.overlays:
+        overlays = json.dumps(design.overlays, sort_keys=True, default=list).encode()
+        key += f"-{hashlib.sha256(overlays).hexdigest()[:8]}"
+    return key
+
+
+def check_same_split(config: Config, tokenize_dir: Path) -> str:
+    """The ingest manifest checksum the tokenize stage (every Transformer) was built from; an error naming both
+    stages when the ingest folder has changed since (a model would be fused with one trained on other splits)."""
+    ingest_sha256 = manifest_hash(require_output(config, "ingest"))
+    tokenized_from = read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"]
+    if tokenized_from != ingest_sha256:
+        raise InputError(f"{tokenize_dir}/ was tokenized from another ingestion ({tokenized_from[:12]}) than "
+                         f"{stage_dir(config, 'ingest')}/ ({ingest_sha256[:12]}): the Transformers and the lexical "
+                         "models would be trained on different splits; rerun `make tokenize`")
+    return ingest_sha256
+
+
+def read_frames(config: Config) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    ingest_dir = require_output(config, "ingest")
+    frames = {split: pd.read_parquet(ingest_dir / split_table(split)) for split in ("train", "val", "test")}
+    counts = stage_dir(config, "tokenize") / token_counts_file("test")
+    if counts.is_file():
+        frames["test_token_counts"] = np.load(counts)
+    return frames, load_labels(ingest_dir)
+
+
+def comparison_payload(config: Config, design_name: str, design: Design, transformers: list[Candidate],
+                       lexical: Candidate | None, fused: list[Candidate], references: list[Candidate],
+                       parent_id: str, val_rows: int) -> dict:
+    """Everything the report says, from the candidates: summaries, effects, pairs of candidates, the verdict."""
+    names = [variant_name(v) for v in variants(design)]
+    seeds = list(config.compare.seeds)
+    everything = transformers + ([lexical] if lexical else []) + fused + references
+    order = everything[0].predictions["source_file"]
+    for candidate in everything[1:]:
+        if not candidate.predictions["source_file"].equals(order):
+            raise InputError(f"run {candidate.run_id} was evaluated on different test rows; rerun `make evaluate`")
+    correct = effects.correctness(everything)
+    samples = config.compare.bootstrap_samples
+    main_effects = {k.rsplit(".", 1)[-1]: effects.main_effect(design, i, correct, seeds, samples)
+                    for i, (k, _) in enumerate(design.factors)}
+    fusion_effects = ({f"{k.rsplit('.', 1)[-1]} (fused)": effects.main_effect(
+        design, i, correct, seeds, samples, name_of=lambda v: fused_name(variant_name(v)), scope="inside the fusion")
+        for i, (k, _) in enumerate(design.factors)} if fused else {})
+    summary = effects.summarize(everything)
+    candidates = list(dict.fromkeys(c.name for c in everything))
+    seeds_of = {name: [c.seed for c in everything if c.name == name] for name in correct}
+    best = effects.recommendation(summary, candidates)
+    pairs = []
+    if lexical:
+        best_transformer = best.get("best_transformer")
+        pairs = [(best_transformer, NBSVM)] if best_transformer else []
+        if fused:
+            best_fused = max((fused_name(n) for n in names), key=lambda n: summary[n]["best_val_accuracy"]["mean"])
+            pairs += [(best_fused, NBSVM), (best_fused, best_transformer)]
+    payload = {"design": design_name, "factors": {k.rsplit(".", 1)[-1]: [level_name(k, v) for v in levels]
+                                                  for k, levels in design.factors},
+               "fixed": {k: level_name(k, v) for k, v in design.fixed},
+               "levels": {level: {k: v for k, v in settings} for level, settings in design.overlays if settings},
+               "variants": names, "candidates": candidates, "seeds": seeds, "parent_run_id": parent_id,
+               "test_rows": int(len(order)), "val_rows": int(val_rows),
+               "split_rule": read_manifest(stage_dir(config, "ingest")).get("split_rule", "stratified random"),
+               "summary": summary, "effects": main_effects, "fusion_effects": fusion_effects,
+               "versus": [effects.versus(a, b, correct, seeds_of[a], seeds_of[b], samples) for a, b in pairs],
+               "difference": next(iter(main_effects.values()), None),
+               "interaction": effects.interaction(design, correct, samples) if len(design.factors) == 2 else None,
+               "fusion_weights": [{"variant": f.name, "seed": f.seed,
+                                   "weight": float(mlflow.get_run(f.run_id).data.params[FUSION_WEIGHT_PARAM])}
+                                  for f in fused],
+               "recommendation": best}
+    payload["verdict"] = verdict(payload)
+    return payload
+
+
+def run_comparison(config: Config, design_name: str = "main", force: bool = False) -> Path:
+    """Train and evaluate every candidate of the design called ``design_name``, fuse, compare and write the
+    report; returns the Markdown report. Finished children are reused; ``force`` retrains and re-evaluates
+    every one of them."""
+    started = time.perf_counter()
+    tokenize_dir = require_output(config, "tokenize")
+    design = design_for(config, design_name)
+    grid = variants(design)
+    names = [variant_name(v) for v in grid]
+    seeds = list(config.compare.seeds)
+    settings = [variant_config(config, design, v, seeds[0]) for v in grid]
+    if any(c.model.init == "pretrained" for c in settings) and not config.model.pretrained:
+        pretrain(config)  # the shared starting point; skipped when up to date
+    if any(c.training.pseudo_labels for c in settings):  # the same extra training data for every variant
+        with_pseudo_labels(config.replace(training={"pseudo_labels": True}))  # made once here, or said missing
+    ingest_sha256 = check_same_split(config, tokenize_dir)
+    frames, labels = read_frames(config)
+    setup_tracking(config)
+    key = comparison_key(config, design_name, design)
+    parent_id = find_comparison_run_id(config, key)
+    with_lexical = design.champion_pool
+    with mlflow.start_run(run_id=parent_id, run_name=None if parent_id else f"compare-{design_name}") as parent:
+        parent_id = parent.info.run_id
+        mlflow.set_tags(comparison_tags(key, design_name, names, seeds))
+        if not parent.data.params:
+            varied = {key for key, _ in design.factors} | {key for v in grid for key, _ in design.settings(v)}
+            mlflow.log_params({k: v for k, v in flat_params(config).items() if k not in varied})
+        transformers = [transformer_candidate(config, design, variant, seed, parent_id, design_name, force)
+                        for variant in grid for seed in seeds]
+        # the lexical models depend on the splits and their own settings only: comparisons that differ in seeds
+        # or Transformer settings share them (and the fused runs of the Transformer runs they share)
+        lexical_key = f"{ingest_sha256[:8]}-{config.section_hash('baseline')[:8]}"
+        lexical = nbsvm_candidate(config, lexical_key, frames, labels, ingest_sha256, force) if with_lexical else None
+        fused = ([fusion_candidate(config, f"{lexical_key}-w{config.compare.fusion_weights}", child, lexical, frames,
+                                   labels, force) for child in transformers]
+                 if with_lexical and config.compare.fusion else [])
+        references = ([tfidf_candidate(config, f"{ingest_sha256[:8]}-{config.data.seed}", frames, labels, force)]
+                      if with_lexical and config.compare.tfidf_baseline else [])
+        payload = comparison_payload(config, design_name, design, transformers, lexical, fused, references,
+                                     parent_id, len(frames["val"]))
+        json_path, md_path, png_path = write_reports(payload, config.reports_dir, design.report_name)
+        for path in (json_path, md_path, png_path):
+            mlflow.log_artifact(str(path), "comparison")
+        describe_run(parent_id, parent_description(payload))
+        members = transformers + ([lexical] if lexical else []) + fused
+        set_members({member.run_id: member.name for member in members})  # last: a finished comparison
+        if payload["difference"]:
+            first = payload["difference"]
+            mlflow.log_metrics({"mean_accuracy_difference": first["mean_accuracy_difference"],
+                                "bootstrap_ci_low": first["bootstrap"]["ci_low"],
+                                "bootstrap_ci_high": first["bootstrap"]["ci_high"],
+                                "significant": float(first["significant"])})
+        best = payload["recommendation"]
+        mlflow.log_metrics({"recommended_val_accuracy": best["best_val_accuracy"],
+                            "recommended_test_accuracy": best["test_accuracy"]})
+    effects_text = "; ".join(f"{e['factor']} {e['a']} - {e['b']} = {e['mean_accuracy_difference'] * 100:+.2f} points "
+                             f"({'significant' if e['significant'] else 'not significant'})"
+                             for e in payload["effects"].values())
+    print(f"compare: {len(transformers)} Transformer runs, {len(members) - len(transformers)} lexical and fused "
+          f"candidates and {len(references)} reference on {payload['test_rows']:,} test reviews; "
+          f"{effects_text or 'no factor varied'}; deploy {best['variant']} (val {best['best_val_accuracy']:.4f}, test "
+          f"{best['test_accuracy']:.4f}); wrote {md_path}, {json_path.name}, {png_path.name} in "
+          f"{time.perf_counter() - started:.0f}s")
+    return md_path

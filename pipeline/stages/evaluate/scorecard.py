@@ -1,0 +1,337 @@
+"""Evaluating a pipeline model on the test split: metrics, plots, behaviour tests, predictions to hand on.
+
+:func:`evaluate_model` works for every model the pipeline logs (a Transformer, the NBSVM baseline, a
+fused model): ``make evaluate`` calls it for a trained run, ``make compare`` for its baselines and fused
+candidates, so every candidate for ``@champion`` carries the same evaluation. It writes into ``out_dir``
+``metrics.json``, ``test_predictions.parquet``, ``val_predictions.parquet`` (what fusion weights and the
+champion are chosen on), ``errors.csv`` (the most confident mistakes), the plots (confusion matrix, ROC,
+reliability diagram, accuracy by review length, and for Transformers attention heatmaps) and the behaviour
+tests; :func:`log_evaluation` puts them on the run.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+
+from pipeline.config import Config
+from pipeline.core.catalog import require_output, stage_dir
+from pipeline.core.files import (
+    METRICS_FILE,
+    TEST_PREDICTIONS_FILE,
+    VAL_PREDICTIONS_FILE,
+    atomic_write_json,
+    atomic_write_parquet,
+    atomic_write_text,
+    split_table,
+    token_counts_file,
+)
+from pipeline.core.predictions import predicted_and_confidence, prediction_frame
+from pipeline.metrics import classification_metrics
+from pipeline.model.classifiers import PipelineModel, SentimentClassifier, load_classifier, predict_ids
+from pipeline.stages.evaluate import behaviour
+from pipeline.text.conventions import PAD_ID
+from pipeline.tracking import latest_training_run_id, setup_tracking
+
+ATTENTION_EXAMPLES = (
+    "A wonderful film with a moving story and superb acting.",
+    "The plot was dull and the ending was a complete waste of time.",
+    "Not bad at all, although the middle drags a little.",
+)
+ERROR_EXAMPLES = 50
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def length_bucket_accuracy(correct: np.ndarray, token_counts: np.ndarray, max_tokens: int,
+                           truncates: bool = True) -> pd.DataFrame:
+    """Accuracy per review-length bucket (tokens before truncation), marking truncated buckets.
+
+    Buckets are relative to the cut-off: up to 1/4, 1/2 and all of ``max_tokens`` (whole
+    reviews), then up to twice it, and beyond (reviews that lost tokens to truncation, unless the
+    model reads them whole: ``truncates=False``, a model scoring long reviews by windows).
+    """
+    edges = sorted({0, max_tokens // 4, max_tokens // 2, max_tokens, 2 * max_tokens, 10**9})
+    correct = np.asarray(correct, dtype=bool)
+    rows = []
+    for low, high in zip(edges[:-1], edges[1:]):
+        in_bucket = (token_counts > low) & (token_counts <= high)
+        if in_bucket.any():
+            name = f"{low + 1}-{high}" if high < 10**9 else f">{low}"
+            rows.append({"bucket": name, "reviews": int(in_bucket.sum()), "accuracy": float(correct[in_bucket].mean()),
+                         "truncated": bool(truncates and low >= max_tokens)})
+    return pd.DataFrame(rows)
+
+
+def most_confident_errors(frame: pd.DataFrame, predictions: pd.DataFrame, names: list[str],
+                          limit: int = ERROR_EXAMPLES) -> pd.DataFrame:
+    """The ``limit`` wrong predictions made with the highest confidence."""
+    wrong = predictions[~predictions["correct"]].sort_values("confidence", ascending=False, kind="stable").head(limit)
+    errors = frame.loc[wrong.index, ["review_id", "source_file", "label"]].copy()
+    errors["label_name"] = [names[i] for i in errors["label"]]
+    errors["predicted_label"] = [names[i] for i in wrong["predicted"]]
+    errors["confidence"] = wrong["confidence"]
+    if "positive_probability" in wrong:
+        errors["positive_probability"] = wrong["positive_probability"]
+    errors["text_excerpt"] = frame.loc[wrong.index, "text"].str.replace(r"\s+", " ", regex=True).str.slice(0, 300)
+    return errors
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def plot_confusion_matrix(labels, predicted, names: list[str], path: Path) -> Path:
+    from sklearn.metrics import ConfusionMatrixDisplay
+
+    from pipeline.core.plots import new_figure, save_figure
+
+    size = max(4.5, 0.6 * len(names) + 3)
+    figure, axis = new_figure(size + 0.5, size)
+    ConfusionMatrixDisplay.from_predictions(labels, predicted, labels=list(range(len(names))),
+                                            display_labels=names, ax=axis, colorbar=False)
+    axis.set_title("Confusion matrix (test)")
+    return save_figure(figure, path)
+
+
+def plot_roc(labels, probabilities, names: list[str], path: Path) -> Path:
+    """The ROC curve for two classes; one-vs-rest curves, one per class, for more."""
+    from sklearn.metrics import RocCurveDisplay
+
+    from pipeline.core.plots import new_figure, save_figure
+
+    figure, axis = new_figure(5, 4.5)
+    probabilities = np.asarray(probabilities)
+    if len(names) == 2:
+        RocCurveDisplay.from_predictions(labels, probabilities[:, 1], ax=axis, plot_chance_level=True)
+    else:
+        for index, name in enumerate(names):
+            if len(np.unique(np.asarray(labels) == index)) == 2:
+                RocCurveDisplay.from_predictions(np.asarray(labels) == index, probabilities[:, index], ax=axis,
+                                                 name=f"{name} vs rest", plot_chance_level=index == 0)
+    axis.set_title("ROC curve (test)")
+    return save_figure(figure, path)
+
+
+def plot_reliability(labels, probabilities, names: list[str], path: Path) -> Path:
+    """Reliability of P(class 1) for two classes; of the top-label confidence for more."""
+    from sklearn.calibration import CalibrationDisplay
+
+    from pipeline.core.plots import new_figure, save_figure
+
+    figure, axis = new_figure(5, 4.5)
+    if len(names) == 2:
+        CalibrationDisplay.from_predictions(labels, np.asarray(probabilities)[:, 1], n_bins=15, ax=axis, name="model")
+        axis.set_title("Reliability diagram (test)")
+    else:
+        predicted, confidence = predicted_and_confidence(probabilities)
+        CalibrationDisplay.from_predictions(predicted == np.asarray(labels), confidence, n_bins=15, ax=axis,
+                                            name="top-label confidence")
+        axis.set_title("Reliability of the predicted class (test)")
+    return save_figure(figure, path)
+
+
+def plot_length_buckets(buckets: pd.DataFrame, path: Path) -> Path:
+    from pipeline.core.plots import new_figure, save_figure
+
+    figure, axis = new_figure(7, 4)
+    colors = ["tab:orange" if truncated else "tab:blue" for truncated in buckets["truncated"]]
+    bars = axis.bar(buckets["bucket"], buckets["accuracy"], color=colors)
+    for bar, count in zip(bars, buckets["reviews"]):
+        axis.annotate(f"n={count}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                      ha="center", va="bottom", fontsize=8)
+    axis.set(xlabel="review length in tokens (orange: truncated)", ylabel="accuracy",
+             ylim=(max(0.0, buckets["accuracy"].min() - 0.1), 1.0), title="Accuracy by review length (test)")
+    return save_figure(figure, path)
+
+
+def plot_attention(classifier: SentimentClassifier, pooling: str, path: Path) -> Path:
+    """Heatmaps of the last block's attention (head-averaged) for a few fixed short reviews."""
+    from pipeline.core.plots import new_figure, save_figure
+    from pipeline.model.transformer import last_block_attention
+
+    figure, axes = new_figure(width=5 * len(ATTENTION_EXAMPLES), height=5, ncols=len(ATTENTION_EXAMPLES))
+    for axis, text in zip(np.atleast_1d(axes), ATTENTION_EXAMPLES):
+        ids = classifier.encoder.encode([text])
+        length = int((ids[0] != PAD_ID).sum())
+        ids = ids[:, :length]
+        tokens = [classifier.encoder.vocabulary[i] for i in ids[0]]
+        scores = last_block_attention(classifier.model, ids)[0].mean(axis=0)  # [query, key]
+        probabilities = predict_ids(classifier.model, ids, compiled=False)  # one row: no XLA compile per length
+        predicted, confidence = predicted_and_confidence(probabilities)
+        if pooling == "first_token":
+            axis.imshow(scores[:1], aspect="auto", cmap="viridis")
+            axis.set_yticks([0], ["[CLS]"])
+        else:
+            axis.imshow(scores, aspect="auto", cmap="viridis")
+            axis.set_yticks(range(length), tokens, fontsize=7)
+        axis.set_xticks(range(length), tokens, rotation=90, fontsize=7)
+        axis.set_title(f"predicted {classifier.labels[int(predicted[0])]} (p={float(confidence[0]):.2f})", fontsize=9)
+    figure.suptitle(f"Last encoder block attention ({pooling} pooling; rows attend to columns)")
+    return save_figure(figure, path)
+
+
+def run_behaviour_tests(classifier: PipelineModel, title: str, out_dir: Path) -> dict[str, float]:
+    """The behaviour suite on ``classifier``: ``behaviour.{md,csv}`` in ``out_dir``; pass rate per capability.
+
+    Models whose labels are not negative/positive get no behaviour tests (an empty result).
+    """
+    if not {behaviour.NEGATIVE, behaviour.POSITIVE} <= set(classifier.labels):
+        return {}
+    results = behaviour.evaluate_suite(
+        behaviour.build_suite(), classifier.probabilities, classifier.labels)
+    atomic_write_text(out_dir / "behaviour.csv", results.to_csv(index=False))
+    atomic_write_text(out_dir / "behaviour.md", behaviour.markdown_report(results, title))
+    rates = behaviour.pass_rates(results)
+    return {row.capability: float(row.pass_rate) for row in rates.itertuples()}
+
+
+# --------------------------------------------------------------------------- evaluating one model
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    payload: dict                  # what metrics.json holds
+    predictions: pd.DataFrame      # test predictions, one row per test review in order
+    val_predictions: pd.DataFrame  # validation predictions
+    plots: list[Path]
+
+
+def transformer_of(classifier: PipelineModel) -> SentimentClassifier | None:
+    """The Transformer inside ``classifier`` (itself, or a fused model's), or None for a lexical model."""
+    if isinstance(classifier, SentimentClassifier):
+        return classifier
+    return getattr(classifier, "transformer", None)
+
+
+def evaluate_model(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFrame, out_dir: Path, title: str,
+                   token_counts: np.ndarray | None = None, max_tokens: int | None = None, pooling: str | None = None,
+                   probabilities: np.ndarray | None = None, val_probabilities: np.ndarray | None = None) -> Evaluation:
+    """Score ``test`` and ``val`` (ingest's frames) with ``classifier`` and write the evaluation to ``out_dir``.
+
+    ``probabilities`` / ``val_probabilities``: already computed ones (a fused model's, from its parts').
+    Token counts (for accuracy by length) come from the Transformer's own encoder when it has one, else
+    from ``token_counts`` (the tokenize stage's) when given.
+    """
+    names = classifier.labels
+    labels = test["label"].to_numpy()
+    transformer = transformer_of(classifier)
+    reads_windows = False
+    if transformer is not None:
+        ids, token_counts, _ = transformer.encoder.encode_with_counts(test["text"].tolist())
+        max_tokens = transformer.encoder.settings.max_sequence_length - 1
+        reads_windows = transformer.reads_windows
+        if probabilities is None and classifier is transformer and not reads_windows:
+            probabilities = predict_ids(transformer.model, ids)  # else below, through its windows
+    if probabilities is None:
+        probabilities = classifier.probabilities(test["text"].tolist())
+    if val_probabilities is None:
+        val_probabilities = classifier.probabilities(val["text"].tolist())
+    metrics = classification_metrics(labels, probabilities, names)
+    val_metrics = classification_metrics(val["label"].to_numpy(), val_probabilities, names)
+    predictions = prediction_frame(test["source_file"], labels, probabilities, names)
+    val_predictions = prediction_frame(val["source_file"], val["label"].to_numpy(), val_probabilities, names)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    buckets = pd.DataFrame()
+    plots = [plot_confusion_matrix(labels, predictions["predicted"], names, out_dir / "confusion_matrix.png"),
+             plot_roc(labels, probabilities, names, out_dir / "roc_curve.png"),
+             plot_reliability(labels, probabilities, names, out_dir / "reliability.png")]
+    if token_counts is not None and max_tokens is not None:
+        predictions["token_count"] = np.asarray(token_counts)
+        buckets = length_bucket_accuracy(predictions["correct"].to_numpy(), np.asarray(token_counts), max_tokens,
+                                         truncates=not reads_windows)
+        plots.append(plot_length_buckets(buckets, out_dir / "accuracy_by_length.png"))
+    if transformer is not None and pooling is not None:
+        plots.append(plot_attention(transformer, pooling, out_dir / "attention.png"))
+    behaviour_rates = run_behaviour_tests(classifier, title, out_dir)
+    most_confident_errors(test, predictions, names).to_csv(out_dir / "errors.csv", index=False)
+    atomic_write_parquet(predictions, out_dir / TEST_PREDICTIONS_FILE)
+    atomic_write_parquet(val_predictions, out_dir / VAL_PREDICTIONS_FILE)
+    payload = {"title": title, "model_kind": classifier.kind, "test_rows": len(test), "val_rows": len(val),
+               "labels": names, "metrics": {f"test_{k}": v for k, v in metrics.items()},
+               "val_metrics": {f"val_{k}": v for k, v in val_metrics.items()},
+               "accuracy_by_length": buckets.to_dict(orient="records"), "behaviour": behaviour_rates}
+    if pooling is not None:
+        payload["pooling"] = pooling
+    atomic_write_json(out_dir / METRICS_FILE, payload)
+    return Evaluation(payload, predictions, val_predictions, plots)
+
+
+def log_evaluation(evaluation: Evaluation, out_dir: Path) -> None:
+    """The evaluation's metrics and files on the active MLflow run (artifact folder ``evaluation/``)."""
+    payload = evaluation.payload
+    mlflow.log_metrics(payload["metrics"])
+    mlflow.log_metrics({behaviour.metric_name(name): rate for name, rate in payload["behaviour"].items()})
+    for row in payload["accuracy_by_length"]:
+        mlflow.log_metric(f"test_accuracy_len_{row['bucket'].replace('>', 'gt')}", row["accuracy"])
+    for path in evaluation.plots:
+        mlflow.log_artifact(str(path), "evaluation")
+    for name in ("errors.csv", METRICS_FILE, TEST_PREDICTIONS_FILE, VAL_PREDICTIONS_FILE, "behaviour.md", "behaviour.csv"):
+        if (out_dir / name).is_file():
+            mlflow.log_artifact(str(out_dir / name), "evaluation")
+
+
+def behaviour_summary(rates: dict[str, float]) -> str:
+    if not rates:
+        return "no behaviour tests (labels are not negative/positive)"
+    return f"behaviour tests: mean pass rate {np.mean(list(rates.values())):.0%} over {len(rates)} capabilities"
+
+
+# --------------------------------------------------------------------------- a logged run, evaluated
+
+
+@dataclass(frozen=True)
+class EvaluatedRun:
+    """What evaluating a run hands on: the run, its report folder and every metric the run holds now."""
+
+    run_id: str
+    out_dir: Path
+    metrics: dict[str, float]
+
+    @classmethod
+    def of(cls, run_id: str, out_dir: Path) -> "EvaluatedRun":
+        return cls(run_id, out_dir, dict(mlflow.tracking.MlflowClient().get_run(run_id).data.metrics))
+
+    def predictions(self, split: str = "test") -> pd.DataFrame:
+        """The run's ``test`` or ``val`` predictions (``pipeline.core.predictions.prediction_frame`` columns)."""
+        return pd.read_parquet(self.out_dir / (TEST_PREDICTIONS_FILE if split == "test" else VAL_PREDICTIONS_FILE))
+
+
+def evaluate_run(config: Config, run: str = "latest", force: bool = False) -> EvaluatedRun:
+    """Evaluate a run (an id, or ``latest``) on the test and validation splits and log the results to it;
+    skips a run already evaluated."""
+    started = time.perf_counter()
+    ingest_dir = require_output(config, "ingest")
+    test_path = ingest_dir / split_table("test")
+    setup_tracking(config)
+    run_id = latest_training_run_id(config) if run == "latest" else run
+    out_dir = config.reports_dir / run_id
+    done = all((out_dir / name).is_file() for name in (METRICS_FILE, TEST_PREDICTIONS_FILE, VAL_PREDICTIONS_FILE))
+    if done and not force and "test_accuracy" in mlflow.get_run(run_id).data.metrics:
+        print(f"evaluate: up to date, run {run_id} already evaluated ({out_dir}/{METRICS_FILE})")
+        return EvaluatedRun.of(run_id, out_dir)
+    classifier = load_classifier(f"runs:/{run_id}/model")
+    pooling = mlflow.get_run(run_id).data.params.get("model.pooling")
+    test = pd.read_parquet(test_path)
+    val = pd.read_parquet(ingest_dir / split_table("val"))
+    counts_path = stage_dir(config, "tokenize") / token_counts_file("test")  # for a model without its own tokenizer
+    token_counts = np.load(counts_path) if counts_path.is_file() else None
+    if token_counts is not None and len(token_counts) != len(test):
+        token_counts = None  # tokenized from another ingestion
+    max_tokens = config.tokenizer.max_sequence_length - 1
+    title = f"run {run_id} ({classifier.kind}" + (f", {pooling} pooling)" if pooling else ")")
+    evaluation = evaluate_model(classifier, test, val, out_dir, title, token_counts=token_counts, max_tokens=max_tokens,
+                                pooling=pooling)
+    with mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None):
+        log_evaluation(evaluation, out_dir)
+    metrics = evaluation.payload["metrics"]
+    print(f"evaluate: read {len(test):,} test and {len(val):,} validation reviews from {ingest_dir}/; run {run_id} "
+          f"({classifier.kind}{', ' + pooling if pooling else ''}): test_accuracy {metrics['test_accuracy']:.4f}, "
+          f"f1 {metrics['test_f1']:.4f}, roc_auc {metrics['test_roc_auc']:.4f}, ece {metrics['test_ece']:.4f}; "
+          f"{behaviour_summary(evaluation.payload['behaviour'])}; wrote {out_dir}/ in {time.perf_counter() - started:.0f}s")
+    return EvaluatedRun.of(run_id, out_dir)

@@ -1,0 +1,267 @@
+"""The work of ``make pseudo-label``: self-training data for the classifier from the unlabeled reviews.
+
+Reads:  ``data/ingest/`` (``train.parquet``, ``val.parquet``, ``unlabeled.parquet``, manifest).
+        Test texts are never read.
+Writes: ``data/pseudo_label/`` holding ``pseudo_labels.parquet`` (``row``: the review's row in
+        ``unlabeled.parquet`` and so in ``data/tokenize/unlabeled_ids.npy``;
+        ``label``: the class index; ``confidence``: the teacher's probability of it;
+        ``probability_<index>``: its probability of every class, the soft targets) for the
+        reviews the teacher is at least ``pseudo_label.min_confidence`` sure of,
+        ``teacher_confidence.png`` and ``manifest.json``; one MLflow run with the teacher's
+        validation accuracy, how many reviews were kept and the plot.
+
+The teacher is the comparison's NBSVM baseline (``pseudo_label.teacher: nbsvm``; ``tfidf`` for the
+TF-IDF + logistic regression one), fitted on the train split only, or a model this pipeline logged, named by
+its URI (``models:/imdb-sentiment@champion``: the candidate validation chose, a fusion included; a run's
+``runs:/RUN_ID/model``; a folder), loaded as it is; its identity (MLflow's model UUID) is one of the stage's
+inputs, so moving the alias makes new labels. With ``training.pseudo_labels: true``
+the classifier trains on the train split plus these reviews, on the teacher's probabilities with
+``pseudo_label.soft`` (distillation) or its labels without, and is still chosen on the untouched
+validation split.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import mlflow
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from pipeline.config import PSEUDO_LABEL_TEACHERS, Config
+from pipeline.core.catalog import require_output, stage_dir
+from pipeline.core.errors import InputError, MissingInputError
+from pipeline.core.files import (
+    PSEUDO_LABELS_FILE,
+    UNLABELED_IDS_FILE,
+    UNLABELED_TABLE,
+    build_manifest,
+    is_up_to_date,
+    manifest_hash,
+    read_manifest,
+    split_table,
+    staged_directory,
+    teacher_probability_column,
+    write_manifest,
+)
+from pipeline.lexical import class_probabilities, nbsvm_baseline, tfidf_baseline
+from pipeline.model.classifiers import PipelineModel, load_classifier
+from pipeline.text.conventions import load_labels, text_problem
+from pipeline.tracking import PSEUDO_LABEL_STAGE, STAGE_TAG, flat_params, setup_tracking
+
+STAGE = "pseudo_label"
+PLOT_FILE = "teacher_confidence.png"
+TEACHER_CHUNK = 2048  # reviews a logged teacher scores at a time (one progress step)
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def fit_teacher(config: Config, train: pd.DataFrame, val: pd.DataFrame):
+    """The teacher, fitted on the train split only: NBSVM (its C chosen on validation) or TF-IDF."""
+    if config.pseudo_label.teacher == "nbsvm":
+        settings = config.baseline
+        return nbsvm_baseline(train, val, settings.nbsvm_c, settings.ngram_max, settings.max_features,
+                              settings.seed).model
+    return tfidf_baseline(train, seed=config.pseudo_label.seed)
+
+
+
+def model_probabilities(classifier: PipelineModel, texts: Sequence[str], desc: str = "teacher") -> np.ndarray:
+    """A logged model's ``[N, k]`` probabilities for ``texts``, scored in chunks with a progress bar; a row it
+    cannot score (``pipeline.text.conventions.text_problem``) gets NaN, which no confidence threshold keeps."""
+    probabilities = np.full((len(texts), len(classifier.labels)), np.nan, dtype=np.float32)
+    scorable = np.flatnonzero([not text_problem(text) for text in texts])
+    with tqdm(total=len(scorable), desc=desc, unit=" reviews", mininterval=1.0) as bar:
+        for start in range(0, len(scorable), TEACHER_CHUNK):
+            rows = scorable[start:start + TEACHER_CHUNK]
+            probabilities[rows] = classifier.probabilities([texts[r] for r in rows])
+            bar.update(len(rows))
+    return probabilities
+
+
+def load_teacher(config: Config, train: pd.DataFrame, val: pd.DataFrame,
+                 names: list[str]) -> Callable[[Sequence[str], str], np.ndarray]:
+    """The teacher as ``(texts, description) -> [N, k]`` probabilities: NBSVM or TF-IDF fitted on the train split
+    (:func:`fit_teacher`), or the logged model ``pseudo_label.teacher`` names, refused when its classes are not
+    the ingested ones."""
+    teacher = config.pseudo_label.teacher
+    if teacher in PSEUDO_LABEL_TEACHERS:
+        model = fit_teacher(config, train, val)
+        return lambda texts, _desc: class_probabilities(model, texts, len(names))
+    classifier = load_classifier(teacher)
+    if list(classifier.labels) != list(names):
+        raise InputError(f"pseudo_label.teacher {teacher!r} predicts the classes {list(classifier.labels)}; the "
+                         f"ingested reviews have {list(names)}")
+    return lambda texts, desc: model_probabilities(classifier, list(texts), desc)
+
+
+def teacher_identity(teacher: str) -> str:
+    """What the labels of a logged teacher depend on besides the config: its model UUID (a moved alias or a
+    re-logged folder is another model)."""
+    try:
+        return mlflow.models.Model.load(teacher).model_uuid
+    except (mlflow.exceptions.MlflowException, OSError) as exc:  # no such model, alias, run or folder
+        raise InputError(f"pseudo_label.teacher: cannot read model {teacher!r}: {exc}") from None
+
+
+def select_confident(probabilities: np.ndarray, min_confidence: float) -> pd.DataFrame:
+    """Rows whose top-class probability is at least ``min_confidence``: ``row``, ``label``, ``confidence``
+    (a row of NaN, one the teacher could not score, is never kept)."""
+    probabilities = np.asarray(probabilities)
+    confidence = probabilities.max(axis=1)
+    rows = np.flatnonzero(confidence >= min_confidence)
+    return pd.DataFrame({"row": rows.astype(np.int64), "label": probabilities[rows].argmax(axis=1).astype(np.int32),
+                         "confidence": confidence[rows].astype(np.float32)})
+
+
+def sample_rows(kept: pd.DataFrame, max_rows: int | None, seed: int) -> pd.DataFrame:
+    """At most ``max_rows`` of ``kept``, drawn at random with ``seed`` and left in their row order."""
+    if max_rows is None or len(kept) <= max_rows:
+        return kept
+    chosen = np.sort(np.random.default_rng(seed).choice(len(kept), size=max_rows, replace=False))
+    return kept.iloc[chosen].reset_index(drop=True)
+
+
+def plot_confidence(confidence: np.ndarray, min_confidence: float, title: str, path: Path) -> Path:
+    from pipeline.core.plots import new_figure, save_figure
+
+    figure, axis = new_figure()
+    axis.hist(confidence, bins=50, range=(confidence.min(initial=0.5), 1.0), color="tab:blue")
+    axis.axvline(min_confidence, color="tab:red", linestyle="--", label=f"kept from {min_confidence:g}")
+    axis.set(xlabel="teacher's probability of its label", ylabel="unlabeled reviews", title=title)
+    axis.legend()
+    return save_figure(figure, path)
+
+
+# --------------------------------------------------------------------------- stage entry point
+
+
+def pseudo_label(config: Config, force: bool = False) -> Path:
+    """Label the unlabeled reviews with the teacher and keep the confident ones; returns ``data/pseudo_label``."""
+    started = time.perf_counter()
+    ingest_dir = require_output(config, "ingest")
+    out_dir = stage_dir(config, "pseudo-label")
+    unlabeled_path = ingest_dir / UNLABELED_TABLE
+    if not unlabeled_path.is_file():
+        raise MissingInputError(f"no unlabeled reviews in {ingest_dir}/ (set IMDB_UNSUP_ARCHIVE or "
+                                "data.unlabeled_archive and rerun `make ingest tokenize`)")
+    inputs = {"ingest_manifest_sha256": manifest_hash(ingest_dir)}
+    settings = config.pseudo_label
+    logged = settings.teacher not in PSEUDO_LABEL_TEACHERS  # a model's URI: loaded, not fitted
+    if logged:
+        setup_tracking(config)  # a models:/ or runs:/ teacher is read from the tracking store
+        inputs["teacher_model_uuid"] = teacher_identity(settings.teacher)
+    config_hash = config.section_hash("pseudo_label", *(("baseline",) if settings.teacher == "nbsvm" else ()))
+    if not force and is_up_to_date(out_dir, config_hash, inputs, [PSEUDO_LABELS_FILE]):
+        print(f"pseudo-label: up to date, nothing to do ({out_dir}/ with config {config_hash})")
+        return out_dir
+
+    train = pd.read_parquet(ingest_dir / split_table("train"), columns=["text", "label"])
+    val = pd.read_parquet(ingest_dir / split_table("val"), columns=["text", "label"])
+    unlabeled = pd.read_parquet(unlabeled_path, columns=["text"])
+    names = load_labels(ingest_dir)
+    print(f"pseudo-label: loading the teacher {settings.teacher}" if logged
+          else f"pseudo-label: fitting the {settings.teacher} teacher on {len(train):,} train reviews")
+    teacher = load_teacher(config, train, val, names)
+    val_accuracy = float((teacher(val["text"].tolist(), "teacher: val").argmax(axis=1)
+                          == val["label"].to_numpy()).mean())
+    probabilities = teacher(unlabeled["text"].tolist(), "teacher: unlabeled")
+    kept = sample_rows(select_confident(probabilities, settings.min_confidence), settings.max_rows, settings.seed)
+    for index in range(len(names)):  # the teacher's probabilities: soft targets for distillation
+        kept[teacher_probability_column(index)] = probabilities[kept["row"].to_numpy(), index].astype(np.float32)
+    if kept.empty:
+        print(f"pseudo-label: warning: no unlabeled review reached pseudo_label.min_confidence "
+              f"{settings.min_confidence:g}; training with pseudo labels will refuse this empty set")
+    class_counts = {names[c]: int(n) for c, n in zip(*np.unique(kept["label"], return_counts=True))}
+    metrics = {"teacher_val_accuracy": val_accuracy, "pseudo_label_rows": len(kept),
+               "pseudo_label_fraction": len(kept) / max(1, len(unlabeled)),
+               "pseudo_label_mean_confidence": float(kept["confidence"].mean()) if len(kept) else 0.0}
+
+    setup_tracking(config)
+    with mlflow.start_run(run_name=f"pseudo-label-{'model' if logged else settings.teacher}", nested=mlflow.active_run() is not None) as active:
+        mlflow.set_tags({STAGE_TAG: PSEUDO_LABEL_STAGE, "teacher": settings.teacher,
+                         "ingest_manifest": inputs["ingest_manifest_sha256"][:16]})
+        mlflow.log_params({k: v for k, v in flat_params(config).items() if k.startswith("pseudo_label.")})
+        mlflow.log_metrics(metrics)
+        with staged_directory(out_dir) as staging:
+            kept.to_parquet(staging / PSEUDO_LABELS_FILE, index=False)
+            scored = probabilities[~np.isnan(probabilities).any(axis=1)]
+            plot = plot_confidence(scored.max(axis=1), settings.min_confidence,
+                                   f"{settings.teacher} teacher (val accuracy {val_accuracy:.4f}): "
+                                   f"{len(kept):,} of {len(unlabeled):,} kept", staging / PLOT_FILE)
+            mlflow.log_artifact(str(plot), "plots")
+            write_manifest(staging, build_manifest(
+                STAGE, config_hash, inputs, {"pseudo_label": config.to_dict()["pseudo_label"]},
+                mlflow_run_id=active.info.run_id, unlabeled_rows=len(unlabeled), class_counts=class_counts,
+                **{k: round(v, 6) if isinstance(v, float) else v for k, v in metrics.items()}))
+    sampled = f" (a sample of at most {settings.max_rows:,})" if settings.max_rows else ""
+    print(f"pseudo-label: read {len(train):,} train / {len(val):,} val / {len(unlabeled):,} unlabeled reviews from "
+          f"{ingest_dir}/; teacher val accuracy {val_accuracy:.4f}; wrote {len(kept):,} pseudo labels "
+          f"({class_counts}) with confidence >= {settings.min_confidence:g}{sampled} to {out_dir}/{PSEUDO_LABELS_FILE} and MLflow run "
+          f"{active.info.run_id} in {time.perf_counter() - started:.0f}s")
+    return out_dir
+
+
+def with_pseudo_labels(config: Config, make: bool = True) -> Config:
+    """The config a training run uses: with ``training.pseudo_labels`` on, the pseudo labels made (or found up to
+    date) first; when the ingested data holds no unlabeled reviews (a table without them, an archive read without
+    ``train/unsup``), the same config without distillation, said in one line, so the run records what it did.
+    ``make`` False (the workers of a training cluster, which must not write one folder together) leaves the labels
+    to ``make pseudo-label``, run before."""
+    if not config.training.pseudo_labels:
+        return config
+    ingest_dir = require_output(config, "ingest")
+    if not (ingest_dir / UNLABELED_TABLE).is_file():
+        print(f"train: no unlabeled reviews in {ingest_dir}/, so no distillation (training.pseudo_labels off for "
+              "this run); IMDB_UNSUP_ARCHIVE or data.unlabeled_archive and `make ingest tokenize` add them")
+        return config.replace(training={"pseudo_labels": False})
+    if make:
+        pseudo_label(config)  # skipped when up to date
+    return config
+
+
+# --------------------------------------------------------------------------- pseudo labels
+
+
+def load_pseudo_labels(config: Config, tokenize_dir: Path, num_classes: int) -> tuple[np.ndarray, np.ndarray, dict]:
+    """``(token ids, labels, manifest)`` of the pseudo-labelled reviews, for the training stage.
+
+    Labels are class indices, or with ``pseudo_label.soft`` the teacher's ``[N, k]`` probabilities.
+    Refuses labels made from another ingestion than the tokenized one, or for other classes.
+    """
+    directory = require_output(config, "pseudo-label")
+    manifest = read_manifest(directory)
+    tokenized_from = read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"]
+    if manifest["inputs"]["ingest_manifest_sha256"] != tokenized_from:
+        raise InputError(f"{directory}/: the pseudo labels were made from another ingestion than {tokenize_dir}/; "
+                         "rerun `make pseudo-label`")
+    unlabeled_path = tokenize_dir / UNLABELED_IDS_FILE
+    if not unlabeled_path.is_file():
+        raise MissingInputError(f"no {unlabeled_path}: rerun `make tokenize` after ingesting the unlabeled reviews")
+    frame = pd.read_parquet(directory / PSEUDO_LABELS_FILE)
+    if frame.empty:
+        raise InputError(f"{directory / PSEUDO_LABELS_FILE}: no pseudo labels (none reached pseudo_label.min_confidence "
+                         f"{manifest['config']['pseudo_label']['min_confidence']}); lower it or turn "
+                         "training.pseudo_labels off")
+    ids = np.load(unlabeled_path, mmap_mode="r")
+    labels = frame["label"].to_numpy(np.int32)
+    if frame["row"].max() >= len(ids) or labels.max() >= num_classes:
+        raise InputError(f"{directory / PSEUDO_LABELS_FILE}: rows or labels out of range for {unlabeled_path} "
+                         f"({len(ids)} reviews, {num_classes} classes); rerun `make pseudo-label`")
+    if config.pseudo_label.soft:
+        columns = [teacher_probability_column(c) for c in range(num_classes)]
+        missing = [c for c in columns if c not in frame.columns]
+        if missing:
+            raise InputError(f"{directory / PSEUDO_LABELS_FILE}: no teacher probabilities {missing} for "
+                             "pseudo_label.soft; rerun `make pseudo-label FORCE=1`")
+        labels = frame[columns].to_numpy(np.float32)
+    return np.asarray(ids[frame["row"].to_numpy()]), labels, manifest
+
+
+
+def one_hot(labels: np.ndarray, num_classes: int) -> np.ndarray:
+    return np.eye(num_classes, dtype=np.float32)[np.asarray(labels, dtype=np.int64)]

@@ -1,0 +1,173 @@
+"""The champion's model card: data, splits, test metrics with bootstrap intervals, calibration, behaviour-test pass
+rates, limits and intended use, read from the run's own parameters, metrics and evaluation artifacts."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+
+from pipeline.config import Config
+from pipeline.core.errors import PipelineError
+from pipeline.core.files import METRICS_FILE, TEST_PREDICTIONS_FILE, atomic_write_text
+from pipeline.core.predictions import from_probability_columns
+from pipeline.metrics import bootstrap_intervals
+from pipeline.stages.evaluate import behaviour
+from pipeline.tracking import (
+    FUSION_LEXICAL_RUN_PARAM,
+    FUSION_TRANSFORMER_RUN_PARAM,
+    FUSION_WEIGHT_PARAM,
+    MODEL_KIND_TAG,
+    PRETRAINED_FROM_TAG,
+    VARIANT_TAG,
+)
+
+CARD_SAMPLES = 500  # bootstrap resamples of the test set for the card's intervals
+WEAK_PASS_RATE = 0.8   # behaviour capabilities below this pass rate are named as limitations
+
+
+def transformer_lines(params: dict, tags: dict, prefix: str = "") -> list[str]:
+    get = params.get
+    pretrained = tags.get(PRETRAINED_FROM_TAG)
+    if get("model.preset") not in (None, "None"):
+        return [f"- {prefix}Transformer encoder: the pretrained KerasHub preset `{get('model.preset')}`, fine-tuned "
+                f"(Keras 3 / KerasHub), **{get('model.pooling')} pooling**, {get('parameters')} parameters.",
+                f"- Tokenizer: the preset's own, {get('vocabulary_size')} tokens; reviews are cut to "
+                f"**{get('tokenizer.max_sequence_length')} tokens** ({get('tokenizer.truncation')} truncation)."]
+    return [f"- {prefix}Transformer encoder (Keras 3 / KerasHub): {get('model.num_layers')} block(s), width "
+            f"{get('model.hidden_dim')}, {get('model.num_heads')} heads, feed-forward {get('model.intermediate_dim')}, "
+            f"{get('model.position')} positions, **{get('model.pooling')} pooling**, {get('parameters')} parameters; "
+            f"initialisation {get('model.init')}"
+            + (f" (masked-LM pretrained backbone from MLflow run `{pretrained}`)" if pretrained else "")
+            + (f", token embedding {get('model.token_embedding')}" if get("model.token_embedding") else "") + ".",
+            f"- Tokenizer: WordPiece, {get('vocabulary_size')} tokens learned on the training texts; reviews are "
+            f"cut to **{get('tokenizer.max_sequence_length')} tokens** ({get('tokenizer.truncation')} truncation)"
+            + (" for training; a longer review is scored as that row and **windows covering all of it**, their "
+               "log-probabilities averaged." if get("model.long_reviews") == "windows" else ".")]
+
+
+def lexical_lines(params: dict, prefix: str = "") -> list[str]:
+    get = params.get
+    return [f"- {prefix}NBSVM: binary {get('nbsvm.ngram_range', '1,3').replace(',', '-')}-gram counts "
+            f"({get('nbsvm.vocabulary')} n-grams), scaled by the naive-Bayes log-count ratio, liblinear logistic "
+            f"regression with C={get('nbsvm.C')} (chosen on validation from {get('nbsvm.C_grid')}). It reads the "
+            "whole review, however long."]
+
+
+def model_lines(run, client) -> tuple[str, list[str], dict]:
+    """What the model is (its kind, lines for the card) and the params of its Transformer, if it has one."""
+    kind = run.data.tags.get(MODEL_KIND_TAG, "transformer")
+    params = run.data.params
+    if kind == "lexical":
+        return kind, lexical_lines(params), params
+    if kind == "fusion":
+        transformer = client.get_run(params[FUSION_TRANSFORMER_RUN_PARAM])
+        lexical = client.get_run(params[FUSION_LEXICAL_RUN_PARAM])
+        weight = float(params[FUSION_WEIGHT_PARAM])
+        lines = [f"- A fused model in one artifact: the weighted average of two models' logits, **{weight:g} on the "
+                 f"Transformer** and {1 - weight:g} on NBSVM (the weight chosen on validation). Runs "
+                 f"`{transformer.info.run_id}` and `{lexical.info.run_id}`."]
+        lines += transformer_lines(transformer.data.params, transformer.data.tags, "Part one: ")
+        lines += lexical_lines(lexical.data.params, "Part two: ")
+        return kind, lines, transformer.data.params
+    return kind, transformer_lines(params, run.data.tags), params
+
+
+def model_card(name: str, version: str, run, evaluation: dict, intervals: dict, candidates: int,
+               comparison_id: str) -> str:
+    """The model card (Markdown) of a registered version, from its run and that run's evaluation."""
+    client = mlflow.tracking.MlflowClient()
+    kind, description, transformer_params = model_lines(run, client)
+    metrics = run.data.metrics
+    get = transformer_params.get
+    test = evaluation["metrics"]
+    n_test = evaluation["test_rows"]
+
+    def with_ci(key: str) -> str:
+        value = test[f"test_{key}"]
+        ci = intervals.get(key)
+        return f"{value:.4f}" + (f" (95% CI {ci['low']:.4f} to {ci['high']:.4f})" if ci else "")
+
+    validation = evaluation.get("val_rows") or next(
+        (json.loads(d.dataset.profile).get("num_rows") for d in run.inputs.dataset_inputs
+         if any(t.key == "mlflow.data.context" and t.value == "validation" for t in d.tags)), None)
+    source = get("data.path") if get("data.source") not in (None, "imdb") else (
+        f"IMDB Large Movie Review Dataset ({get('data.download_url') or 'aclImdb v1'})")
+    found = evaluation.get("behaviour") or {}
+    rates = {c: found[c] for c in behaviour.CAPABILITIES if c in found}
+    weak = [c for c, rate in rates.items() if rate < WEAK_PASS_RATE]
+    train_rows = get("train_rows") or run.data.params.get("train_rows")
+    distilled = int(get("pseudo_label_rows") or 0)
+    if train_rows and distilled:  # distillation's rows are unlabeled reviews with the teacher's probabilities
+        rows = (f"{int(train_rows) - distilled:,} labelled training reviews plus {distilled:,} unlabeled ones "
+                f"with the {get('pseudo_label.teacher') or 'NBSVM'} teacher's probabilities (distillation), ")
+    else:
+        rows = f"{f'{int(train_rows):,}' if train_rows else '?'} training reviews, "
+    lines = [f"# Model card: {name} version {version}", "",
+             f"Sentiment classifier for English movie reviews: labels {', '.join(evaluation['labels'])}. "
+             f"MLflow run `{run.info.run_id}` ({run.data.tags.get(VARIANT_TAG, kind)}), chosen as the candidate with "
+             f"the highest mean validation accuracy among {candidates} model runs of comparison `{comparison_id}` "
+             f"(this run: {metrics.get('best_val_accuracy', float('nan')):.4f}).", "",
+             "## Model", "", *description,
+             "", "## Data", "",
+             f"- Source: {source}.",
+             f"- Splits: {rows}"
+             f"{f'{validation:,}' if validation is not None else '?'} "
+             f"validation reviews (model selection and early stopping), {n_test:,} test reviews (only for the "
+             "numbers below; never for choosing a model).",
+             "", f"## Test metrics ({n_test:,} reviews; bootstrap 95% intervals, {CARD_SAMPLES} resamples)", "",
+             f"- accuracy {with_ci('accuracy')}", f"- F1 {with_ci('f1')}", f"- ROC AUC {with_ci('roc_auc')}",
+             f"- log loss {test['test_log_loss']:.4f}",
+             "", "## Calibration", "",
+             f"- expected calibration error {test['test_ece']:.4f}"
+             + (f", Brier score {test['test_brier']:.4f}" if "test_brier" in test else "")
+             + "; reliability diagram: run artifact `evaluation/reliability.png`.",
+             "", "## Behaviour tests", ""]
+    if rates:
+        lines += ["CheckList-style tests on sentences the project writes (failures: run artifact "
+                  "`evaluation/behaviour.md`).", "", "| capability | pass rate |", "| --- | --- |"]
+        lines += [f"| {capability} | {rate:.0%} |" for capability, rate in rates.items()]
+    else:
+        lines.append("Not run (the labels are not negative/positive).")
+    lines += ["", "## Intended use and limits", "",
+              "- Intended use: scoring the overall sentiment of English reviews of films (and similar reviews) in "
+              "bulk, with `make score`, `make serve` or Spark; the probability is calibrated as above.",
+              *([f"- Reviews longer than {get('tokenizer.max_sequence_length')} tokens are "
+                 + ("read whole by the Transformer, as their first and last tokens and windows of consecutive tokens "
+                    "covering every one, the windows' answers averaged." if get("model.long_reviews") == "windows" else
+                    "cut for the Transformer: text in the cut part does not count"
+                    + (" for that part of the model." if kind == "fusion" else "."))] if kind != "lexical" else []),
+              "- English only; trained on IMDB movie reviews. Other languages, domains or very short texts are "
+              "out of scope and untested.",
+              "- Not for decisions about people. Missing, blank or numeric texts get no score (a `score_error`)."]
+    if weak:
+        lines.append(f"- Weak capabilities (pass rate under {WEAK_PASS_RATE:.0%}): {', '.join(weak)}.")
+    return "\n".join(lines) + "\n"
+
+
+def run_evaluation(run_id: str) -> tuple[dict, pd.DataFrame]:
+    """The run's ``evaluation/metrics.json`` and test predictions, from its MLflow artifacts."""
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            files = {name: Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=f"evaluation/{name}",
+                                                                    dst_path=folder))
+                     for name in (METRICS_FILE, TEST_PREDICTIONS_FILE)}
+        except (mlflow.exceptions.MlflowException, OSError):
+            raise PipelineError(f"run {run_id} has no evaluation artifacts: run `make evaluate RUN={run_id}`") from None
+        return json.loads(files[METRICS_FILE].read_text()), pd.read_parquet(files[TEST_PREDICTIONS_FILE])
+
+
+def write_model_card(config: Config, name: str, version: str, run, candidates: int, comparison_id: str) -> Path:
+    """Set the version's description to its model card and write ``reports/<run_id>/model_card.md``."""
+    evaluation, predictions = run_evaluation(run.info.run_id)
+    probabilities = from_probability_columns(predictions, evaluation["labels"])
+    intervals = bootstrap_intervals(predictions["label"].to_numpy(), probabilities, evaluation["labels"],
+                                    samples=CARD_SAMPLES)
+    card = model_card(name, version, run, evaluation, intervals, candidates, comparison_id)
+    mlflow.tracking.MlflowClient().update_model_version(name, version, description=card)
+    return atomic_write_text(config.reports_dir / run.info.run_id / "model_card.md", card)
+
+

@@ -1,0 +1,68 @@
+"""Which run becomes ``@champion``: the candidate with the best validation accuracy (never test), and its
+registration with its model card."""
+
+from __future__ import annotations
+
+import mlflow
+import numpy as np
+
+from pipeline.config import Config
+from pipeline.core.errors import PipelineError
+from pipeline.stages.register.card import write_model_card
+from pipeline.tracking import (
+    CHAMPION_ALIAS,
+    VARIANT_TAG,
+    champion_uri,
+    comparison_members,
+    latest_champion_comparison,
+    member_candidates,
+    setup_tracking,
+    tag_champion_version,
+)
+
+
+def best_run(runs: list, candidates: dict[str, str] | None = None) -> "mlflow.entities.Run":
+    """The champion: of the candidate with the highest mean validation accuracy over its runs (its seeds), the run
+    with the highest validation accuracy (ties: the earliest started). A candidate is what the comparison
+    recorded for the run (``candidates``: run id -> name), else the run's ``variant`` tag (a Transformer variant,
+    ``nbsvm``, a fused variant); runs without either stand alone. Test accuracy is never read."""
+    candidates = candidates or {}
+    scored = [run for run in runs if "best_val_accuracy" in run.data.metrics]
+    if not scored:
+        raise PipelineError("the latest comparison has no finished model runs with best_val_accuracy")
+    groups: dict[str, list] = {}
+    for run in scored:
+        name = candidates.get(run.info.run_id) or run.data.tags.get(VARIANT_TAG) or run.info.run_id
+        groups.setdefault(name, []).append(run)
+    mean = {name: float(np.mean([r.data.metrics["best_val_accuracy"] for r in group])) for name, group in groups.items()}
+    best_group = max(groups, key=lambda name: (mean[name], -min(r.info.start_time for r in groups[name])))
+    return max(groups[best_group], key=lambda run: (run.data.metrics["best_val_accuracy"], -run.info.start_time))
+
+
+
+def register_champion(config: Config, force: bool = False) -> str:
+    """Register the champion; returns ``models:/<name>@champion``."""
+    setup_tracking(config)
+    comparison = latest_champion_comparison(config)
+    members = comparison_members(comparison)
+    best = best_run(members, member_candidates(comparison))
+    client = mlflow.tracking.MlflowClient()
+    name = config.tracking.registered_model_name
+    uri = champion_uri(config)
+    try:
+        current = client.get_model_version_by_alias(name, CHAMPION_ALIAS)
+    except mlflow.exceptions.MlflowException:
+        current = None
+    if not force and current is not None and current.run_id == best.info.run_id:
+        card = write_model_card(config, name, current.version, best, len(members), comparison.info.run_id)
+        print(f"register: up to date, {uri} is already version {current.version} (run {best.info.run_id}); "
+              f"refreshed its model card {card}")
+        return uri
+    version = mlflow.register_model(f"runs:/{best.info.run_id}/model", name)
+    client.set_registered_model_alias(name, CHAMPION_ALIAS, version.version)
+    tag_champion_version(name, version.version, best, comparison.info.run_id)
+    card = write_model_card(config, name, version.version, best, len(members), comparison.info.run_id)
+    print(f"register: read {len(members)} runs of comparison {comparison.info.run_id}; {uri} -> version "
+          f"{version.version} (run {best.info.run_id}, {best.data.tags.get(VARIANT_TAG, 'transformer')}, "
+          f"best_val_accuracy {best.data.metrics['best_val_accuracy']:.4f}); wrote its model card {card}")
+    return uri

@@ -1,0 +1,184 @@
+"""Scoring a CSV in this process: a probability, a label and an error column added to every row.
+
+The local engine of ``make score`` (``pipeline/stages/score/__init__.py``; ``pipeline.stages.score.spark`` is the other).
+
+Reads:  a CSV of reviews (``--input``; any columns, text in ``--text-column``) and a model:
+        ``models:/<name>@<alias>`` (default ``models:/<registered name>@champion``),
+        ``runs:/<run_id>/model`` or a local MLflow model folder.
+Writes: ``--output``, a CSV with every input column and row in the input's order plus
+        ``positive_probability``, ``predicted_label`` (``positive``/``negative``) and
+        ``score_error`` (empty when the row was scored); a model with more than two classes
+        adds one ``probability_<label>`` column per class instead of ``positive_probability``. It is written to a temporary file
+        beside the output and renamed at the end, so an interrupted run leaves no partial file.
+
+The input is streamed in chunks, so memory stays flat for any file size; a read-ahead thread
+parses, checks and tokenizes the next chunk while the model scores the current one. Every value is
+read as text and written back unchanged. Rows whose text is missing, blank or not text,
+or holds undecodable bytes, get a ``score_error`` message instead of a score.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import psutil
+from tqdm.auto import tqdm
+
+from pipeline.config import Config
+from pipeline.core.errors import InputError, MissingInputError
+from pipeline.core.files import new_file_mode
+from pipeline.model.classifiers import ERROR_COLUMN, PipelineModel, load_classifier, output_columns, output_frame
+from pipeline.text.conventions import NOT_UNICODE, text_problem
+
+_UNDECODABLE_RE = re.compile("[\udc80-\udcff]")
+
+
+# --------------------------------------------------------------------------- pure functions
+
+
+@dataclass
+class PreparedChunk:
+    """A chunk checked and prepared (tokenized, n-grams counted), ready for the model."""
+
+    chunk: pd.DataFrame       # the input rows, undecodable bytes shown as U+FFFD
+    errors: list[str]         # per row: why it cannot be scored, or ""
+    scorable: list[int]       # positions of the rows to score
+    features: object          # what the model's ``prepare`` made of them (token ids, n-gram counts, both)
+
+
+def prepare_chunk(chunk: pd.DataFrame, text_column: str, classifier: PipelineModel, first_row: int,
+                  encoding: str) -> PreparedChunk:
+    """Check every row's text and prepare the scorable ones (the part that can run ahead of the model).
+
+    Values are Python strings (object dtype): Arrow-backed strings cannot hold the surrogate
+    escapes that mark undecodable bytes. ``first_row`` is the 1-based data-row number of the
+    chunk's first row, for messages.
+    """
+    texts = chunk[text_column].tolist()
+    errors = [text_problem(text) for text in texts]
+    for index, error in enumerate(errors):  # text_problem already found them: name the row and the encoding
+        if error == NOT_UNICODE and _UNDECODABLE_RE.search(texts[index]):
+            errors[index] = f"row {first_row + index}: undecodable bytes for encoding {encoding}"
+    scorable = [i for i, error in enumerate(errors) if not error]
+    clean = chunk.copy()
+    for column in chunk.columns:  # surrogate-escaped bytes cannot be written as UTF-8
+        if has_undecodable(clean[column]):
+            clean[column] = clean[column].map(lambda v: _UNDECODABLE_RE.sub("\ufffd", v) if isinstance(v, str) else v)
+    return PreparedChunk(clean, errors, scorable, classifier.prepare([texts[i] for i in scorable]))
+
+
+def has_undecodable(values) -> bool:
+    """Whether any string among ``values`` holds surrogate-escaped bytes: one UTF-8 encode of them all,
+    instead of a regular-expression search per cell (most chunks have none)."""
+    try:
+        "".join(v for v in values if isinstance(v, str)).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def finish_chunk(prepared: PreparedChunk, classifier: PipelineModel) -> pd.DataFrame:
+    """The chunk with the probability, label and error columns added; rows keep their order."""
+    chunk = prepared.chunk
+    scored = output_frame(classifier.score(prepared.features), classifier.labels, prepared.errors)
+    scored.index = chunk.index
+    out = chunk.copy()
+    for column in scored.columns:  # rows with an error: empty probability and label cells
+        out[column] = scored[column]
+    return out
+
+
+# --------------------------------------------------------------------------- I/O edges
+
+
+def read_ahead(chunks):
+    """The items of ``chunks``, with the next one produced in a background thread meanwhile."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="csv-reader") as reader:
+        pending = reader.submit(next, chunks, None)
+        while (chunk := pending.result()) is not None:
+            pending = reader.submit(next, chunks, None)
+            yield chunk
+
+
+def score_csv(config: Config, input_path: str | Path, output_path: str | Path, model_uri: str | None = None,
+                    text_column: str = "text", encoding: str = "utf-8-sig", chunk_size: int = 2048) -> dict[str, float]:
+    """Score ``input_path`` into ``output_path``; returns the summary counts."""
+    from pipeline.tracking import champion_uri, setup_tracking
+
+    started = time.perf_counter()
+    input_path, output_path = Path(input_path), Path(output_path)
+    if not input_path.is_file():
+        raise MissingInputError(f"input CSV not found: {input_path}")
+    if output_path.resolve() == input_path.resolve():
+        raise InputError(f"refusing to overwrite the input {input_path}: choose another OUTPUT")
+    if chunk_size < 1:
+        raise InputError("--chunk-size must be positive")
+    try:
+        header = pd.read_csv(input_path, nrows=0, encoding=encoding, encoding_errors="surrogateescape")
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, LookupError) as exc:
+        raise InputError(f"{input_path}: cannot read as CSV: {exc}") from None
+    columns = list(header.columns)
+    if text_column not in columns:
+        raise InputError(f"{input_path}: no column {text_column!r}; columns are {columns} (use --text-column / TEXT_COLUMN=)")
+    setup_tracking(config)
+    model_uri = model_uri or champion_uri(config)
+    classifier = load_classifier(model_uri)
+    load_seconds = time.perf_counter() - started  # header check and model load, inside this call
+    startup_seconds = time.time() - psutil.Process().create_time()  # interpreter, imports and model load
+    added = output_columns(classifier.labels)
+    clashes = [c for c in added if c in columns]
+    if clashes:
+        raise InputError(f"{input_path}: already has output column(s) {clashes}; rename them or score the original file")
+
+    output_path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp_name = tempfile.mkstemp(prefix=f".{output_path.name}.", suffix=".tmp", dir=output_path.parent)
+    counts = {"rows": 0, "scored": 0, "errors": 0, "positives": 0}
+    try:
+        os.fchmod(handle, new_file_mode())  # the mode open(path, "w") gives, not mkstemp's 0o600
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as out, \
+                tqdm(unit=" rows", desc=f"scoring {input_path.name}", mininterval=0.5) as progress:
+            # skip_blank_lines=False: in a one-column CSV a whitespace-only review is a line of spaces, still a row
+            reader = pd.read_csv(input_path, dtype=object, keep_default_na=False, na_filter=False, chunksize=chunk_size,
+                                 skip_blank_lines=False,
+                                 encoding=encoding, encoding_errors="surrogateescape")
+            def prepared_chunks():  # runs in the read-ahead thread: parse, check, tokenize
+                first_row = 1
+                for chunk in reader:
+                    yield prepare_chunk(chunk, text_column, classifier, first_row, encoding)
+                    first_row += len(chunk)
+
+            try:
+                for prepared in read_ahead(prepared_chunks()):
+                    scored = finish_chunk(prepared, classifier)
+                    scored.to_csv(out, header=counts["rows"] == 0, index=False, quoting=csv.QUOTE_MINIMAL)
+                    counts["rows"] += len(scored)
+                    counts["errors"] += int((scored[ERROR_COLUMN] != "").sum())
+                    if len(classifier.labels) == 2:
+                        counts["positives"] += int((scored["predicted_label"] == classifier.labels[1]).sum())
+                    progress.update(len(scored))
+            except pd.errors.ParserError as exc:
+                raise InputError(f"{input_path}: malformed CSV after data row {counts['rows']}: {exc}") from None
+            if counts["rows"] == 0:
+                pd.DataFrame(columns=columns + added).to_csv(out, index=False)
+        os.replace(tmp_name, output_path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    counts["scored"] = counts["rows"] - counts["errors"]
+    seconds = time.perf_counter() - started
+    streaming = counts["rows"] / max(seconds - load_seconds, 1e-9)
+    positives = f", positives {counts['positives']:,}" if len(classifier.labels) == 2 else ""
+    print(f"score: read {counts['rows']:,} rows from {input_path}; scored {counts['scored']:,}, "
+          f"errors {counts['errors']:,}{positives}; wrote {output_path} with {model_uri} "
+          f"in {seconds:.1f}s ({counts['rows'] / max(seconds, 1e-9):,.0f} rows/s; {streaming:,.0f} rows/s after the "
+          f"{load_seconds:.1f}s model load; start-up before reading {startup_seconds:.1f}s: interpreter, imports, "
+          f"model load)")
+    return {**counts, "seconds": seconds, "load_seconds": load_seconds, "startup_seconds": startup_seconds}

@@ -1,0 +1,20 @@
+"""``make tokenize``: a WordPiece vocabulary learned on train, and fixed-length token ids for every split.
+
+Reads ``data/ingest/``; writes ``data/tokenize/`` (vocabulary, ``tokenizer.json``, ids, labels and token
+counts per split, a plot, a manifest). The work, and its files in full: ``pipeline.stages.tokenize.encode``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.config import Config
+
+
+def run(config: Config, force: bool = False) -> Path:
+    from pipeline.stages.tokenize.encode import tokenize
+    return tokenize(config, force=force)
+
+
+def main(config: Config, args) -> None:
+    run(config, force=args.force)

@@ -1,0 +1,355 @@
+"""Training the Transformer classifier on tokenized reviews, tracked in MLflow (the work of ``make train``).
+
+Reads:  ``data/tokenize/`` (ids, labels, vocabulary, manifest) and ``data/ingest/`` (logged as
+        the run's datasets).
+Writes: ``data/train/<pooling>-<position>[-pretrained]-seed<seed>-<config hash>-<tokenize hash>/`` holding ``model.keras``,
+        the tokenizer files, ``history.json``, ``training_curves.png`` and ``manifest.json``
+        (with the MLflow run id); the same run in MLflow with params, tags, per-epoch
+        metrics, the curves, the dataset inputs and a pyfunc model scoring raw strings.
+
+``train_model`` reads top to bottom like this: skip when up to date; choose the hardware; load the
+data; build and compile the model; start (or resume) the MLflow run and log what goes in;
+fit (``pipeline.model.fit``); save the outputs. A killed run resumes from its last finished epoch
+(``keras.callbacks.BackupAndRestore``) and continues the same MLflow run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import keras
+import mlflow
+import numpy as np
+import pandas as pd
+import tensorflow as tf
+
+from pipeline.config import Config
+from pipeline.core.catalog import require_output, stage_dir
+from pipeline.core.errors import ConfigError
+from pipeline.core.files import (
+    BACKBONE_WEIGHTS_FILE,
+    HISTORY_FILE,
+    KERAS_MODEL_FILE,
+    LABELS_FILE,
+    PSEUDO_LABELS_FILE,
+    TOKEN_LENGTHS_PLOT,
+    TOKENIZER_DIR,
+    TOKENIZER_SETTINGS_FILE,
+    VOCABULARY_FILE,
+    atomic_write_json,
+    build_manifest,
+    is_up_to_date,
+    manifest_hash,
+    read_manifest,
+    sha256_file,
+    split_table,
+    write_manifest,
+)
+from pipeline.model.adversarial import AdversarialClassifier, classifier_of
+from pipeline.model.classifiers import SentimentClassifier
+from pipeline.model.fit import FitResult, TrainingData, balanced_class_weights, compile_model, fit
+from pipeline.model.presets import PRESET_ASSETS_DIR, load_text_encoder, preset_classifier
+from pipeline.model.transformer import build_model, load_backbone_weights
+from pipeline.runtime.datasets import make_dataset, padding_fractions, subsample
+from pipeline.runtime.hardware import choose_hardware, cluster_from_env, multi_worker_fit
+from pipeline.stages.pretrain.backbone import check_vocabulary, load_backbone, resolve_pretrained
+from pipeline.stages.pseudo_label.teacher import load_pseudo_labels, one_hot, with_pseudo_labels
+from pipeline.stages.tokenize.outputs import load_split
+from pipeline.text.conventions import PAD_ID, load_labels
+from pipeline.tracking import (
+    PRETRAINED_FROM_TAG,
+    PSEUDO_LABELS_FROM_TAG,
+    TRAIN_STAGE,
+    flat_params,
+    log_pipeline_model,
+    setup_tracking,
+    standard_tags,
+)
+
+STAGE = TRAIN_STAGE
+RUN_ID_FILE = "mlflow_run_id.txt"
+EXAMPLE_TEXTS = ["A wonderful, moving film.", "Dull and far too long."]  # the logged model's input example
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def run_name(config: Config) -> str:
+    init = "-pretrained" if config.model.init == "pretrained" else ""
+    pseudo = "-pseudo" if config.training.pseudo_labels else ""
+    encoder = config.model.position if config.model.preset is None else "preset"  # a preset has its own positions
+    return f"{config.model.pooling}-{encoder}{init}{pseudo}-seed{config.training.seed}"
+
+
+def plot_training_curves(history: dict[str, list[float]], path: Path, title: str) -> Path:
+    from pipeline.core.plots import new_figure, save_figure
+
+    figure, (loss_axis, accuracy_axis) = new_figure(width=10, height=4, ncols=2)
+    epochs = np.arange(1, len(history.get("loss", [])) + 1)
+    for key, axis in (("loss", loss_axis), ("accuracy", accuracy_axis)):
+        axis.plot(epochs, history.get(key, []), marker="o", label=f"train {key}")
+        axis.plot(epochs, history.get(f"val_{key}", []), marker="o", label=f"validation {key}")
+        axis.set(xlabel="epoch", ylabel=key, title=f"{title}: {key}")
+        axis.legend()
+    return save_figure(figure, path)
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    """What training hands on: the MLflow run (None on a cluster's non-chief worker), its folder and config."""
+
+    run_id: str | None
+    run_dir: Path
+    config: Config
+
+    @classmethod
+    def of(cls, run_dir: Path, config: Config) -> "TrainedRun":
+        return cls(read_manifest(run_dir)["mlflow_run_id"], run_dir, config)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    strategy: tf.distribute.Strategy
+    policy: str                 # Keras dtype policy
+    device: str                 # what is used, for people
+    devices: tuple[str, ...]    # every device TensorFlow sees
+
+
+def run_directory(config: Config, tokenize_dir: Path, pretrained_dir: Path | None = None
+                  ) -> tuple[Path, str, dict[str, str]]:
+    inputs = {"tokenize_manifest_sha256": manifest_hash(tokenize_dir)}
+    if config.training.pseudo_labels:  # the labels themselves: a rerun that writes the same ones changes nothing
+        inputs["pseudo_labels_sha256"] = sha256_file(require_output(config, "pseudo-label") / PSEUDO_LABELS_FILE)
+        inputs["pseudo_label_targets"] = "soft" if config.pseudo_label.soft else "hard"  # the same file, read two ways
+    if pretrained_dir is not None:
+        load_backbone(pretrained_dir, check_only=True)  # a clear error when the folder holds no backbone
+        inputs["pretrained_weights_sha256"] = sha256_file(pretrained_dir / BACKBONE_WEIGHTS_FILE)
+    config_hash = config.section_hash("model", "training")
+    key = f"{run_name(config)}-{config_hash[:8]}-{inputs['tokenize_manifest_sha256'][:8]}"
+    if "pseudo_labels_sha256" in inputs:  # runs on different pseudo labels (or read other ways) get other folders
+        key += f"-{inputs['pseudo_labels_sha256'][:8]}" + ("-soft" if config.pseudo_label.soft else "")
+    return stage_dir(config, STAGE) / key, config_hash, inputs
+
+
+def prepare_run_directory(run_dir: Path, force: bool) -> None:
+    """Start clean when forced, unless a killed run left a backup to resume from."""
+    if force and not (run_dir / "backup").exists():
+        shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def prepare_hardware(config: Config) -> Hardware:
+    """Seed everything, pick the strategy and dtype policy, and say what was picked."""
+    keras.utils.set_random_seed(config.training.seed)
+    strategy, policy, device = choose_hardware(config.training.precision, config.model.hidden_dim)
+    keras.mixed_precision.set_global_policy(policy)
+    devices = tuple(d.name.replace("/physical_device:", "") for d in tf.config.list_logical_devices())
+    print(f"train: devices {list(devices)}; using {device}, precision {policy}")
+    return Hardware(strategy, policy, device, devices)
+
+
+def load_training_data(config: Config, tokenize_dir: Path, replicas: int, shard: tuple[int, int] = (0, 1)
+                       ) -> TrainingData:
+    """The tokenized train and validation splits as shuffled/batched datasets (``shard``: see ``make_dataset``)."""
+    labels = load_labels(tokenize_dir)
+    train_ids, train_labels = load_split(tokenize_dir, "train")
+    val_ids, val_labels = load_split(tokenize_dir, "val")
+    if config.training.max_train_samples:
+        keep = subsample(len(train_ids), config.training.max_train_samples, config.training.seed)
+        train_ids, train_labels = train_ids[keep], train_labels[keep]
+    pseudo_rows, pseudo_run_id = 0, None
+    if config.training.pseudo_labels:
+        pseudo_ids, pseudo_labels, pseudo_manifest = load_pseudo_labels(config, tokenize_dir, len(labels))
+        if pseudo_labels.ndim == 2:  # soft targets: every row a probability vector, gold rows one-hot
+            train_labels, val_labels = one_hot(train_labels, len(labels)), one_hot(val_labels, len(labels))
+        train_ids = np.concatenate([np.asarray(train_ids), pseudo_ids])
+        train_labels = np.concatenate([np.asarray(train_labels, dtype=pseudo_labels.dtype), pseudo_labels])
+        pseudo_rows, pseudo_run_id = len(pseudo_labels), pseudo_manifest.get("mlflow_run_id")
+    batch_size = config.training.batch_size * replicas
+    return TrainingData(
+        encoder=load_text_encoder(tokenize_dir), labels=labels, train_rows=len(train_ids), val_rows=len(val_ids),
+        pseudo_label_rows=pseudo_rows, pseudo_label_run_id=pseudo_run_id,
+        train=make_dataset(train_ids, train_labels, batch_size, config.training.seed, config.training.length_multiple,
+                           shard=shard),
+        val=make_dataset(val_ids, val_labels, batch_size * 4, length_multiple=config.training.length_multiple,
+                         shard=shard),
+        steps_per_epoch=-(-len(train_ids) // batch_size),
+        class_weight=(balanced_class_weights(train_labels if train_labels.ndim == 1 else train_labels.argmax(axis=1),
+                                             len(labels)) if config.training.class_weights else None),
+        soft_targets=train_labels.ndim == 2,
+        tokens_per_epoch=int((np.asarray(train_ids) != PAD_ID).sum()),
+        padding=padding_fractions(train_ids, batch_size, config.training.seed, config.training.length_multiple),
+    )
+
+
+def build_and_compile(config: Config, data: TrainingData, hardware: Hardware, tokenize_dir: Path,
+                      pretrained_dir: Path | None) -> tuple[keras.Model, dict | None]:
+    """The compiled classifier, its backbone loaded from ``pretrained_dir`` when given; and that backbone's spec."""
+    with hardware.strategy.scope():
+        if config.model.preset is not None or getattr(data.encoder, "preset", None) is not None:
+            if config.training.adversarial_epsilon:
+                raise ConfigError("training.adversarial_epsilon perturbs the pipeline's own encoder's embeddings, not "
+                                  f"a preset's (model.preset {config.model.preset}); set training.adversarial_epsilon=0")
+            model = preset_classifier(config, data.encoder, len(data.labels), on_cpu="GPU" not in hardware.device,
+                                      dtype=hardware.policy)
+            print(f"train: fine-tuning preset {config.model.preset} ({model.count_params():,} parameters)")
+            return compile_model(model, config, data.steps_per_epoch, data.soft_targets), None
+        model = build_model(config.model, data.encoder.vocabulary_size, data.encoder.settings.max_sequence_length,
+                            len(data.labels))
+        spec = None
+        if config.model.token_embedding == "word2vec":
+            from pipeline.model.word_vectors import cached_embedding
+
+            matrix = np.load(cached_embedding(tokenize_dir, stage_dir(config, STAGE), data.encoder.vocabulary_size,
+                                              config.model.hidden_dim, seed=0))
+            model.get_layer("token_embedding").embeddings.assign(matrix)
+        if pretrained_dir is not None:
+            weights, spec = load_backbone(pretrained_dir)
+            check_vocabulary(spec, read_manifest(tokenize_dir)["vocabulary_sha256"], str(pretrained_dir))
+            loaded = load_backbone_weights(model, weights, str(pretrained_dir))
+            print(f"train: started from the pretrained backbone in {pretrained_dir}/ ({len(loaded)} layers, "
+                  f"MLflow run {spec.get('mlflow_run_id')})")
+        if config.training.adversarial_epsilon:
+            model = AdversarialClassifier(model, config.training.adversarial_epsilon)
+        return compile_model(model, config, data.steps_per_epoch, data.soft_targets), spec
+
+
+@contextlib.contextmanager
+def start_or_resume_run(config: Config, run_dir: Path) -> Iterator[tuple[str, bool]]:
+    """The MLflow run of ``run_dir``: the one a killed run left (with its backup), else a new one.
+
+    Yields ``(run_id, resumed)``; nested under the active run when there is one (a comparison).
+    """
+    setup_tracking(config)
+    run_id_path = run_dir / RUN_ID_FILE
+    resume_run_id = run_id_path.read_text().strip() if run_id_path.is_file() and (run_dir / "backup").exists() else None
+    with mlflow.start_run(run_id=resume_run_id, run_name=None if resume_run_id else run_name(config),
+                          nested=mlflow.active_run() is not None) as active:
+        run_id_path.write_text(active.info.run_id)
+        if resume_run_id:
+            print(f"train: resuming MLflow run {resume_run_id} from {run_dir}/backup")
+        yield active.info.run_id, resume_run_id is not None
+
+
+def log_run_inputs(config: Config, data: TrainingData, hardware: Hardware, model: keras.Model, config_hash: str,
+                   inputs: dict[str, str], tokenize_dir: Path, pretrained: dict | None) -> None:
+    """Params, tags, the datasets and the token-length plot of a new run (and which pretraining it started from)."""
+    if pretrained is not None:
+        mlflow.set_tags({PRETRAINED_FROM_TAG: str(pretrained.get("mlflow_run_id")),
+                         "pretrained_steps": str(pretrained.get("steps"))})
+    if data.pseudo_label_rows:
+        mlflow.set_tag(PSEUDO_LABELS_FROM_TAG, str(data.pseudo_label_run_id))
+    mlflow.log_params({**flat_params(config), "device": hardware.device, "precision_policy": hardware.policy,
+                       "vocabulary_size": data.encoder.vocabulary_size, "train_rows": data.train_rows,
+                       "pseudo_label_rows": data.pseudo_label_rows,
+                       "num_classes": len(data.labels), "class_weight": str(data.class_weight),
+                       "parameters": model.count_params()})
+    mlflow.log_metrics(data.padding)
+    mlflow.set_tags(standard_tags(config, config_hash, STAGE, model_kind="transformer", device=hardware.device,
+                                  precision=hardware.policy,
+                                  devices=",".join(hardware.devices),
+                                  tokenize_manifest=inputs["tokenize_manifest_sha256"][:16],
+                                  ingest_manifest=read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"][:16]))
+    ingest_dir = stage_dir(config, "ingest")
+    for split, context in (("train", "training"), ("val", "validation")):
+        frame = pd.read_parquet(ingest_dir / split_table(split), columns=["review_id", "label", "rating"])
+        mlflow.log_input(mlflow.data.from_pandas(frame, source=str(ingest_dir / split_table(split)),
+                                                 name=f"imdb-{split}", targets="label"), context=context)
+    mlflow.log_artifact(str(tokenize_dir / TOKEN_LENGTHS_PLOT), "data")
+
+
+def save_outputs(config: Config, run_dir: Path, model: keras.Model, tokenize_dir: Path, run_id: str,
+                 result: FitResult, hardware: Hardware, config_hash: str, inputs: dict[str, str]) -> dict:
+    """``model.keras``, the tokenizer copy, history and curves, the pyfunc model, then the manifest last."""
+    model_path = run_dir / KERAS_MODEL_FILE
+    tmp_path = run_dir / f".{KERAS_MODEL_FILE}.tmp.keras"
+    # The graph and weights only, through an uncompiled model of the same layers: a compiled model's file also holds
+    # the optimizer's state (AdamW's two moments, twice the weights: 3x the file with a 2^18-row n-gram table),
+    # which no scorer reads; a killed run resumes from BackupAndRestore's checkpoint, not from this file.
+    classifier = classifier_of(model)  # an adversarial wrapper is for fitting only
+    keras.Model(classifier.inputs, classifier.outputs, name=classifier.name).save(tmp_path)
+    os.replace(tmp_path, model_path)
+    tokenizer_dir = run_dir / TOKENIZER_DIR
+    tokenizer_dir.mkdir(exist_ok=True)
+    for name in (VOCABULARY_FILE, TOKENIZER_SETTINGS_FILE, LABELS_FILE):
+        shutil.copy2(tokenize_dir / name, tokenizer_dir / name)
+    if config.model.long_reviews != "truncate":  # how the model reads a long review when it scores
+        settings = json.loads((tokenizer_dir / TOKENIZER_SETTINGS_FILE).read_text())
+        atomic_write_json(tokenizer_dir / TOKENIZER_SETTINGS_FILE, {**settings, "long_reviews": config.model.long_reviews})
+    if (tokenize_dir / PRESET_ASSETS_DIR).is_dir():  # a preset's tokenizer files: the model needs no preset later
+        shutil.copytree(tokenize_dir / PRESET_ASSETS_DIR, tokenizer_dir / PRESET_ASSETS_DIR, dirs_exist_ok=True)
+    curves = plot_training_curves(result.history, run_dir / "training_curves.png", run_name(config))
+    mlflow.log_artifact(str(curves), "plots")
+    atomic_write_json(run_dir / HISTORY_FILE, result.history)
+    model_uri = log_pipeline_model(SentimentClassifier(), SentimentClassifier.artifacts(run_dir / KERAS_MODEL_FILE,
+                                                                                        tokenizer_dir), EXAMPLE_TEXTS)
+    manifest = build_manifest(
+        STAGE, config_hash, inputs, {k: v for k, v in config.to_dict().items() if k in ("model", "training")},
+        mlflow_run_id=run_id, model_uri=model_uri, tracking_uri=mlflow.get_tracking_uri(),
+        device=hardware.device, precision=hardware.policy, train_seconds=round(result.train_seconds, 1),
+        best_val_accuracy=result.val_accuracy, best_val_loss=result.val_loss,
+        epochs_run=len(result.history["loss"]), parameters=model.count_params(),
+    )
+    write_manifest(run_dir, manifest)
+    return manifest
+
+
+# --------------------------------------------------------------------------- stage entry point
+
+
+def train_model(config: Config, force: bool = False,
+                extra_callbacks: Sequence[keras.callbacks.Callback] = ()) -> TrainedRun:
+    """Train one model; returns its run. Skips when an identical finished run exists. With ``training.pseudo_labels``
+    the pseudo labels are made first (``pipeline.stages.pseudo_label.teacher.with_pseudo_labels``); the run's config is then the
+    one it trained with."""
+    started = time.perf_counter()
+    tokenize_dir = require_output(config, "tokenize")
+    require_output(config, "ingest")  # its splits are logged as the run's datasets
+    cluster = cluster_from_env()
+    config = with_pseudo_labels(config, make=cluster is None)  # a cluster's workers read them, made before
+    pretrained_dir = resolve_pretrained(config) if config.model.init == "pretrained" else None
+    run_dir, config_hash, inputs = run_directory(config, tokenize_dir, pretrained_dir)
+    if cluster is None and not force and is_up_to_date(run_dir, config_hash, inputs, [KERAS_MODEL_FILE]):
+        print(f"train: up to date, nothing to do ({run_dir}/, MLflow run {read_manifest(run_dir)['mlflow_run_id']})")
+        return TrainedRun.of(run_dir, config)
+    # In a cluster every worker must train (each step needs them all), so nobody skips, and the chief
+    # alone writes the stage folder and the MLflow run; the others work in a scratch folder.
+    scratch = None if cluster is None or cluster.is_chief else Path(tempfile.mkdtemp(prefix="train-worker-"))
+    if scratch is None:
+        prepare_run_directory(run_dir, force or cluster is not None)
+    hardware = prepare_hardware(config)
+    try:
+        shard = (0, 1) if cluster is None else (cluster.worker_index, cluster.workers)
+        data = load_training_data(config, tokenize_dir, hardware.strategy.num_replicas_in_sync, shard)
+        model, pretrained = build_and_compile(config, data, hardware, tokenize_dir, pretrained_dir)
+        if scratch is not None:
+            with multi_worker_fit(model, data.train, hardware.strategy):
+                result = fit(model, data, config, scratch, None, extra_callbacks)
+            print(f"train: {hardware.device}: trained {len(result.history['loss'])} epochs with the chief; "
+                  f"its run folder and MLflow run hold the result (scratch {scratch}/ removed)")
+            return TrainedRun(None, run_dir, config)
+        with start_or_resume_run(config, run_dir) as (run_id, resumed):
+            if not resumed:
+                log_run_inputs(config, data, hardware, model, config_hash, inputs, tokenize_dir, pretrained)
+            with multi_worker_fit(model, data.train, hardware.strategy):
+                result = fit(model, data, config, run_dir, run_id, extra_callbacks)
+            save_outputs(config, run_dir, model, tokenize_dir, run_id, result, hardware, config_hash, inputs)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    pseudo = f" (of which {data.pseudo_label_rows:,} pseudo-labelled)" if data.pseudo_label_rows else ""
+    print(f"train: read {data.train_rows:,} train{pseudo} / {data.val_rows:,} val rows from {tokenize_dir}/; wrote "
+          f"{run_dir}/{KERAS_MODEL_FILE} and MLflow run {run_id}: val_accuracy {result.val_accuracy:.4f} after "
+          f"{len(result.history['loss'])} epochs in {time.perf_counter() - started:.0f}s on {hardware.device} "
+          f"({hardware.policy})")
+    return TrainedRun(run_id, run_dir, config)
+
