@@ -517,7 +517,7 @@ def test_the_tuned_level_is_the_tuned_file_and_the_default_level_keeps_the_compa
 
 
 def test_the_model_card_says_how_the_transformer_reads_a_long_review():
-    from pipeline.stages.register import transformer_lines
+    from pipeline.stages.register.card import transformer_lines
 
     params = {"tokenizer.max_sequence_length": "256", "tokenizer.truncation": "head_tail", "model.pooling": "mean"}
     cut = "\n".join(transformer_lines(params, {}))

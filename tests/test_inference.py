@@ -1,6 +1,7 @@
 """One prediction shape, models saved before it, and a scoring path free of ingestion and scikit-learn."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -8,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pipeline.core.errors import InputError
 from pipeline.core.predictions import as_class_probabilities, predicted_and_confidence, probability_columns
 from pipeline.model.classifiers import SentimentClassifier, output_columns, output_frame
 from pipeline.text.conventions import text_problem
@@ -175,7 +177,8 @@ def test_a_wrong_shape_is_an_error_not_a_reshape():
 
 
 def test_compiled_scoring_gives_the_eager_probabilities():
-    from pipeline.model.classifiers import load_keras_model, predict_ids
+    from pipeline.model.classifiers import load_keras_model
+    from pipeline.model.forward import predict_ids
     from pipeline.text.wordpiece import TextEncoder
 
     model = load_keras_model(LEGACY / "model.keras")
@@ -203,7 +206,8 @@ def test_one_trace_per_shape_is_not_reported_as_a_retracing_problem(fresh_retrac
     while its other warnings still do."""
     import logging
 
-    from pipeline.model.classifiers import load_keras_model, predict_ids
+    from pipeline.model.classifiers import load_keras_model
+    from pipeline.model.forward import predict_ids
 
     records = []
     handler = logging.Handler()
@@ -231,9 +235,9 @@ def test_without_the_filter_the_same_calls_do_report_retracing(fresh_retracing_d
     """The control of the test above: the shapes it scores do make TensorFlow warn when nothing filters it."""
     import logging
 
-    from pipeline.model.transformer import classifiers as inference
+    from pipeline.model import classifiers, forward
 
-    monkeypatch.setattr(inference, "_expected_retracing", lambda record: True)  # a filter that keeps everything
+    monkeypatch.setattr(forward, "_expected_retracing", lambda record: True)  # a filter that keeps everything
     records = []
     handler = logging.Handler()
     handler.emit = records.append
@@ -242,13 +246,13 @@ def test_without_the_filter_the_same_calls_do_report_retracing(fresh_retracing_d
     logger.filters[:] = []
     logger.addHandler(handler)
     try:
-        model = inference.load_keras_model(LEGACY / "model.keras")  # a new model: its own compiled forward pass
+        model = classifiers.load_keras_model(LEGACY / "model.keras")  # a new model: its own compiled forward pass
         ids = np.zeros((64, 32), dtype=np.int32)
         ids[:, 0] = 2
         for row in range(64):
             ids[row, 1:1 + row % 32] = 7
         for rows in (1, 2, 3, 5, 9, 17, 33):
-            inference.predict_ids(model, ids[:rows], compiled=True)
+            forward.predict_ids(model, ids[:rows], compiled=True)
     finally:
         logger.removeHandler(handler)
         logger.filters[:] = saved_filters
@@ -273,7 +277,8 @@ def test_loading_a_logged_model_does_not_put_its_code_copy_on_sys_path(trained_r
 
 
 def test_small_inputs_are_padded_to_a_power_of_two_and_score_like_eager():
-    from pipeline.model.classifiers import load_keras_model, predict_ids
+    from pipeline.model.classifiers import load_keras_model
+    from pipeline.model.forward import predict_ids
     from pipeline.text.wordpiece import TextEncoder
 
     model = load_keras_model(LEGACY / "model.keras")
@@ -286,28 +291,28 @@ def test_small_inputs_are_padded_to_a_power_of_two_and_score_like_eager():
 def test_a_shape_is_compiled_once_it_recurs_and_a_rare_one_runs_eagerly():
     """By default a batch shape met once or twice runs eagerly (no XLA compile for a few rows); met a third time,
     in one call or over several (a server), it is compiled, and the answers do not change."""
-    from pipeline.model.transformer import classifiers as inference
+    from pipeline.model import classifiers, forward
     from pipeline.text.wordpiece import TextEncoder
 
-    model = inference.load_keras_model(LEGACY / "model.keras")
+    model = classifiers.load_keras_model(LEGACY / "model.keras")
     ids = TextEncoder.load(LEGACY / "tokenizer").encode(["superb", "awful and dull", "the movie plot was fine"])
 
     def traces() -> int:
-        forward = inference._COMPILED.get(model)
-        return 0 if forward is None else forward.experimental_get_tracing_count()
+        compiled = forward._COMPILED.get(model)
+        return 0 if compiled is None else compiled.experimental_get_tracing_count()
 
-    eager = inference.predict_ids(model, ids[:1], compiled=False)
-    first, second = inference.predict_ids(model, ids[:1]), inference.predict_ids(model, ids[:1])
+    eager = forward.predict_ids(model, ids[:1], compiled=False)
+    first, second = forward.predict_ids(model, ids[:1]), forward.predict_ids(model, ids[:1])
     assert traces() == 0  # twice the same one-row shape: eager both times
-    third = inference.predict_ids(model, ids[:1])
+    third = forward.predict_ids(model, ids[:1])
     assert traces() == 1  # the third time: compiled
-    inference.predict_ids(model, ids[:1])
+    forward.predict_ids(model, ids[:1])
     assert traces() == 1  # and reused
     for probabilities in (first, second, third):
         np.testing.assert_allclose(probabilities, eager, atol=1e-5)
     many = np.repeat(ids[1:2], 12, axis=0)  # one call with three batches of one shape compiles it at once
-    np.testing.assert_allclose(inference.predict_ids(model, many, batch_size=4),
-                               inference.predict_ids(model, many, batch_size=4, compiled=False), atol=1e-5)
+    np.testing.assert_allclose(forward.predict_ids(model, many, batch_size=4),
+                               forward.predict_ids(model, many, batch_size=4, compiled=False), atol=1e-5)
     assert traces() == 2
 
 
@@ -344,7 +349,8 @@ def test_scoring_a_saved_model_eagerly_raises_no_keras_input_structure_warning(t
     scored eagerly print nothing. The control: the bare call Keras warns about."""
     import warnings
 
-    from pipeline.model.classifiers import load_keras_model, predict_ids
+    from pipeline.model.classifiers import load_keras_model
+    from pipeline.model.forward import predict_ids
 
     _, run_dir = trained_run
     model = load_keras_model(run_dir / "model.keras")
@@ -376,7 +382,8 @@ def test_pooling_windows_averages_log_probabilities_and_keeps_a_one_row_text_as_
 def test_a_model_reading_windows_scores_a_long_review_whole_and_a_short_one_as_before(tmp_path):
     import shutil
 
-    from pipeline.model.classifiers import SentimentClassifier, predict_ids
+    from pipeline.model.classifiers import SentimentClassifier
+    from pipeline.model.forward import predict_ids
     from pipeline.text.wordpiece import TextEncoder
 
     tokenizer = tmp_path / "tokenizer"
@@ -396,3 +403,23 @@ def test_a_model_reading_windows_scores_a_long_review_whole_and_a_short_one_as_b
     assert a[1, 1] == pytest.approx(1 / (1 + np.exp(-logit)), abs=1e-5) and abs(a[1, 1] - b[1, 1]) > 1e-4
     frame = windows.predict(None, pd.DataFrame({"text": texts}))  # the pyfunc answer: the same probabilities
     np.testing.assert_allclose(frame["positive_probability"].to_numpy(float), a[:, 1], atol=1e-6)
+
+
+def test_a_model_reads_long_reviews_from_its_own_settings_and_an_old_one_from_its_tokenizer_file(tmp_path):
+    from pipeline.model.classifiers import read_model_settings
+
+    tokenizer = tmp_path / "tokenizer"
+    shutil.copytree(LEGACY / "tokenizer", tokenizer)
+    assert read_model_settings({"tokenizer": str(tokenizer)}) == {"long_reviews": "truncate"}  # absent: truncate
+    own = tmp_path / "model_settings.json"
+    own.write_text(json.dumps({"long_reviews": "windows"}))
+    assert read_model_settings({"tokenizer": str(tokenizer), "model_settings": str(own)}) == {"long_reviews": "windows"}
+    settings = json.loads((tokenizer / "tokenizer.json").read_text())
+    (tokenizer / "tokenizer.json").write_text(json.dumps({**settings, "long_reviews": "windows"}))  # logged before
+    assert read_model_settings({"tokenizer": str(tokenizer)}) == {"long_reviews": "windows"}
+    (tokenizer / "tokenizer.json").write_text(json.dumps({**settings, "long_reviews": "sliding"}))
+    with pytest.raises(InputError, match=r"tokenizer/tokenizer.json: long_reviews is 'sliding', expected one of truncate"):
+        read_model_settings({"tokenizer": str(tokenizer)})
+    own.write_text(json.dumps({"long_reviews": "whole"}))
+    with pytest.raises(InputError, match=r"model_settings.json: long_reviews is 'whole'"):
+        SentimentClassifier.from_paths(LEGACY / "model.keras", LEGACY / "tokenizer", own)

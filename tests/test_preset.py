@@ -70,7 +70,7 @@ def test_both_poolings_fine_tune_the_preset_in_the_comparison_and_register_choos
     champion = client.get_model_version_by_alias(config.tracking.registered_model_name, "champion")
     chosen = payload["recommendation"]["variant"]
     assert champion.run_id in payload["summary"][chosen]["run_ids"]
-    from pipeline.stages.register import transformer_lines
+    from pipeline.stages.register.card import transformer_lines
 
     run = client.get_run(payload["summary"][POOLINGS[0]]["run_ids"][0])
     card = "\n".join(transformer_lines(run.data.params, run.data.tags))

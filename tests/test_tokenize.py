@@ -9,8 +9,8 @@ from pipeline.config import load_config
 from pipeline.stages import ingest, tokenize
 from pipeline.stages.tokenize import encode as tokenization
 from pipeline.stages.tokenize.outputs import load_split
+from pipeline.text import wordpiece as encoding
 from pipeline.text.conventions import CLS_ID, PAD_ID, UNK_ID
-from pipeline.text.conventions import wordpiece as encoding
 from pipeline.text.wordpiece import (
     FAST_PATH_LETTERS,
     EncoderSettings,
@@ -135,21 +135,14 @@ def test_encode_windows_gives_each_text_its_row_then_a_long_ones_windows(small_e
         assert row[0] == CLS_ID and row[1:].tolist() == whole[offset:offset + 15].tolist()
 
 
-def test_the_windows_setting_is_saved_only_when_on(small_encoder, tmp_path):
-    import dataclasses
-
-    (tmp_path / "off").mkdir()
-    (tmp_path / "on").mkdir()
-    small_encoder.save(tmp_path / "off")
-    assert "long_reviews" not in json.loads((tmp_path / "off" / "tokenizer.json").read_text())  # as saved before
-    assert TextEncoder.load(tmp_path / "off").settings.long_reviews == "truncate"
-    on = TextEncoder(small_encoder.vocabulary, dataclasses.replace(small_encoder.settings, long_reviews="windows"))
-    on.save(tmp_path / "on")
-    assert TextEncoder.load(tmp_path / "on").settings.long_reviews == "windows"
-    settings = tmp_path / "on" / "tokenizer.json"
-    settings.write_text(settings.read_text().replace('"windows"', '"sliding"'))
-    with pytest.raises(ValueError, match=r"on/tokenizer.json: long_reviews is 'sliding', expected one of truncate"):
-        TextEncoder.load(tmp_path / "on")
+def test_the_encoder_file_holds_no_model_setting_and_an_old_one_with_long_reviews_still_loads(small_encoder, tmp_path):
+    small_encoder.save(tmp_path)
+    settings = tmp_path / "tokenizer.json"
+    assert "long_reviews" not in json.loads(settings.read_text())  # a model setting: model_settings.json
+    settings.write_text(json.dumps({**json.loads(settings.read_text()), "long_reviews": "windows"}))  # as trained before
+    loaded = TextEncoder.load(tmp_path)
+    assert loaded.settings == small_encoder.settings
+    np.testing.assert_array_equal(loaded.encode(["a good movie"]), small_encoder.encode(["a good movie"]))
 
 
 def test_load_missing_files_says_run_tokenize(tmp_path):

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.model.classifiers import load_keras_model, predict_probabilities
+from pipeline.model.classifiers import load_keras_model
+from pipeline.model.forward import predict_probabilities
 from pipeline.stages import train
 from pipeline.stages.train import fit_and_log as training
 from pipeline.text.wordpiece import TextEncoder

@@ -3,7 +3,7 @@ starts from it."""
 
 import numpy as np
 
-from pipeline.model.transformer import word_vectors
+from pipeline.model import word_vectors
 from pipeline.text.conventions import PAD_ID
 
 

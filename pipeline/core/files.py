@@ -41,6 +41,7 @@ BACKBONE_SPEC_FILE = "backbone.json"           # pretrain -> train
 BACKBONE_SNAPSHOTS_DIR = "snapshots"           # pretrain -> pretrain-budget: snapshots/<minutes>min/
 PSEUDO_LABELS_FILE = "pseudo_labels.parquet"   # pseudo-label -> train
 KERAS_MODEL_FILE = "model.keras"               # train -> evaluate, the pyfunc model
+MODEL_SETTINGS_FILE = "model_settings.json"    # train -> every scorer: how the model reads a review (long_reviews)
 TOKENIZER_DIR = "tokenizer"                    # train: the tokenizer files carried with the model
 HISTORY_FILE = "history.json"                  # train, pretrain: per-epoch (per-period) curves
 METRICS_FILE = "metrics.json"                  # evaluate -> compare, register, pretrain-budget

@@ -71,7 +71,8 @@ def parse_space(raw: Any, config: Config, source: str) -> list[Parameter]:
     import typing
 
     if not isinstance(raw, dict) or not raw:
-        raise ConfigError(f"{source}: the search space must be a non-empty mapping of section.key to a range or choices")
+        raise ConfigError(f"{source}: the search space must be a non-empty mapping of section.key to a range "
+                          "or choices")
     sections = {f.name: typing.get_type_hints(type(getattr(config, f.name))) for f in dataclasses.fields(config)}
     parameters = []
     for name, spec in raw.items():
@@ -170,7 +171,8 @@ def open_storage(url: str, heartbeat_seconds: int = 30):
     try:
         return optuna.storages.RDBStorage(url, heartbeat_interval=heartbeat_seconds, grace_period=2 * heartbeat_seconds)
     except Exception as exc:  # noqa: BLE001 - SQLAlchemy raises many kinds; each means "cannot open"
-        raise InputError(f"tune.storage: cannot open {url!r}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+        raise InputError(f"tune.storage: cannot open {url!r}: "
+                         f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from None
 
 
 # --------------------------------------------------------------------------- one trial
@@ -264,6 +266,92 @@ def parent_run_id(config: Config, study_name: str) -> str | None:
 # --------------------------------------------------------------------------- stage entry point
 
 
+def open_study(config: Config, storage, parameters: list[Parameter]):
+    """The configured study in ``storage``, created if new (first trial: the configured settings), stale ones failed."""
+    import optuna
+
+    settings = config.tune
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # tune.seed makes a new study repeatable; a process joining a study that has trials (a resume, a second
+    # machine) draws its own seed, or two processes would propose the same parameters in lockstep
+    known = {summary.study_name: summary.n_trials for summary in optuna.get_all_study_summaries(storage)}
+    seed = settings.seed if not known.get(settings.study_name) else settings.seed + os.getpid()
+    study = optuna.create_study(study_name=settings.study_name, storage=storage, direction="maximize",
+                                load_if_exists=True, sampler=optuna.samplers.TPESampler(seed=seed),
+                                pruner=optuna.pruners.MedianPruner(n_startup_trials=settings.pruner_startup_trials,
+                                                                   n_warmup_steps=settings.pruner_warmup_epochs))
+    optuna.storages.fail_stale_trials(study)
+    if settings.start_from_config and not study.trials:
+        study.enqueue_trial(configured_values(config, parameters), user_attrs={"configured": True}, skip_if_exists=True)
+    return study
+
+
+def print_progress(study, trial) -> None:
+    """An Optuna callback: one line per finished trial, its state and value and the best so far."""
+    import optuna
+
+    finished = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    best = f"{study.best_value:.4f}" if finished else "-"
+    value = f"{trial.value:.4f}" if trial.state == optuna.trial.TrialState.COMPLETE else "-"  # pruned: no value
+    what = " (the configured settings)" if trial.user_attrs.get("configured") else ""
+    print(f"tune: trial {trial.number}{what} {trial.state.name.lower()}, value {value}, best so far {best}, "
+          f"{trial.user_attrs.get('seconds', float('nan')):.0f}s", flush=True)
+
+
+def optimize(study, config: Config, parameters: list[Parameter], total: int | None) -> None:
+    """Run trials until the study holds ``total`` finished ones (None: no cap) or ``tune.max_minutes`` pass."""
+    import optuna
+
+    callbacks = [print_progress]
+    if total is not None:
+        done_states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
+        callbacks.append(optuna.study.MaxTrialsCallback(total, states=done_states))
+    remaining = None if total is None else max(0, total - len([t for t in study.trials if t.state in done_states]))
+    if remaining != 0:
+        study.optimize(lambda trial: run_trial(trial, config, parameters), n_trials=remaining,
+                       timeout=None if config.tune.max_minutes is None else 60 * config.tune.max_minutes,
+                       callbacks=callbacks, catch=(PipelineError,))  # a user-fixable problem fails one trial
+
+
+def write_study_reports(config: Config, study, best, states: dict[str, int], out_dir: Path, storage_url: str,
+                        parent_run_id: str) -> Path:
+    """Write ``best.yaml`` (from the ``best`` trial), ``trials.csv``, ``summary.json`` and the plots into ``out_dir``
+    and log them, the best value and the trial counts to the active (parent) MLflow run; returns ``best.yaml``."""
+    overlay = atomic_write_text(out_dir / "best.yaml", best_overlay(config, best.params))
+    atomic_write_text(out_dir / "trials.csv", study.trials_dataframe().to_csv(index=False))
+    summary = {"study": config.tune.study_name, "storage": storage_url, "states": states,
+               "best_value": best.value, "best_trial": best.number, "best_params": best.params,
+               "best_mlflow_run_id": best.user_attrs.get("mlflow_run_id"), "parent_run_id": parent_run_id}
+    atomic_write_json(out_dir / "summary.json", summary)
+    mlflow.log_metrics({"best_val_accuracy": best.value, "trials_complete": states["complete"],
+                        "trials_pruned": states["pruned"], "trials_failed": states["fail"]})
+    mlflow.set_tags({f"best.{name}": str(value) for name, value in best.params.items()})
+    for path in [*save_plots(study, out_dir), overlay, out_dir / "trials.csv", out_dir / "summary.json"]:
+        mlflow.log_artifact(str(path), "tune")
+    return overlay
+
+
+def write_trial_config(config: Config, study, trial: int, complete: list, out_dir: Path) -> Path:
+    """Write complete trial ``trial``'s config, ``trial-<n>.yaml``, naming the ``complete`` ones if it is not one."""
+    import optuna
+
+    if not 0 <= trial < len(study.trials) or study.trials[trial].state != optuna.trial.TrialState.COMPLETE:
+        numbers = ", ".join(str(t.number) for t in complete)
+        raise InputError(f"--trial {trial}: not a complete trial of study {config.tune.study_name!r} "
+                         f"(complete: {numbers})")
+    return atomic_write_text(out_dir / f"trial-{trial}.yaml", best_overlay(
+        config, study.trials[trial].params, f"trial {trial}'s parameters (validation accuracy "
+        f"{study.trials[trial].value:.4f})"))
+
+
+def next_step(config: Config, best_params: dict[str, Any]) -> str:
+    """What to run next: ``make compare-tuned``, unless the best parameters are the configured settings."""
+    if not configured_differs(config, best_params):
+        return ("the configured settings are the best found, so make compare-tuned has nothing to compare; "
+                "make tune TRIAL=<n> writes another complete trial's config for SET='compare.tuned=...'")
+    return "next: make compare-tuned"
+
+
 def run(config: Config, trials: int | None = None, trial: int | None = None) -> Path:
     """Run (or continue) the study; returns ``reports/tune/best.yaml``. ``trial``: also write that complete
     trial's configuration, ``reports/tune/trial-<n>.yaml`` (for ``compare.tuned``), and return it instead."""
@@ -278,80 +366,30 @@ def run(config: Config, trials: int | None = None, trial: int | None = None) -> 
     total = trials if trials is not None else settings.trials
     if total is None and settings.max_minutes is None:
         raise ConfigError("tune needs a budget: tune.trials and/or tune.max_minutes")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    # tune.seed makes a new study repeatable; a process joining a study that has trials (a resume, a second
-    # machine) draws its own seed, or two processes would propose the same parameters in lockstep
-    known = {summary.study_name: summary.n_trials for summary in optuna.get_all_study_summaries(storage)}
-    seed = settings.seed if not known.get(settings.study_name) else settings.seed + os.getpid()
-    study = optuna.create_study(study_name=settings.study_name, storage=storage, direction="maximize",
-                                load_if_exists=True, sampler=optuna.samplers.TPESampler(seed=seed),
-                                pruner=optuna.pruners.MedianPruner(n_startup_trials=settings.pruner_startup_trials,
-                                                                   n_warmup_steps=settings.pruner_warmup_epochs))
-    optuna.storages.fail_stale_trials(study)
-    if settings.start_from_config and not study.trials:
-        study.enqueue_trial(configured_values(config, parameters), user_attrs={"configured": True}, skip_if_exists=True)
+    study = open_study(config, storage, parameters)
     setup_tracking(config)
     out_dir = config.reports_dir / REPORT_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
-
-    def progress(study, trial) -> None:
-        finished = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-        best = f"{study.best_value:.4f}" if finished else "-"
-        value = f"{trial.value:.4f}" if trial.state == optuna.trial.TrialState.COMPLETE else "-"  # pruned: no value
-        what = " (the configured settings)" if trial.user_attrs.get("configured") else ""
-        print(f"tune: trial {trial.number}{what} {trial.state.name.lower()}, value {value}, best so far {best}, "
-              f"{trial.user_attrs.get('seconds', float('nan')):.0f}s", flush=True)
-
-    callbacks = [progress]
-    if total is not None:
-        done_states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
-        callbacks.append(optuna.study.MaxTrialsCallback(total, states=done_states))
     existing = parent_run_id(config, settings.study_name)
     with mlflow.start_run(run_id=existing, run_name=None if existing else f"tune-{settings.study_name}") as parent:
         mlflow.set_tags({STUDY_TAG: settings.study_name, "optuna_storage": storage_url})
         if not existing:
             mlflow.log_params({k: v for k, v in flat_params(config).items() if not k.startswith("paths.")})
-        remaining = None if total is None else max(0, total - len([t for t in study.trials if t.state in done_states]))
-        if remaining != 0:
-            study.optimize(lambda trial: run_trial(trial, config, parameters), n_trials=remaining,
-                           timeout=None if settings.max_minutes is None else 60 * settings.max_minutes,
-                           callbacks=callbacks, catch=(PipelineError,))  # a user-fixable problem fails one trial
+        optimize(study, config, parameters, total)
         states = {state.name.lower(): sum(t.state == state for t in study.trials) for state in optuna.trial.TrialState}
         complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
         if not complete:
-            raise InputError(f"study {settings.study_name!r} has no complete trial yet ({states}); run `make tune` again")
+            raise InputError(f"study {settings.study_name!r} has no complete trial yet ({states}); "
+                             "run `make tune` again")
         best = study.best_trial
-        overlay = atomic_write_text(out_dir / "best.yaml", best_overlay(config, best.params))
-        frame = study.trials_dataframe()
-        atomic_write_text(out_dir / "trials.csv", frame.to_csv(index=False))
-        summary = {"study": settings.study_name, "storage": storage_url, "states": states,
-                   "best_value": best.value, "best_trial": best.number, "best_params": best.params,
-                   "best_mlflow_run_id": best.user_attrs.get("mlflow_run_id"), "parent_run_id": parent.info.run_id}
-        atomic_write_json(out_dir / "summary.json", summary)
-        mlflow.log_metrics({"best_val_accuracy": best.value, "trials_complete": states["complete"],
-                            "trials_pruned": states["pruned"], "trials_failed": states["fail"]})
-        mlflow.set_tags({f"best.{name}": str(value) for name, value in best.params.items()})
-        for path in [*save_plots(study, out_dir), overlay, out_dir / "trials.csv", out_dir / "summary.json"]:
-            mlflow.log_artifact(str(path), "tune")
-    chosen = None
-    if trial is not None:  # after the study's reports, so a wrong number loses none of them
-        if not 0 <= trial < len(study.trials) or study.trials[trial].state != optuna.trial.TrialState.COMPLETE:
-            numbers = ", ".join(str(t.number) for t in complete)
-            raise InputError(f"--trial {trial}: not a complete trial of study {settings.study_name!r} "
-                             f"(complete: {numbers})")
-        chosen = atomic_write_text(out_dir / f"trial-{trial}.yaml", best_overlay(
-            config, study.trials[trial].params, f"trial {trial}'s parameters (validation accuracy "
-            f"{study.trials[trial].value:.4f})"))
-    if not configured_differs(config, best.params):
-        next_step = ("the configured settings are the best found, so make compare-tuned has nothing to compare; "
-                     "make tune TRIAL=<n> writes another complete trial's config for SET='compare.tuned=...'")
-    else:
-        next_step = "next: make compare-tuned"
+        overlay = write_study_reports(config, study, best, states, out_dir, storage_url, parent.info.run_id)
+    # after the study's reports, so a wrong number loses none of them
+    chosen = None if trial is None else write_trial_config(config, study, trial, complete, out_dir)
     written = f"{overlay}" + (f" and {chosen}" if chosen else "")
     mine = sum(t.user_attrs.get("process") == os.getpid() for t in study.trials)
     print(f"tune: study {settings.study_name!r} in {storage_url}: {mine} trial(s) by this process, "
           f"{len(study.trials)} in all ({', '.join(f'{k} {v}' for k, v in states.items() if v)}); best validation "
-          f"accuracy {best.value:.4f} (trial {best.number}); wrote {written} ({next_step}) in "
+          f"accuracy {best.value:.4f} (trial {best.number}); wrote {written} ({next_step(config, best.params)}) in "
           f"{time.perf_counter() - started:.0f}s")
     return chosen or overlay
 

@@ -19,10 +19,9 @@ is imported only when a lexical or fused model is loaded.
 from __future__ import annotations
 
 import collections
-import logging
+import json
 import sys
 import threading
-import weakref
 from pathlib import Path
 from typing import Sequence
 
@@ -30,108 +29,27 @@ import mlflow
 import numpy as np
 import pandas as pd
 
+from pipeline.config import LONG_REVIEWS
 from pipeline.core.errors import InputError, MissingInputError
 from pipeline.core.files import LABELS_FILE, TOKENIZER_SETTINGS_FILE, sha256_file
 from pipeline.core.predictions import (
-    as_class_probabilities,
     check_shape,
     fuse_probabilities,
     pool_windows,
     predicted_and_confidence,
     probability_columns,
 )
+from pipeline.model.forward import predict_ids
 from pipeline.model.presets import load_text_encoder
-from pipeline.runtime.batching import SCORING_LENGTH_MULTIPLE, batch_width, bucketed_batches
-from pipeline.text.conventions import PAD_ID, load_labels, text_problem
-from pipeline.text.wordpiece import TextEncoder
+from pipeline.text.conventions import load_labels, text_problem
 
-_COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-# model -> Counter of batches scored per (batch size, width): what ``predict_ids`` compiles for
-_SHAPE_BATCHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-# a batch shape is compiled once this many of its batches were asked of a model (in one call or over several):
-# an XLA compile costs a few eager batches (about 0.5 s a shape for the default model), so a shape met once or
-# twice (a few rows, a tiny split) runs eagerly, and one a long input or a server meets again gets compiled
-COMPILE_AFTER_BATCHES = 3
 ERROR_COLUMN = "score_error"  # why a row got no score ("" when it was scored)
 ARTIFACT_KERAS_MODEL = "keras_model"  # names of the pyfunc models' artifacts (Transformers logged so far use the
 ARTIFACT_TOKENIZER = "tokenizer"      # first two)
 ARTIFACT_LEXICAL_MODEL = "lexical_model"
 ARTIFACT_LABELS = "labels"            # a folder holding labels.json
 ARTIFACT_FUSION = "fusion"            # fusion.json: the Transformer's weight
-
-
-def _expected_retracing(record: logging.LogRecord) -> bool:
-    """Drop TensorFlow's "triggered tf.function retracing" warning for this module's forward pass:
-    one trace per (batch, width) shape is the design, not a mistake a user should be told about."""
-    message = record.getMessage()
-    return not ("retracing" in message and "compiled_forward" in message)
-
-
-def compiled_forward(model):
-    """``model(ids, training=False)`` compiled with XLA, one executable per input shape, cached per model.
-
-    Eager calls pay Python and op-dispatch overhead on every batch, and XLA fuses the
-    element-wise work (layer norms, GELU, softmax) that dominates a small encoder. Callers keep
-    the shapes to a small fixed set (full batches, widths in multiples of ``SCORING_LENGTH_MULTIPLE``);
-    each new shape compiles once, in well under a second for the default model here.
-    """
-    forward = _COMPILED.get(model)
-    if forward is None:
-        import tensorflow as tf
-
-        logging.getLogger("tensorflow").addFilter(_expected_retracing)
-        reference = weakref.ref(model)  # the cache must not keep the model alive
-        forward = tf.function(lambda ids: forward_pass(reference(), ids), jit_compile=True)
-        _COMPILED[model] = forward
-    return forward
-
-
-def forward_pass(model, ids):
-    """``model(ids, training=False)``, the ids given in the structure the model was built or loaded with: a model
-    loaded from a ``.keras`` file expects a list of its one input, and Keras warns at every other call shape."""
-    import keras
-
-    return model(keras.tree.pack_sequence_as(model.input, [ids]), training=False)
-
-
-def predict_ids(model, ids: np.ndarray, batch_size: int = 256, compiled: bool | None = None) -> np.ndarray:
-    """Class probabilities ``[N, k]`` for encoded rows.
-
-    Rows are grouped by length (``pipeline.runtime.batching``) so short reviews are not run through
-    the full ``max_sequence_length``; the padding mask makes the result independent of
-    padding, which also lets the compiled path pad a short last batch to the full batch size
-    (one shape per width). ``compiled=False`` calls the model eagerly, batch by batch: the
-    reference path; ``True`` compiles every shape; ``None`` compiles a shape once
-    ``COMPILE_AFTER_BATCHES`` of its batches were asked of this model, counting this call's, and runs
-    the others eagerly (the two paths agree to float rounding).
-    """
-    ids = np.asarray(ids, dtype=np.int32)
-    classes = as_class_probabilities(np.zeros((1, int(model.output_shape[-1])))).shape[1]
-    probabilities = np.empty((len(ids), classes), dtype=np.float32)
-    lengths = (ids != PAD_ID).sum(axis=1)
-    # a small input is one batch, padded up to a power of two: a bounded set of compiled shapes
-    batch_size = min(batch_size, 1 << max(len(ids) - 1, 0).bit_length())
-    batches = [(rows, batch_width(lengths[rows].max(), SCORING_LENGTH_MULTIPLE, ids.shape[1]))
-               for rows in bucketed_batches(lengths, batch_size, seed=None)]
-    if compiled is None:
-        seen = _SHAPE_BATCHES.setdefault(model, collections.Counter())
-        seen.update((batch_size, width) for _, width in batches)
-        compiled_widths = {width for _, width in batches if seen[batch_size, width] >= COMPILE_AFTER_BATCHES}
-    else:
-        compiled_widths = {width for _, width in batches} if compiled else set()
-    forward = compiled_forward(model) if compiled_widths else None
-    for rows, width in batches:
-        batch = ids[rows, :width]
-        if width not in compiled_widths:
-            probabilities[rows] = as_class_probabilities(forward_pass(model, batch))
-        else:
-            padded = np.pad(batch, ((0, batch_size - len(rows)), (0, 0)), constant_values=PAD_ID)
-            probabilities[rows] = as_class_probabilities(forward(padded))[:len(rows)]
-    return probabilities
-
-
-def predict_probabilities(model, encoder: TextEncoder, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
-    return predict_ids(model, encoder.encode(list(texts)), batch_size)
+ARTIFACT_MODEL_SETTINGS = "model_settings"  # model_settings.json: how a Transformer reads a review
 
 
 def output_frame(probabilities: np.ndarray, labels: Sequence[str], errors: Sequence[str] | None = None) -> pd.DataFrame:
@@ -208,6 +126,21 @@ def _load_parts(keras_model: Path, tokenizer: Path):
         return parts
 
 
+def read_model_settings(artifacts: dict) -> dict[str, str]:
+    """A Transformer's own settings (``long_reviews``: ``truncate`` or ``windows``), from its ``model_settings.json``;
+    a Transformer logged without one (before the settings travelled with the model) kept ``long_reviews`` in its
+    tokenizer's ``tokenizer.json``, absent meaning ``truncate``."""
+    if ARTIFACT_MODEL_SETTINGS in artifacts:
+        path = Path(artifacts[ARTIFACT_MODEL_SETTINGS])
+    else:
+        path = Path(artifacts[ARTIFACT_TOKENIZER]) / TOKENIZER_SETTINGS_FILE
+    payload = json.loads(path.read_text()) if path.is_file() else {}
+    long_reviews = payload.get("long_reviews", "truncate")
+    if long_reviews not in LONG_REVIEWS:
+        raise InputError(f"{path}: long_reviews is {long_reviews!r}, expected one of {', '.join(LONG_REVIEWS)}")
+    return {"long_reviews": long_reviews}
+
+
 class PipelineModel(mlflow.pyfunc.PythonModel):
     """What every model this pipeline logs answers: a DataFrame ``text`` column of raw strings -> the
     probability columns, ``predicted_label`` and ``score_error``, one row per input row in order.
@@ -275,18 +208,22 @@ class SentimentClassifier(PipelineModel):
     kind = "transformer"
 
     @staticmethod
-    def artifacts(keras_model: str | Path, tokenizer: str | Path) -> dict[str, str]:
-        return {ARTIFACT_KERAS_MODEL: str(keras_model), ARTIFACT_TOKENIZER: str(tokenizer)}
+    def artifacts(keras_model: str | Path, tokenizer: str | Path,
+                  model_settings: str | Path | None = None) -> dict[str, str]:
+        artifacts = {ARTIFACT_KERAS_MODEL: str(keras_model), ARTIFACT_TOKENIZER: str(tokenizer)}
+        if model_settings is not None:
+            artifacts[ARTIFACT_MODEL_SETTINGS] = str(model_settings)
+        return artifacts
 
     def _load(self, artifacts) -> None:
+        self.settings = read_model_settings(artifacts)
         self.encoder, self.labels, self.model = _load_parts(Path(artifacts[ARTIFACT_KERAS_MODEL]),
                                                             Path(artifacts[ARTIFACT_TOKENIZER]))
 
     @property
     def reads_windows(self) -> bool:
-        """Whether a review longer than the limit is scored by windows (``long_reviews: windows`` in the encoder's
-        settings; a preset's encoder has no such setting and truncates)."""
-        return getattr(self.encoder.settings, "long_reviews", "truncate") == "windows"
+        """Whether a review longer than the limit is scored by windows (the model's ``long_reviews: windows``)."""
+        return self.settings["long_reviews"] == "windows"
 
     def prepare(self, texts: Sequence[str]):
         """The texts' ids; when it :attr:`reads_windows`, (ids, owner): each text's row and the windows of those
@@ -343,8 +280,8 @@ class FusedClassifier(PipelineModel):
     kind = "fusion"
 
     @staticmethod
-    def artifacts(keras_model, tokenizer, lexical_model, fusion_file) -> dict[str, str]:
-        return {**SentimentClassifier.artifacts(keras_model, tokenizer),
+    def artifacts(keras_model, tokenizer, lexical_model, fusion_file, model_settings=None) -> dict[str, str]:
+        return {**SentimentClassifier.artifacts(keras_model, tokenizer, model_settings),
                 **LexicalClassifier.artifacts(lexical_model, tokenizer), ARTIFACT_FUSION: str(fusion_file)}
 
     def _load(self, artifacts) -> None:

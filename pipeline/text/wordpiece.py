@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from pipeline.config import LONG_REVIEWS, TokenizerConfig
+from pipeline.config import TokenizerConfig
 from pipeline.core.errors import InputError, MissingInputError
 from pipeline.core.files import TOKENIZER_SETTINGS_FILE, VOCABULARY_FILE, atomic_write_json, sha256_text
 from pipeline.text.conventions import CLS_ID, MASK_ID, PAD_ID, REQUIRED_RESERVED, RESERVED_TOKENS, UNK_ID, clean_text
@@ -69,7 +69,7 @@ CHARS_PER_TOKEN_BOUND = 5
 # --------------------------------------------------------------------------- pure functions
 
 
-def truncate_andpad_rows(flat_ids: np.ndarray, row_splits: np.ndarray, max_sequence_length: int,
+def truncate_and_pad_rows(flat_ids: np.ndarray, row_splits: np.ndarray, max_sequence_length: int,
                           truncation: str, head_tokens: int) -> np.ndarray:
     """Many token rows at once (given as ragged ``flat_ids`` + ``row_splits``) -> ``[N, max_sequence_length]``.
 
@@ -79,11 +79,11 @@ def truncate_andpad_rows(flat_ids: np.ndarray, row_splits: np.ndarray, max_seque
     """
     row_splits = np.asarray(row_splits, dtype=np.int64)
     return pad_rows(np.asarray(flat_ids), row_splits[:-1], np.diff(row_splits), max_sequence_length, truncation,
-                     head_tokens)
+                    head_tokens)
 
 
 def pad_rows(flat_ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, max_sequence_length: int,
-              truncation: str, head_tokens: int, start_id: int = CLS_ID, end_id: int | None = None) -> np.ndarray:
+             truncation: str, head_tokens: int, start_id: int = CLS_ID, end_id: int | None = None) -> np.ndarray:
     """:func:`truncate_and_pad_rows` for rows at any ``starts`` in ``flat_ids`` (not necessarily in order).
 
     Each row starts with ``start_id``; with an ``end_id`` (a pretrained preset's ``[SEP]``) that token follows the
@@ -153,7 +153,7 @@ def truncate_and_pad(token_ids: Sequence[int], max_sequence_length: int, truncat
                      head_tokens: int) -> np.ndarray:
     """One row of :func:`truncate_and_pad_rows`."""
     token_ids = np.asarray(token_ids, dtype=np.int32)
-    return truncate_andpad_rows(token_ids, np.array([0, len(token_ids)]), max_sequence_length, truncation,
+    return truncate_and_pad_rows(token_ids, np.array([0, len(token_ids)]), max_sequence_length, truncation,
                                  head_tokens)[0]
 
 
@@ -165,9 +165,6 @@ class EncoderSettings:
     max_sequence_length: int
     truncation: str
     head_tokens: int
-    # a review longer than the limit, when a model scores it: its truncated row alone, or that row and its windows
-    # (:meth:`TextEncoder.encode_windows`); set by the train stage (model.long_reviews), saved only when "windows"
-    long_reviews: str = "truncate"
 
     @classmethod
     def from_config(cls, config: TokenizerConfig) -> "EncoderSettings":
@@ -359,9 +356,7 @@ class TextEncoder:
     def save(self, directory: Path) -> None:
         vocabulary_text = "".join(token + "\n" for token in self.vocabulary)
         (directory / VOCABULARY_FILE).write_text(vocabulary_text, encoding="utf-8")
-        settings = {key: value for key, value in asdict(self.settings).items()
-                    if key != "long_reviews" or value != "truncate"}  # the files of encoders saved before it existed
-        payload = {"format": SETTINGS_FORMAT, **settings,
+        payload = {"format": SETTINGS_FORMAT, **asdict(self.settings),
                    "vocabulary_size": self.vocabulary_size,
                    "vocabulary_sha256": sha256_text(vocabulary_text)}
         atomic_write_json(directory / TOKENIZER_SETTINGS_FILE, payload)
@@ -387,8 +382,5 @@ class TextEncoder:
         vocabulary = vocabulary_text.split("\n")[:-1]
         if len(vocabulary) != payload["vocabulary_size"]:
             raise InputError(f"{vocabulary_path}: {len(vocabulary)} tokens, expected {payload['vocabulary_size']}")
-        if payload.get("long_reviews", "truncate") not in LONG_REVIEWS:
-            raise InputError(f"{settings_path}: long_reviews is {payload['long_reviews']!r}, expected one of "
-                             f"{', '.join(LONG_REVIEWS)}")
         settings = EncoderSettings(**{k: payload[k] for k in EncoderSettings.__dataclass_fields__ if k in payload})
         return cls(vocabulary, settings)

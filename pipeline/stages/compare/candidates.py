@@ -39,7 +39,13 @@ from pipeline.metrics import best_fusion_weight, classification_metrics
 from pipeline.model.classifiers import FusedClassifier, LexicalClassifier, fuse_probabilities
 from pipeline.stages.compare.designs import Design, level_name, variant_config, variant_name
 from pipeline.stages.evaluate import behaviour
-from pipeline.stages.evaluate.scorecard import evaluate_model, evaluate_run, log_evaluation
+from pipeline.stages.evaluate.scorecard import (
+    GivenProbabilities,
+    ReviewLengths,
+    evaluate_model,
+    evaluate_run,
+    log_evaluation,
+)
 from pipeline.stages.tokenize.encode import own_tokenization
 from pipeline.stages.train.fit_and_log import train_model
 from pipeline.text.conventions import load_labels
@@ -172,8 +178,8 @@ def nbsvm_candidate(config: Config, key: str, frames: dict[str, pd.DataFrame], n
                             "val_accuracy_chosen_c": fitted.val_accuracy,
                             "best_val_accuracy": fitted.val_accuracy_cross_fitted, "train_seconds": fitted.fit_seconds})
         evaluation = evaluate_model(classifier, frames["test"], frames["val"], out_dir, "NBSVM baseline",
-                                    token_counts=frames.get("test_token_counts"),
-                                    max_tokens=config.tokenizer.max_sequence_length - 1)
+                                    ReviewLengths(frames.get("test_token_counts"),
+                                                  config.tokenizer.max_sequence_length - 1))
         log_evaluation(evaluation, out_dir)
         log_pipeline_model(LexicalClassifier(), LexicalClassifier.artifacts(out_dir / LEXICAL_MODEL_FILE, out_dir),
                            EXAMPLE_TEXTS)
@@ -267,9 +273,9 @@ def fusion_candidate(config: Config, key: str, child: Candidate, lexical: Candid
                            FUSION_TRANSFORMER_RUN_PARAM: child.run_id, FUSION_LEXICAL_RUN_PARAM: lexical.run_id,
                            "training.seed": child.seed, **{f"fused.{k}": v for k, v in child.settings.items()}})
         evaluation = evaluate_model(classifier, frames["test"], frames["val"], out_dir, f"{name}, seed {child.seed}",
-                                    token_counts=frames.get("test_token_counts"),
-                                    max_tokens=child.max_tokens or config.tokenizer.max_sequence_length - 1,
-                                    probabilities=test_probabilities, val_probabilities=val_probabilities)
+                                    ReviewLengths(frames.get("test_token_counts"),
+                                                  child.max_tokens or config.tokenizer.max_sequence_length - 1),
+                                    given=GivenProbabilities(test_probabilities, val_probabilities))
         # what `make register` compares: the weight's choice is not scored on its own rows
         mlflow.log_metrics({"best_val_accuracy": honest, "val_accuracy_chosen_weight": by_weight[weight],
                             **{f"val_accuracy_w_{w:g}": a for w, a in by_weight.items()}})

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
@@ -96,13 +97,32 @@ def read_frames(config: Config) -> tuple[dict[str, pd.DataFrame], list[str]]:
     return frames, load_labels(ingest_dir)
 
 
-def comparison_payload(config: Config, design_name: str, design: Design, transformers: list[Candidate],
-                       lexical: Candidate | None, fused: list[Candidate], references: list[Candidate],
-                       parent_id: str, val_rows: int) -> dict:
+@dataclass(frozen=True)
+class CandidatePool:
+    """A comparison's candidates: a run per Transformer variant and seed, the NBSVM baseline (None when the design
+    leaves the lexical models out), a fused run per Transformer run, and the references (TF-IDF)."""
+
+    transformers: list[Candidate]
+    lexical: Candidate | None
+    fused: list[Candidate]
+    references: list[Candidate]
+
+    @property
+    def members(self) -> list[Candidate]:
+        """The parent run's members: every candidate but the references."""
+        return self.transformers + ([self.lexical] if self.lexical else []) + self.fused
+
+    @property
+    def everything(self) -> list[Candidate]:
+        return self.members + self.references
+
+
+def comparison_payload(config: Config, design_name: str, design: Design, pool: CandidatePool, parent_id: str,
+                       val_rows: int) -> dict:
     """Everything the report says, from the candidates: summaries, effects, pairs of candidates, the verdict."""
     names = [variant_name(v) for v in variants(design)]
     seeds = list(config.compare.seeds)
-    everything = transformers + ([lexical] if lexical else []) + fused + references
+    lexical, fused, everything = pool.lexical, pool.fused, pool.everything
     order = everything[0].predictions["source_file"]
     for candidate in everything[1:]:
         if not candidate.predictions["source_file"].equals(order):
@@ -144,6 +164,20 @@ def comparison_payload(config: Config, design_name: str, design: Design, transfo
     return payload
 
 
+def log_headline_metrics(payload: dict) -> None:
+    """The parent run's metrics: the first factor's effect (when a factor varied) and the recommended candidate's
+    accuracies."""
+    if payload["difference"]:
+        first = payload["difference"]
+        mlflow.log_metrics({"mean_accuracy_difference": first["mean_accuracy_difference"],
+                            "bootstrap_ci_low": first["bootstrap"]["ci_low"],
+                            "bootstrap_ci_high": first["bootstrap"]["ci_high"],
+                            "significant": float(first["significant"])})
+    best = payload["recommendation"]
+    mlflow.log_metrics({"recommended_val_accuracy": best["best_val_accuracy"],
+                        "recommended_test_accuracy": best["test_accuracy"]})
+
+
 def run_comparison(config: Config, design_name: str = "main", force: bool = False) -> Path:
     """Train and evaluate every candidate of the design called ``design_name``, fuse, compare and write the
     report; returns the Markdown report. Finished children are reused; ``force`` retrains and re-evaluates
@@ -182,27 +216,19 @@ def run_comparison(config: Config, design_name: str = "main", force: bool = Fals
                  if with_lexical and config.compare.fusion else [])
         references = ([tfidf_candidate(config, f"{ingest_sha256[:8]}-{config.data.seed}", frames, labels, force)]
                       if with_lexical and config.compare.tfidf_baseline else [])
-        payload = comparison_payload(config, design_name, design, transformers, lexical, fused, references,
-                                     parent_id, len(frames["val"]))
+        pool = CandidatePool(transformers, lexical, fused, references)
+        payload = comparison_payload(config, design_name, design, pool, parent_id, len(frames["val"]))
         json_path, md_path, png_path = write_reports(payload, config.reports_dir, design.report_name)
         for path in (json_path, md_path, png_path):
             mlflow.log_artifact(str(path), "comparison")
         describe_run(parent_id, parent_description(payload))
-        members = transformers + ([lexical] if lexical else []) + fused
-        set_members({member.run_id: member.name for member in members})  # last: a finished comparison
-        if payload["difference"]:
-            first = payload["difference"]
-            mlflow.log_metrics({"mean_accuracy_difference": first["mean_accuracy_difference"],
-                                "bootstrap_ci_low": first["bootstrap"]["ci_low"],
-                                "bootstrap_ci_high": first["bootstrap"]["ci_high"],
-                                "significant": float(first["significant"])})
-        best = payload["recommendation"]
-        mlflow.log_metrics({"recommended_val_accuracy": best["best_val_accuracy"],
-                            "recommended_test_accuracy": best["test_accuracy"]})
+        set_members({member.run_id: member.name for member in pool.members})  # last: a finished comparison
+        log_headline_metrics(payload)
+    best = payload["recommendation"]
     effects_text = "; ".join(f"{e['factor']} {e['a']} - {e['b']} = {e['mean_accuracy_difference'] * 100:+.2f} points "
                              f"({'significant' if e['significant'] else 'not significant'})"
                              for e in payload["effects"].values())
-    print(f"compare: {len(transformers)} Transformer runs, {len(members) - len(transformers)} lexical and fused "
+    print(f"compare: {len(transformers)} Transformer runs, {len(pool.members) - len(transformers)} lexical and fused "
           f"candidates and {len(references)} reference on {payload['test_rows']:,} test reviews; "
           f"{effects_text or 'no factor varied'}; deploy {best['variant']} (val {best['best_val_accuracy']:.4f}, test "
           f"{best['test_accuracy']:.4f}); wrote {md_path}, {json_path.name}, {png_path.name} in "

@@ -202,6 +202,24 @@ class Evaluation:
     plots: list[Path]
 
 
+@dataclass(frozen=True)
+class ReviewLengths:
+    """What accuracy by review length needs for a model without its own tokenizer: the test reviews' token counts
+    before truncation (the tokenize stage's; None when it has none for these reviews) and the model's cut-off."""
+
+    token_counts: np.ndarray | None
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class GivenProbabilities:
+    """``[N, k]`` probabilities already computed for the test and validation splits (a fused model's, from its
+    parts'), so the model need not score them again."""
+
+    test: np.ndarray
+    val: np.ndarray
+
+
 def transformer_of(classifier: PipelineModel) -> SentimentClassifier | None:
     """The Transformer inside ``classifier`` (itself, or a fused model's), or None for a lexical model."""
     if isinstance(classifier, SentimentClassifier):
@@ -210,14 +228,16 @@ def transformer_of(classifier: PipelineModel) -> SentimentClassifier | None:
 
 
 def evaluate_model(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFrame, out_dir: Path, title: str,
-                   token_counts: np.ndarray | None = None, max_tokens: int | None = None, pooling: str | None = None,
-                   probabilities: np.ndarray | None = None, val_probabilities: np.ndarray | None = None) -> Evaluation:
+                   lengths: ReviewLengths | None = None, pooling: str | None = None,
+                   given: GivenProbabilities | None = None) -> Evaluation:
     """Score ``test`` and ``val`` (ingest's frames) with ``classifier`` and write the evaluation to ``out_dir``.
 
-    ``probabilities`` / ``val_probabilities``: already computed ones (a fused model's, from its parts').
+    ``given``: already computed probabilities (a fused model's, from its parts').
     Token counts (for accuracy by length) come from the Transformer's own encoder when it has one, else
-    from ``token_counts`` (the tokenize stage's) when given.
+    from ``lengths`` (the tokenize stage's counts) when given.
     """
+    token_counts, max_tokens = (lengths.token_counts, lengths.max_tokens) if lengths else (None, None)
+    probabilities, val_probabilities = (given.test, given.val) if given else (None, None)
     names = classifier.labels
     labels = test["label"].to_numpy()
     transformer = transformer_of(classifier)
@@ -325,7 +345,7 @@ def evaluate_run(config: Config, run: str = "latest", force: bool = False) -> Ev
         token_counts = None  # tokenized from another ingestion
     max_tokens = config.tokenizer.max_sequence_length - 1
     title = f"run {run_id} ({classifier.kind}" + (f", {pooling} pooling)" if pooling else ")")
-    evaluation = evaluate_model(classifier, test, val, out_dir, title, token_counts=token_counts, max_tokens=max_tokens,
+    evaluation = evaluate_model(classifier, test, val, out_dir, title, ReviewLengths(token_counts, max_tokens),
                                 pooling=pooling)
     with mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None):
         log_evaluation(evaluation, out_dir)

@@ -27,8 +27,9 @@ import math
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import keras
 import numpy as np
@@ -56,6 +57,9 @@ from pipeline.runtime.hardware import any_worker, choose_hardware, cluster_from_
 from pipeline.stages.pretrain.backbone import masked_lm_dataset, save_backbone
 from pipeline.text.conventions import PAD_ID
 from pipeline.text.wordpiece import TextEncoder
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 STAGE = "pretrain"
 CHECKPOINT_DIR = "checkpoint"
@@ -177,6 +181,98 @@ def plot_loss_curve(history: dict, path: Path) -> Path:
     return save_figure(figure, path)
 
 
+@dataclass(frozen=True)
+class StageFiles:
+    """Where pretraining reads and writes, and what its result is keyed on (the tokenization, the config)."""
+
+    tokenize_dir: Path
+    out_dir: Path
+    inputs: dict[str, str]
+    config_hash: str
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """This process's checkpoint folder, the state a killed run left in it, and whether this run resumes it."""
+
+    folder: Path
+    state: dict
+    resuming: bool
+    steps_done: int  # 0 unless resuming
+
+    @property
+    def state_path(self) -> Path:
+        return self.folder / STATE_FILE
+
+
+@dataclass(frozen=True)
+class MaskedLMTraining:
+    """A compiled masked LM with its batches and hardware, ready to train within the budget."""
+
+    config: Config
+    model: keras.Model
+    dataset: tf.data.Dataset
+    strategy: tf.distribute.Strategy
+    checkpoint: Checkpoint
+    tokens_per_step: float
+    agree: Callable[[bool], bool] | None  # in a cluster: one decision from every worker's own clock
+    extra_callbacks: Sequence
+    device: str
+    policy: str
+
+    def budget(self, snapshot: Callable[[str], None], log_metrics: Callable[[dict, int], None]):
+        """The budget callback (:func:`budget_callbacks`), continuing the checkpoint's state."""
+        return budget_callbacks(self.config, self.checkpoint.state_path, self.tokens_per_step, snapshot, log_metrics,
+                                self.agree)
+
+    def fit(self, budget) -> None:
+        """Train until ``budget`` stops it; a single process backs up every period, so a killed run resumes."""
+        settings = self.config.pretrain
+        epochs = math.ceil(settings.max_steps / settings.log_every_steps) if settings.max_steps else 10**6
+        backups = str(self.checkpoint.folder / "backup")
+        callbacks = [keras.callbacks.BackupAndRestore(backups, delete_checkpoint=False)] if self.agree is None else []
+        with multi_worker_fit(self.model, self.dataset, self.strategy):
+            self.model.fit(self.dataset, epochs=epochs, steps_per_epoch=settings.log_every_steps, verbose=2,
+                           callbacks=[*callbacks, budget, *self.extra_callbacks])
+
+
+def maskable_encoder(tokenize_dir: Path) -> TextEncoder:
+    """The tokenize stage's encoder, refused when its vocabulary has no ``[MASK]`` token to pretrain with."""
+    encoder = TextEncoder.load(tokenize_dir)
+    if not encoder.can_mask:
+        raise InputError(f"{tokenize_dir}: the vocabulary has no [MASK] token (learned before pretraining existed): "
+                         "rerun `make tokenize FORCE=1`")
+    return encoder
+
+
+def open_checkpoint(files: StageFiles, scratch: Path | None, resumable: bool) -> Checkpoint:
+    """This process's checkpoint: resumed when ``resumable`` and a killed run with the same inputs and config left
+    one; otherwise a fresh one, the stage folder emptied first (a cluster worker's ``scratch`` folder is new)."""
+    folder = (files.out_dir if scratch is None else scratch) / CHECKPOINT_DIR
+    state_path = folder / STATE_FILE
+    state = json.loads(state_path.read_text()) if state_path.is_file() else {}
+    resuming = (resumable and state.get("config_hash") == files.config_hash
+                and state.get("inputs") == files.inputs and (folder / "backup").is_dir())
+    if not resuming and scratch is None:
+        shutil.rmtree(files.out_dir, ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    return Checkpoint(folder, state, resuming, int(state.get("steps", 0)) if resuming else 0)
+
+
+def compile_masked_lm(config: Config, encoder: TextEncoder, strategy: tf.distribute.Strategy) -> keras.Model:
+    """The masked LM, compiled under ``strategy`` with AdamW on :func:`learning_rate_schedule`, optimizer built."""
+    from pipeline.model.transformer import build_masked_lm
+
+    with strategy.scope():
+        model = build_masked_lm(config.model, encoder.vocabulary_size, encoder.settings.max_sequence_length)
+        model.compile(optimizer=keras.optimizers.AdamW(learning_rate_schedule(config),
+                                                       weight_decay=config.pretrain.weight_decay, clipnorm=1.0),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+    build_optimizer(model)
+    return model
+
+
 # --------------------------------------------------------------------------- stage entry point
 
 
@@ -189,81 +285,49 @@ def pretrain(config: Config, force: bool = False, extra_callbacks: Sequence = ()
     cluster's pretraining is not resumed after a kill (each worker would have to restore the same
     step from a shared checkpoint); it starts again.
     """
-
-    from pipeline.model.transformer import build_masked_lm
-
     started = time.perf_counter()
     if config.model.preset is not None:
         raise ConfigError(f"make pretrain pretrains the pipeline's own encoder; model.preset ({config.model.preset}) "
                           "already names a pretrained one: fine-tune it with make train or make compare")
     cluster = cluster_from_env()  # a malformed TF_CONFIG stops here, before anything is removed or written
-    tokenize_dir = require_output(config, "tokenize")
-    out_dir = stage_dir(config, STAGE)
-    inputs = {"tokenize_manifest_sha256": manifest_hash(tokenize_dir)}
-    config_hash = f"{config.section_hash('pretrain')}-{_backbone_hash(config)}"
-    if cluster is None and not force and is_up_to_date(out_dir, config_hash, inputs, [BACKBONE_WEIGHTS_FILE, BACKBONE_SPEC_FILE]):
+    tokenize_dir, out_dir = require_output(config, "tokenize"), stage_dir(config, STAGE)
+    files = StageFiles(tokenize_dir, out_dir, {"tokenize_manifest_sha256": manifest_hash(tokenize_dir)},
+                       f"{config.section_hash('pretrain')}-{_backbone_hash(config)}")
+    if cluster is None and not force and is_up_to_date(out_dir, files.config_hash, files.inputs,
+                                                       [BACKBONE_WEIGHTS_FILE, BACKBONE_SPEC_FILE]):
         print(f"pretrain: up to date, nothing to do ({out_dir}/, MLflow run {read_manifest(out_dir)['mlflow_run_id']})")
         return out_dir
     # the strategy first: a cluster's collective ops must be set up before TensorFlow starts
     strategy, policy, device = choose_hardware(config.pretrain.precision, config.model.hidden_dim)
-    encoder = TextEncoder.load(tokenize_dir)
-    if not encoder.can_mask:
-        raise InputError(f"{tokenize_dir}: the vocabulary has no [MASK] token (learned before pretraining existed): "
-                         "rerun `make tokenize FORCE=1`")
+    encoder = maskable_encoder(tokenize_dir)
     ids, rows = pretraining_ids(tokenize_dir, config.pretrain.max_texts)  # read before a scratch folder exists
     scratch = None if cluster is None or cluster.is_chief else Path(tempfile.mkdtemp(prefix="pretrain-worker-"))
-    checkpoint = (out_dir if scratch is None else scratch) / CHECKPOINT_DIR
-    state_path = checkpoint / STATE_FILE
-    state = json.loads(state_path.read_text()) if state_path.is_file() else {}
-    resuming = (cluster is None and not force and state.get("config_hash") == config_hash
-                and state.get("inputs") == inputs and (checkpoint / "backup").is_dir())
-    if not resuming and scratch is None:
-        shutil.rmtree(out_dir, ignore_errors=True)
-    checkpoint.mkdir(parents=True, exist_ok=True)
-
-    steps_done = int(state.get("steps", 0)) if resuming else 0
-    keras.utils.set_random_seed(config.pretrain.seed + steps_done)  # a resumed run draws new masks
-    keras.mixed_precision.set_global_policy(policy)
+    checkpoint = open_checkpoint(files, scratch, resumable=cluster is None and not force)
     settings = config.pretrain
+    keras.utils.set_random_seed(settings.seed + checkpoint.steps_done)  # a resumed run draws new masks
+    keras.mixed_precision.set_global_policy(policy)
     tokens_per_step = float((ids != PAD_ID).sum()) / len(ids) * settings.batch_size * strategy.num_replicas_in_sync
     try:
-        with strategy.scope():
-            model = build_masked_lm(config.model, encoder.vocabulary_size, encoder.settings.max_sequence_length)
-            model.compile(optimizer=keras.optimizers.AdamW(learning_rate_schedule(config), weight_decay=settings.weight_decay,
-                                                           clipnorm=1.0),
-                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                          weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
-        build_optimizer(model)
+        model = compile_masked_lm(config, encoder, strategy)
         shard = (0, 1) if cluster is None else (cluster.worker_index, cluster.workers)
         dataset = masked_lm_dataset(ids, settings.batch_size * strategy.num_replicas_in_sync, encoder.vocabulary_size,
-                                    settings.seed + steps_done, settings.mask_rate, shard)  # and a new batch order
-        agree = None
-        if cluster is not None:
-            agree = functools.partial(any_worker, strategy)
-        epochs = math.ceil(settings.max_steps / settings.log_every_steps) if settings.max_steps else 10**6
-
-        def fit(budget, backup: bool) -> None:
-            callbacks = [keras.callbacks.BackupAndRestore(str(checkpoint / "backup"), delete_checkpoint=False)] if backup else []
-            with multi_worker_fit(model, dataset, strategy):
-                model.fit(dataset, epochs=epochs, steps_per_epoch=settings.log_every_steps, verbose=2,
-                          callbacks=[*callbacks, budget, *extra_callbacks])
-
+                                    settings.seed + checkpoint.steps_done, settings.mask_rate, shard)  # new batch order
+        agree = None if cluster is None else functools.partial(any_worker, strategy)
+        training = MaskedLMTraining(config, model, dataset, strategy, checkpoint, tokens_per_step, agree,
+                                    extra_callbacks, device, policy)
         if scratch is not None:
-            atomic_write_json(state_path, {})
-            budget = budget_callbacks(config, state_path, tokens_per_step, lambda name: None, lambda metrics, step: None,
-                                      agree)
-            fit(budget, backup=False)
+            atomic_write_json(checkpoint.state_path, {})
+            budget = training.budget(lambda name: None, lambda metrics, step: None)
+            training.fit(budget)
             print(f"pretrain: {device}: {budget.steps:,} steps with the chief; its {out_dir}/ and MLflow run hold the "
                   f"result (scratch {scratch}/ removed)")
             return out_dir
-        active, budget, history = pretrain_and_save(config, model, encoder, tokenize_dir, out_dir, state_path, resuming,
-                                                    state, inputs, config_hash, rows, len(ids), device, policy,
-                                                    tokens_per_step, agree, fit)
+        active, budget, history = pretrain_and_save(training, encoder, files, rows, len(ids))
     finally:
         keras.mixed_precision.set_global_policy("float32")
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
-    shutil.rmtree(checkpoint, ignore_errors=True)
+    shutil.rmtree(checkpoint.folder, ignore_errors=True)
     last = f"loss {history['loss'][-1]:.3f}, masked-token accuracy {history['accuracy'][-1]:.3f}" if history["loss"] else "no period finished"
     print(f"pretrain: read {len(ids):,} reviews ({', '.join(f'{k} {v:,}' for k, v in rows.items())}) from "
           f"{tokenize_dir}/; {budget.steps:,} steps in {budget.seconds() / 60:.1f} min of training on {device} ({last}); "
@@ -271,24 +335,25 @@ def pretrain(config: Config, force: bool = False, extra_callbacks: Sequence = ()
     return out_dir
 
 
-def pretrain_and_save(config: Config, model, encoder, tokenize_dir: Path, out_dir: Path, state_path: Path,
-                      resuming: bool, state: dict, inputs: dict, config_hash: str, rows: dict, total_rows: int,
-                      device: str, policy: str, tokens_per_step: float, agree, fit: Callable):
+def pretrain_and_save(training: MaskedLMTraining, encoder: TextEncoder, files: StageFiles, rows: dict[str, int],
+                      total_rows: int):
     """The chief's (or single process's) part: the MLflow run, checkpoints, snapshots and the stage folder."""
     import mlflow
 
     from pipeline.model.transformer import backbone_weights
     from pipeline.tracking import flat_params, setup_tracking, standard_tags
 
+    config, model, checkpoint, tokenize_dir = training.config, training.model, training.checkpoint, files.tokenize_dir
+    out_dir, config_hash, device, policy = files.out_dir, files.config_hash, training.device, training.policy
     setup_tracking(config)
-    run_id = state["mlflow_run_id"] if resuming else None
+    run_id = checkpoint.state["mlflow_run_id"] if checkpoint.resuming else None
     with mlflow.start_run(run_id=run_id, run_name=None if run_id else "pretrain-mlm",
                           nested=mlflow.active_run() is not None) as active:
         if run_id:
-            print(f"pretrain: resuming MLflow run {run_id} from {state_path.parent}/")
+            print(f"pretrain: resuming MLflow run {run_id} from {checkpoint.folder}/")
         else:
-            atomic_write_json(state_path, {"config_hash": config_hash, "inputs": inputs,
-                                           "mlflow_run_id": active.info.run_id})
+            atomic_write_json(checkpoint.state_path, {"config_hash": config_hash, "inputs": files.inputs,
+                                                      "mlflow_run_id": active.info.run_id})
             mlflow.log_params({**flat_params(config), "device": device, "precision_policy": policy,
                                "pretrain_rows": total_rows, **{f"rows_{k}": v for k, v in rows.items()},
                                "parameters": model.count_params()})
@@ -301,10 +366,9 @@ def pretrain_and_save(config: Config, model, encoder, tokenize_dir: Path, out_di
                                                             "snapshot": name, "steps": budget.steps,
                                                             "train_minutes": round(budget.seconds() / 60, 2)})
 
-        budget = budget_callbacks(config, state_path, tokens_per_step, snapshot,
-                                  lambda metrics, step: mlflow.log_metrics(metrics, step=step), agree)
-        fit(budget, backup=agree is None)
-        history = json.loads(state_path.read_text())["history"]
+        budget = training.budget(snapshot, lambda metrics, step: mlflow.log_metrics(metrics, step=step))
+        training.fit(budget)
+        history = json.loads(checkpoint.state_path.read_text())["history"]
         spec = {**spec_of(config, encoder, tokenize_dir, active.info.run_id), "steps": budget.steps,
                 "train_minutes": round(budget.seconds() / 60, 2)}
         save_backbone(out_dir, backbone_weights(model), spec)
@@ -315,7 +379,7 @@ def pretrain_and_save(config: Config, model, encoder, tokenize_dir: Path, out_di
         mlflow.log_metrics({"final_mlm_loss": history["loss"][-1] if history["loss"] else float("nan"),
                             "pretrain_steps": budget.steps, "pretrain_minutes": budget.seconds() / 60})
         write_manifest(out_dir, build_manifest(
-            STAGE, config_hash, inputs, {"model": config.backbone(), "pretrain": config.to_dict()["pretrain"]},
+            STAGE, config_hash, files.inputs, {"model": config.backbone(), "pretrain": config.to_dict()["pretrain"]},
             mlflow_run_id=active.info.run_id, rows=rows, steps=budget.steps,
             train_minutes=round(budget.seconds() / 60, 2), device=device, precision=policy))
     return active, budget, history

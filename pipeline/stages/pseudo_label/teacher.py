@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from pipeline.config import PSEUDO_LABEL_TEACHERS, Config
+from pipeline.config import PSEUDO_LABEL_TEACHERS, Config, PseudoLabelConfig
 from pipeline.core.catalog import require_output, stage_dir
 from pipeline.core.errors import InputError, MissingInputError
 from pipeline.core.files import (
@@ -126,6 +126,22 @@ def sample_rows(kept: pd.DataFrame, max_rows: int | None, seed: int) -> pd.DataF
     return kept.iloc[chosen].reset_index(drop=True)
 
 
+def confident_rows(probabilities: np.ndarray, num_classes: int, settings: PseudoLabelConfig) -> pd.DataFrame:
+    """The pseudo labels: the rows the teacher is sure enough of (:func:`select_confident`, at most
+    ``max_rows`` of them, :func:`sample_rows`) with its probability of every class, the soft targets."""
+    kept = sample_rows(select_confident(probabilities, settings.min_confidence), settings.max_rows, settings.seed)
+    for index in range(num_classes):  # the teacher's probabilities: soft targets for distillation
+        kept[teacher_probability_column(index)] = probabilities[kept["row"].to_numpy(), index].astype(np.float32)
+    return kept
+
+
+def labelling_metrics(val_accuracy: float, kept: pd.DataFrame, unlabeled_rows: int) -> dict[str, float]:
+    """What the stage's MLflow run and manifest record about the labels kept."""
+    return {"teacher_val_accuracy": val_accuracy, "pseudo_label_rows": len(kept),
+            "pseudo_label_fraction": len(kept) / max(1, unlabeled_rows),
+            "pseudo_label_mean_confidence": float(kept["confidence"].mean()) if len(kept) else 0.0}
+
+
 def plot_confidence(confidence: np.ndarray, min_confidence: float, title: str, path: Path) -> Path:
     from pipeline.core.plots import new_figure, save_figure
 
@@ -140,6 +156,17 @@ def plot_confidence(confidence: np.ndarray, min_confidence: float, title: str, p
 # --------------------------------------------------------------------------- stage entry point
 
 
+def stage_identity(config: Config, ingest_dir: Path, logged: bool) -> tuple[dict[str, str], str]:
+    """``(inputs, config hash)``: what the pseudo labels depend on, the ingestion and a ``logged`` teacher's model
+    UUID besides the config (``baseline`` too for an NBSVM teacher)."""
+    inputs = {"ingest_manifest_sha256": manifest_hash(ingest_dir)}
+    teacher = config.pseudo_label.teacher
+    if logged:
+        setup_tracking(config)  # a models:/ or runs:/ teacher is read from the tracking store
+        inputs["teacher_model_uuid"] = teacher_identity(teacher)
+    return inputs, config.section_hash("pseudo_label", *(("baseline",) if teacher == "nbsvm" else ()))
+
+
 def pseudo_label(config: Config, force: bool = False) -> Path:
     """Label the unlabeled reviews with the teacher and keep the confident ones; returns ``data/pseudo_label``."""
     started = time.perf_counter()
@@ -149,13 +176,9 @@ def pseudo_label(config: Config, force: bool = False) -> Path:
     if not unlabeled_path.is_file():
         raise MissingInputError(f"no unlabeled reviews in {ingest_dir}/ (set IMDB_UNSUP_ARCHIVE or "
                                 "data.unlabeled_archive and rerun `make ingest tokenize`)")
-    inputs = {"ingest_manifest_sha256": manifest_hash(ingest_dir)}
     settings = config.pseudo_label
     logged = settings.teacher not in PSEUDO_LABEL_TEACHERS  # a model's URI: loaded, not fitted
-    if logged:
-        setup_tracking(config)  # a models:/ or runs:/ teacher is read from the tracking store
-        inputs["teacher_model_uuid"] = teacher_identity(settings.teacher)
-    config_hash = config.section_hash("pseudo_label", *(("baseline",) if settings.teacher == "nbsvm" else ()))
+    inputs, config_hash = stage_identity(config, ingest_dir, logged)
     if not force and is_up_to_date(out_dir, config_hash, inputs, [PSEUDO_LABELS_FILE]):
         print(f"pseudo-label: up to date, nothing to do ({out_dir}/ with config {config_hash})")
         return out_dir
@@ -170,16 +193,12 @@ def pseudo_label(config: Config, force: bool = False) -> Path:
     val_accuracy = float((teacher(val["text"].tolist(), "teacher: val").argmax(axis=1)
                           == val["label"].to_numpy()).mean())
     probabilities = teacher(unlabeled["text"].tolist(), "teacher: unlabeled")
-    kept = sample_rows(select_confident(probabilities, settings.min_confidence), settings.max_rows, settings.seed)
-    for index in range(len(names)):  # the teacher's probabilities: soft targets for distillation
-        kept[teacher_probability_column(index)] = probabilities[kept["row"].to_numpy(), index].astype(np.float32)
+    kept = confident_rows(probabilities, len(names), settings)
     if kept.empty:
         print(f"pseudo-label: warning: no unlabeled review reached pseudo_label.min_confidence "
               f"{settings.min_confidence:g}; training with pseudo labels will refuse this empty set")
     class_counts = {names[c]: int(n) for c, n in zip(*np.unique(kept["label"], return_counts=True))}
-    metrics = {"teacher_val_accuracy": val_accuracy, "pseudo_label_rows": len(kept),
-               "pseudo_label_fraction": len(kept) / max(1, len(unlabeled)),
-               "pseudo_label_mean_confidence": float(kept["confidence"].mean()) if len(kept) else 0.0}
+    metrics = labelling_metrics(val_accuracy, kept, len(unlabeled))
 
     setup_tracking(config)
     with mlflow.start_run(run_name=f"pseudo-label-{'model' if logged else settings.teacher}", nested=mlflow.active_run() is not None) as active:

@@ -76,36 +76,78 @@ def model_lines(run, client) -> tuple[str, list[str], dict]:
     return kind, transformer_lines(params, run.data.tags), params
 
 
+def metric_with_interval(test: dict, intervals: dict, key: str) -> str:
+    """A test metric to four decimals, with its bootstrap 95% interval when there is one."""
+    value = test[f"test_{key}"]
+    ci = intervals.get(key)
+    return f"{value:.4f}" + (f" (95% CI {ci['low']:.4f} to {ci['high']:.4f})" if ci else "")
+
+
+def validation_rows(evaluation: dict, run) -> int | None:
+    """The validation rows: from the evaluation, else from the run's logged validation dataset, else None."""
+    return evaluation.get("val_rows") or next(
+        (json.loads(d.dataset.profile).get("num_rows") for d in run.inputs.dataset_inputs
+         if any(t.key == "mlflow.data.context" and t.value == "validation" for t in d.tags)), None)
+
+
+def data_source(params: dict) -> str:
+    """Where the reviews came from: a configured path, or the IMDB dataset and its download URL."""
+    get = params.get
+    return get("data.path") if get("data.source") not in (None, "imdb") else (
+        f"IMDB Large Movie Review Dataset ({get('data.download_url') or 'aclImdb v1'})")
+
+
+def training_rows(params: dict, run) -> str:
+    """The training rows for the Splits line: labelled ones, plus unlabeled distilled ones when there are any."""
+    get = params.get
+    train_rows = get("train_rows") or run.data.params.get("train_rows")
+    distilled = int(get("pseudo_label_rows") or 0)
+    if train_rows and distilled:  # distillation's rows are unlabeled reviews with the teacher's probabilities
+        return (f"{int(train_rows) - distilled:,} labelled training reviews plus {distilled:,} unlabeled ones "
+                f"with the {get('pseudo_label.teacher') or 'NBSVM'} teacher's probabilities (distillation), ")
+    return f"{f'{int(train_rows):,}' if train_rows else '?'} training reviews, "
+
+
+def behaviour_lines(rates: dict[str, float]) -> list[str]:
+    """The behaviour-test pass rates as a table, or why there are none."""
+    if not rates:
+        return ["Not run (the labels are not negative/positive)."]
+    return ["CheckList-style tests on sentences the project writes (failures: run artifact "
+            "`evaluation/behaviour.md`).", "", "| capability | pass rate |", "| --- | --- |",
+            *(f"| {capability} | {rate:.0%} |" for capability, rate in rates.items())]
+
+
+def use_and_limit_lines(params: dict, kind: str, weak: list[str]) -> list[str]:
+    """Intended use and limits: how a long review is read (for a model with a Transformer), scope, and the
+    ``weak`` behaviour capabilities."""
+    get = params.get
+    lines = ["", "## Intended use and limits", "",
+             "- Intended use: scoring the overall sentiment of English reviews of films (and similar reviews) in "
+             "bulk, with `make score`, `make serve` or Spark; the probability is calibrated as above.",
+             *([f"- Reviews longer than {get('tokenizer.max_sequence_length')} tokens are "
+                + ("read whole by the Transformer, as their first and last tokens and windows of consecutive tokens "
+                   "covering every one, the windows' answers averaged." if get("model.long_reviews") == "windows" else
+                   "cut for the Transformer: text in the cut part does not count"
+                   + (" for that part of the model." if kind == "fusion" else "."))] if kind != "lexical" else []),
+             "- English only; trained on IMDB movie reviews. Other languages, domains or very short texts are "
+             "out of scope and untested.",
+             "- Not for decisions about people. Missing, blank or numeric texts get no score (a `score_error`)."]
+    if weak:
+        lines.append(f"- Weak capabilities (pass rate under {WEAK_PASS_RATE:.0%}): {', '.join(weak)}.")
+    return lines
+
+
 def model_card(name: str, version: str, run, evaluation: dict, intervals: dict, candidates: int,
                comparison_id: str) -> str:
     """The model card (Markdown) of a registered version, from its run and that run's evaluation."""
     client = mlflow.tracking.MlflowClient()
     kind, description, transformer_params = model_lines(run, client)
     metrics = run.data.metrics
-    get = transformer_params.get
     test = evaluation["metrics"]
     n_test = evaluation["test_rows"]
-
-    def with_ci(key: str) -> str:
-        value = test[f"test_{key}"]
-        ci = intervals.get(key)
-        return f"{value:.4f}" + (f" (95% CI {ci['low']:.4f} to {ci['high']:.4f})" if ci else "")
-
-    validation = evaluation.get("val_rows") or next(
-        (json.loads(d.dataset.profile).get("num_rows") for d in run.inputs.dataset_inputs
-         if any(t.key == "mlflow.data.context" and t.value == "validation" for t in d.tags)), None)
-    source = get("data.path") if get("data.source") not in (None, "imdb") else (
-        f"IMDB Large Movie Review Dataset ({get('data.download_url') or 'aclImdb v1'})")
+    validation = validation_rows(evaluation, run)
     found = evaluation.get("behaviour") or {}
     rates = {c: found[c] for c in behaviour.CAPABILITIES if c in found}
-    weak = [c for c, rate in rates.items() if rate < WEAK_PASS_RATE]
-    train_rows = get("train_rows") or run.data.params.get("train_rows")
-    distilled = int(get("pseudo_label_rows") or 0)
-    if train_rows and distilled:  # distillation's rows are unlabeled reviews with the teacher's probabilities
-        rows = (f"{int(train_rows) - distilled:,} labelled training reviews plus {distilled:,} unlabeled ones "
-                f"with the {get('pseudo_label.teacher') or 'NBSVM'} teacher's probabilities (distillation), ")
-    else:
-        rows = f"{f'{int(train_rows):,}' if train_rows else '?'} training reviews, "
     lines = [f"# Model card: {name} version {version}", "",
              f"Sentiment classifier for English movie reviews: labels {', '.join(evaluation['labels'])}. "
              f"MLflow run `{run.info.run_id}` ({run.data.tags.get(VARIANT_TAG, kind)}), chosen as the candidate with "
@@ -113,39 +155,22 @@ def model_card(name: str, version: str, run, evaluation: dict, intervals: dict, 
              f"(this run: {metrics.get('best_val_accuracy', float('nan')):.4f}).", "",
              "## Model", "", *description,
              "", "## Data", "",
-             f"- Source: {source}.",
-             f"- Splits: {rows}"
+             f"- Source: {data_source(transformer_params)}.",
+             f"- Splits: {training_rows(transformer_params, run)}"
              f"{f'{validation:,}' if validation is not None else '?'} "
              f"validation reviews (model selection and early stopping), {n_test:,} test reviews (only for the "
              "numbers below; never for choosing a model).",
              "", f"## Test metrics ({n_test:,} reviews; bootstrap 95% intervals, {CARD_SAMPLES} resamples)", "",
-             f"- accuracy {with_ci('accuracy')}", f"- F1 {with_ci('f1')}", f"- ROC AUC {with_ci('roc_auc')}",
+             *(f"- {label} {metric_with_interval(test, intervals, key)}"
+               for label, key in (("accuracy", "accuracy"), ("F1", "f1"), ("ROC AUC", "roc_auc"))),
              f"- log loss {test['test_log_loss']:.4f}",
              "", "## Calibration", "",
              f"- expected calibration error {test['test_ece']:.4f}"
              + (f", Brier score {test['test_brier']:.4f}" if "test_brier" in test else "")
              + "; reliability diagram: run artifact `evaluation/reliability.png`.",
-             "", "## Behaviour tests", ""]
-    if rates:
-        lines += ["CheckList-style tests on sentences the project writes (failures: run artifact "
-                  "`evaluation/behaviour.md`).", "", "| capability | pass rate |", "| --- | --- |"]
-        lines += [f"| {capability} | {rate:.0%} |" for capability, rate in rates.items()]
-    else:
-        lines.append("Not run (the labels are not negative/positive).")
-    lines += ["", "## Intended use and limits", "",
-              "- Intended use: scoring the overall sentiment of English reviews of films (and similar reviews) in "
-              "bulk, with `make score`, `make serve` or Spark; the probability is calibrated as above.",
-              *([f"- Reviews longer than {get('tokenizer.max_sequence_length')} tokens are "
-                 + ("read whole by the Transformer, as their first and last tokens and windows of consecutive tokens "
-                    "covering every one, the windows' answers averaged." if get("model.long_reviews") == "windows" else
-                    "cut for the Transformer: text in the cut part does not count"
-                    + (" for that part of the model." if kind == "fusion" else "."))] if kind != "lexical" else []),
-              "- English only; trained on IMDB movie reviews. Other languages, domains or very short texts are "
-              "out of scope and untested.",
-              "- Not for decisions about people. Missing, blank or numeric texts get no score (a `score_error`)."]
-    if weak:
-        lines.append(f"- Weak capabilities (pass rate under {WEAK_PASS_RATE:.0%}): {', '.join(weak)}.")
-    return "\n".join(lines) + "\n"
+             "", "## Behaviour tests", "", *behaviour_lines(rates)]
+    weak = [c for c, rate in rates.items() if rate < WEAK_PASS_RATE]
+    return "\n".join(lines + use_and_limit_lines(transformer_params, kind, weak)) + "\n"
 
 
 def run_evaluation(run_id: str) -> tuple[dict, pd.DataFrame]:

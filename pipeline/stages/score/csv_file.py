@@ -108,13 +108,18 @@ def read_ahead(chunks):
             yield chunk
 
 
-def score_csv(config: Config, input_path: str | Path, output_path: str | Path, model_uri: str | None = None,
-                    text_column: str = "text", encoding: str = "utf-8-sig", chunk_size: int = 2048) -> dict[str, float]:
-    """Score ``input_path`` into ``output_path``; returns the summary counts."""
-    from pipeline.tracking import champion_uri, setup_tracking
+def prepared_chunks(reader, text_column: str, classifier: PipelineModel, encoding: str):
+    """Each chunk of ``reader`` checked and prepared, numbering data rows from 1 for messages (runs in the
+    read-ahead thread: parse, check, tokenize)."""
+    first_row = 1
+    for chunk in reader:
+        yield prepare_chunk(chunk, text_column, classifier, first_row, encoding)
+        first_row += len(chunk)
 
-    started = time.perf_counter()
-    input_path, output_path = Path(input_path), Path(output_path)
+
+def header_columns(input_path: Path, output_path: Path, text_column: str, encoding: str, chunk_size: int) -> list[str]:
+    """The input CSV's columns, once the paths, the chunk size and the text column are checked (the checks that need
+    no model, so a bad call fails before the model loads)."""
     if not input_path.is_file():
         raise MissingInputError(f"input CSV not found: {input_path}")
     if output_path.resolve() == input_path.resolve():
@@ -127,20 +132,35 @@ def score_csv(config: Config, input_path: str | Path, output_path: str | Path, m
         raise InputError(f"{input_path}: cannot read as CSV: {exc}") from None
     columns = list(header.columns)
     if text_column not in columns:
-        raise InputError(f"{input_path}: no column {text_column!r}; columns are {columns} (use --text-column / TEXT_COLUMN=)")
-    setup_tracking(config)
-    model_uri = model_uri or champion_uri(config)
-    classifier = load_classifier(model_uri)
-    load_seconds = time.perf_counter() - started  # header check and model load, inside this call
-    startup_seconds = time.time() - psutil.Process().create_time()  # interpreter, imports and model load
-    added = output_columns(classifier.labels)
-    clashes = [c for c in added if c in columns]
-    if clashes:
-        raise InputError(f"{input_path}: already has output column(s) {clashes}; rename them or score the original file")
+        raise InputError(f"{input_path}: no column {text_column!r}; columns are {columns} "
+                         "(use --text-column / TEXT_COLUMN=)")
+    return columns
 
+
+def write_scored_chunks(out, chunks, classifier: PipelineModel, progress, input_path: Path) -> dict[str, int]:
+    """Write each prepared chunk of ``chunks``, scored, to ``out`` (the header with the first); returns the row, error
+    and positive counts (``scored`` filled in by the caller)."""
+    counts = {"rows": 0, "scored": 0, "errors": 0, "positives": 0}
+    try:
+        for prepared in read_ahead(chunks):
+            scored = finish_chunk(prepared, classifier)
+            scored.to_csv(out, header=counts["rows"] == 0, index=False, quoting=csv.QUOTE_MINIMAL)
+            counts["rows"] += len(scored)
+            counts["errors"] += int((scored[ERROR_COLUMN] != "").sum())
+            if len(classifier.labels) == 2:
+                counts["positives"] += int((scored["predicted_label"] == classifier.labels[1]).sum())
+            progress.update(len(scored))
+    except pd.errors.ParserError as exc:
+        raise InputError(f"{input_path}: malformed CSV after data row {counts['rows']}: {exc}") from None
+    return counts
+
+
+def write_scored_csv(input_path: Path, output_path: Path, classifier: PipelineModel, output_header: list[str],
+                     text_column: str, encoding: str, chunk_size: int) -> dict[str, int]:
+    """Stream ``input_path`` through the model into a temporary file beside ``output_path``, renamed into place once
+    complete (removed on any error); returns the counts. An input without rows gets ``output_header`` alone."""
     output_path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp_name = tempfile.mkstemp(prefix=f".{output_path.name}.", suffix=".tmp", dir=output_path.parent)
-    counts = {"rows": 0, "scored": 0, "errors": 0, "positives": 0}
     try:
         os.fchmod(handle, new_file_mode())  # the mode open(path, "w") gives, not mkstemp's 0o600
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as out, \
@@ -149,29 +169,36 @@ def score_csv(config: Config, input_path: str | Path, output_path: str | Path, m
             reader = pd.read_csv(input_path, dtype=object, keep_default_na=False, na_filter=False, chunksize=chunk_size,
                                  skip_blank_lines=False,
                                  encoding=encoding, encoding_errors="surrogateescape")
-            def prepared_chunks():  # runs in the read-ahead thread: parse, check, tokenize
-                first_row = 1
-                for chunk in reader:
-                    yield prepare_chunk(chunk, text_column, classifier, first_row, encoding)
-                    first_row += len(chunk)
-
-            try:
-                for prepared in read_ahead(prepared_chunks()):
-                    scored = finish_chunk(prepared, classifier)
-                    scored.to_csv(out, header=counts["rows"] == 0, index=False, quoting=csv.QUOTE_MINIMAL)
-                    counts["rows"] += len(scored)
-                    counts["errors"] += int((scored[ERROR_COLUMN] != "").sum())
-                    if len(classifier.labels) == 2:
-                        counts["positives"] += int((scored["predicted_label"] == classifier.labels[1]).sum())
-                    progress.update(len(scored))
-            except pd.errors.ParserError as exc:
-                raise InputError(f"{input_path}: malformed CSV after data row {counts['rows']}: {exc}") from None
+            counts = write_scored_chunks(out, prepared_chunks(reader, text_column, classifier, encoding), classifier,
+                                         progress, input_path)
             if counts["rows"] == 0:
-                pd.DataFrame(columns=columns + added).to_csv(out, index=False)
+                pd.DataFrame(columns=output_header).to_csv(out, index=False)
         os.replace(tmp_name, output_path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
+    return counts
+
+
+def score_csv(config: Config, input_path: str | Path, output_path: str | Path, model_uri: str | None = None,
+              text_column: str = "text", encoding: str = "utf-8-sig", chunk_size: int = 2048) -> dict[str, float]:
+    """Score ``input_path`` into ``output_path``; returns the summary counts."""
+    from pipeline.tracking import champion_uri, setup_tracking
+
+    started = time.perf_counter()
+    input_path, output_path = Path(input_path), Path(output_path)
+    columns = header_columns(input_path, output_path, text_column, encoding, chunk_size)
+    setup_tracking(config)
+    model_uri = model_uri or champion_uri(config)
+    classifier = load_classifier(model_uri)
+    load_seconds = time.perf_counter() - started  # header check and model load, inside this call
+    startup_seconds = time.time() - psutil.Process().create_time()  # interpreter, imports and model load
+    added = output_columns(classifier.labels)
+    clashes = [c for c in added if c in columns]
+    if clashes:
+        raise InputError(f"{input_path}: already has output column(s) {clashes}; "
+                         "rename them or score the original file")
+    counts = write_scored_csv(input_path, output_path, classifier, columns + added, text_column, encoding, chunk_size)
     counts["scored"] = counts["rows"] - counts["errors"]
     seconds = time.perf_counter() - started
     streaming = counts["rows"] / max(seconds - load_seconds, 1e-9)

@@ -151,18 +151,10 @@ def replace_folder(tmp: Path, output: Path) -> None:
         shutil.rmtree(backup, ignore_errors=True)
 
 
-def score_table(config: Config, input_pattern: str, output_path: str | Path, model_uri: str | None = None,
-        text_column: str = "text", overwrite: bool = False, keep_row_index: bool = False,
-        output_format: str | None = None) -> dict[str, float]:
-    """Score every input file with Spark into the ``output_path`` folder; returns the summary counts."""
-    import mlflow
-
-    from pipeline.tracking import champion_uri, setup_tracking
-
-    started = time.perf_counter()
-    output_format = output_format or config.spark.output_format
+def checked_inputs(input_pattern: str, output: Path, text_column: str,
+                   overwrite: bool) -> tuple[list[Path], str, list[str]]:
+    """The input files, their format and columns, once the output and the text column are checked (without Spark)."""
     files, file_format = resolve_inputs(str(input_pattern))
-    output = Path(output_path)
     if output.exists() and not overwrite:
         raise InputError(f"output {output} exists: pass --overwrite (make score ... OVERWRITE=1) to replace it")
     if any(output.resolve() == f.resolve() or output.resolve() in f.resolve().parents for f in files):
@@ -170,19 +162,16 @@ def score_table(config: Config, input_pattern: str, output_path: str | Path, mod
     columns = input_columns(files, file_format)
     if text_column not in columns:
         raise InputError(f"{files[0]}: no column {text_column!r}; columns are {columns} (use --text-column)")
-    setup_tracking(config)
-    model_uri = model_uri or champion_uri(config)
-    added = output_schema(model_uri)
-    clashes = [name for name, _ in added if name in columns] + ([ROW_INDEX] if ROW_INDEX in columns else [])
-    if clashes:
-        raise InputError(f"{files[0]}: already has output column(s) {clashes}; rename them first")
+    return files, file_format, columns
 
-    spark = spark_session(config)
-    session_seconds = time.perf_counter() - started
-    from pyspark.errors import PySparkException
+
+def scored_frame(spark, frame, model_uri: str, added: list[tuple[str, str]], columns: list[str], text_column: str,
+                 keep_row_index: bool):
+    """``frame``'s input ``columns`` (and ``row_index`` if kept), then the ``added`` columns the model at
+    ``model_uri`` gives each text."""
+    import mlflow
     from pyspark.sql import functions as F
 
-    frame = read_frame(spark, files, file_format).withColumn(ROW_INDEX, F.monotonically_increasing_id())
     struct = ", ".join(f"`{name}` {kind}" for name, kind in added)
     udf = mlflow.pyfunc.spark_udf(spark, model_uri, result_type=f"struct<{struct}>", env_manager="local")
     scored = frame.withColumn(SCORE_STRUCT, udf(F.col(f"`{text_column}`")))
@@ -191,7 +180,13 @@ def score_table(config: Config, input_pattern: str, output_path: str | Path, mod
         value = F.col(f"{SCORE_STRUCT}.`{name}`")
         outputs.append((F.when(F.isnan(value), None).otherwise(value) if kind == "double" else value).alias(name))
     keep = [F.col(f"`{c}`") for c in columns] + ([F.col(ROW_INDEX)] if keep_row_index else [])
-    result = scored.select(*keep, *outputs)
+    return scored.select(*keep, *outputs)
+
+
+def write_folder(result, output: Path, output_format: str, input_pattern: str) -> None:
+    """Write ``result`` into a hidden temporary folder beside ``output``, renamed into place once complete (removed
+    on any error; a Spark error becomes one line)."""
+    from pyspark.errors import PySparkException
 
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(f".{output.name}.tmp-{uuid.uuid4().hex[:8]}")
@@ -208,12 +203,45 @@ def score_table(config: Config, input_pattern: str, output_path: str | Path, mod
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise InputError(f"{input_pattern}: Spark could not read or score the input: {first[:500]}") from None
         raise
+
+
+def count_rows(spark, output: Path, output_format: str) -> tuple[int, int]:
+    """The rows and the rows with a ``score_error`` in the written ``output`` folder, in one pass over it."""
+    from pyspark.sql import functions as F
+
     written = (spark.read.parquet(str(output)) if output_format == "parquet"
                else spark.read.csv(str(output), header=True, multiLine=True, escape='"'))
     counted = written.agg(F.count(F.lit(1)).alias("rows"),  # one pass over the output for both counts
                           F.sum((F.col(ERROR_COLUMN).isNotNull() & (F.col(ERROR_COLUMN) != "")).cast("long"))
                           .alias("errors")).first()
-    rows, errors = int(counted["rows"]), int(counted["errors"] or 0)
+    return int(counted["rows"]), int(counted["errors"] or 0)
+
+
+def score_table(config: Config, input_pattern: str, output_path: str | Path, model_uri: str | None = None,
+                text_column: str = "text", overwrite: bool = False, keep_row_index: bool = False,
+                output_format: str | None = None) -> dict[str, float]:
+    """Score every input file with Spark into the ``output_path`` folder; returns the summary counts."""
+    from pipeline.tracking import champion_uri, setup_tracking
+
+    started = time.perf_counter()
+    output_format = output_format or config.spark.output_format
+    output = Path(output_path)
+    files, file_format, columns = checked_inputs(input_pattern, output, text_column, overwrite)
+    setup_tracking(config)
+    model_uri = model_uri or champion_uri(config)
+    added = output_schema(model_uri)
+    clashes = [name for name, _ in added if name in columns] + ([ROW_INDEX] if ROW_INDEX in columns else [])
+    if clashes:
+        raise InputError(f"{files[0]}: already has output column(s) {clashes}; rename them first")
+
+    spark = spark_session(config)
+    session_seconds = time.perf_counter() - started
+    from pyspark.sql import functions as F
+
+    frame = read_frame(spark, files, file_format).withColumn(ROW_INDEX, F.monotonically_increasing_id())
+    result = scored_frame(spark, frame, model_uri, added, columns, text_column, keep_row_index)
+    write_folder(result, output, output_format, input_pattern)
+    rows, errors = count_rows(spark, output, output_format)
     seconds = time.perf_counter() - started
     print(f"score (spark {config.spark.master}): read {rows:,} rows from {len(files)} {file_format} file(s) "
           f"({input_pattern}); scored {rows - errors:,}, errors {errors:,}; wrote {output}/ ({output_format} parts) "

@@ -42,7 +42,7 @@ from pipeline.core.files import (
     token_counts_file,
     write_manifest,
 )
-from pipeline.model.presets import preset_encoder
+from pipeline.model.presets import PresetTextEncoder, preset_encoder
 from pipeline.text.conventions import RESERVED_TOKENS, percentiles
 from pipeline.text.wordpiece import EncoderSettings, TextEncoder
 
@@ -99,6 +99,26 @@ def plot_token_lengths(counts: dict[str, np.ndarray], cutoff: int, path: Path) -
 # --------------------------------------------------------------------------- stage entry point
 
 
+def write_encoded_splits(encoder: TextEncoder | PresetTextEncoder, frames: dict[str, pd.DataFrame], max_tokens: int,
+                         staging: Path) -> tuple[dict[str, dict], dict[str, np.ndarray]]:
+    """Write every split's token ids, labels (not for the unlabeled reviews) and token counts into ``staging``;
+    returns the manifest's statistics by split (unknown-token rate, fraction longer than ``max_tokens``, length
+    percentiles) and the token counts by split."""
+    stats: dict[str, dict] = {"unknown_token_rate": {}, "truncated_fraction": {}, "token_length": {}}
+    counts_by_split = {}
+    for split in frames:
+        ids, counts, unknown = encoder.encode_with_counts(list(frames[split]["text"]))
+        np.save(staging / ids_file(split), ids)
+        if split != UNLABELED:
+            np.save(staging / labels_file(split), frames[split]["label"].to_numpy(np.int32))
+        np.save(staging / token_counts_file(split), counts)
+        counts_by_split[split] = counts
+        stats["unknown_token_rate"][split] = round(unknown / max(int(counts.sum()), 1), 6)
+        stats["truncated_fraction"][split] = round(float((counts > max_tokens).mean()), 6)
+        stats["token_length"][split] = percentiles(counts)
+    return stats, counts_by_split
+
+
 def tokenize(config: Config, force: bool = False) -> Path:
     """Learn the vocabulary on train (+ unlabeled), encode every split and return ``data/tokenize``."""
     started = time.perf_counter()
@@ -132,22 +152,12 @@ def tokenize(config: Config, force: bool = False) -> Path:
         encoder = TextEncoder(learn_vocabulary(corpus, config.tokenizer), settings)
     learn_seconds = time.perf_counter() - learn_started
 
-    stats: dict[str, dict] = {"unknown_token_rate": {}, "truncated_fraction": {}, "token_length": {}}
-    counts_by_split = {}
+    max_tokens = config.tokenizer.max_sequence_length - 1
     with staged_directory(out_dir) as staging:
         encoder.save(staging)
         shutil.copy2(ingest_dir / LABELS_FILE, staging / LABELS_FILE)
-        for split in frames:
-            ids, counts, unknown = encoder.encode_with_counts(list(frames[split]["text"]))
-            np.save(staging / ids_file(split), ids)
-            if split != UNLABELED:
-                np.save(staging / labels_file(split), frames[split]["label"].to_numpy(np.int32))
-            np.save(staging / token_counts_file(split), counts)
-            counts_by_split[split] = counts
-            stats["unknown_token_rate"][split] = round(unknown / max(int(counts.sum()), 1), 6)
-            stats["truncated_fraction"][split] = round(float((counts > config.tokenizer.max_sequence_length - 1).mean()), 6)
-            stats["token_length"][split] = percentiles(counts)
-        plot_token_lengths(counts_by_split, config.tokenizer.max_sequence_length - 1, staging / TOKEN_LENGTHS_PLOT)
+        stats, counts_by_split = write_encoded_splits(encoder, frames, max_tokens, staging)
+        plot_token_lengths(counts_by_split, max_tokens, staging / TOKEN_LENGTHS_PLOT)
         manifest = build_manifest(
             STAGE, config_hash, inputs, config.to_dict()["tokenizer"],
             vocabulary_size=encoder.vocabulary_size,

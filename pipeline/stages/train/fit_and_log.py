@@ -266,9 +266,11 @@ def log_run_inputs(config: Config, data: TrainingData, hardware: Hardware, model
     mlflow.log_artifact(str(tokenize_dir / TOKEN_LENGTHS_PLOT), "data")
 
 
-def save_outputs(config: Config, run_dir: Path, model: keras.Model, tokenize_dir: Path, run_id: str,
-                 result: FitResult, hardware: Hardware, config_hash: str, inputs: dict[str, str]) -> dict:
-    """``model.keras``, the tokenizer copy, history and curves, the pyfunc model, then the manifest last."""
+def save_outputs(run: TrainedRun, model: keras.Model, tokenize_dir: Path, result: FitResult, hardware: Hardware,
+                 config_hash: str, inputs: dict[str, str]) -> dict:
+    """``model.keras``, the tokenizer copy, history and curves, the pyfunc model, then the manifest last, into
+    ``run``'s folder and MLflow run."""
+    config, run_dir = run.config, run.run_dir
     model_path = run_dir / KERAS_MODEL_FILE
     tmp_path = run_dir / f".{KERAS_MODEL_FILE}.tmp.keras"
     # The graph and weights only, through an uncompiled model of the same layers: a compiled model's file also holds
@@ -293,7 +295,7 @@ def save_outputs(config: Config, run_dir: Path, model: keras.Model, tokenize_dir
                                                                                         tokenizer_dir), EXAMPLE_TEXTS)
     manifest = build_manifest(
         STAGE, config_hash, inputs, {k: v for k, v in config.to_dict().items() if k in ("model", "training")},
-        mlflow_run_id=run_id, model_uri=model_uri, tracking_uri=mlflow.get_tracking_uri(),
+        mlflow_run_id=run.run_id, model_uri=model_uri, tracking_uri=mlflow.get_tracking_uri(),
         device=hardware.device, precision=hardware.policy, train_seconds=round(result.train_seconds, 1),
         best_val_accuracy=result.val_accuracy, best_val_loss=result.val_loss,
         epochs_run=len(result.history["loss"]), parameters=model.count_params(),
@@ -341,7 +343,8 @@ def train_model(config: Config, force: bool = False,
                 log_run_inputs(config, data, hardware, model, config_hash, inputs, tokenize_dir, pretrained)
             with multi_worker_fit(model, data.train, hardware.strategy):
                 result = fit(model, data, config, run_dir, run_id, extra_callbacks)
-            save_outputs(config, run_dir, model, tokenize_dir, run_id, result, hardware, config_hash, inputs)
+            save_outputs(TrainedRun(run_id, run_dir, config), model, tokenize_dir, result, hardware, config_hash,
+                         inputs)
     finally:
         keras.mixed_precision.set_global_policy("float32")
         if scratch is not None:

@@ -1,0 +1,166 @@
+"""Scoring measurements for ``make bench``: tokenization, the model alone (compiled against eager), a CSV end to
+end in this process and in a fresh one (with its peak memory), and the model-alone rate with hashed n-grams.
+
+Reads:  the model at a URI (an MLflow model) and the texts it is given.
+Writes: only temporary CSV files, removed before each function returns.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import resource
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pipeline.config import Config, ModelConfig
+from pipeline.core.errors import InputError
+from pipeline.stages.score.csv_file import score_csv
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MiB (``VmHWM``).
+
+    Not ``getrusage``: on Linux a spawned child inherits the parent's ``ru_maxrss`` across
+    fork and exec, so a child of a large bench process would report the parent's peak.
+    """
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # not Linux
+
+
+def _score_in_fresh_process(config: Config, input_path: str, output_path: str, model_uri: str) -> dict:
+    summary = score_csv(config, input_path, output_path, model_uri=model_uri)
+    return {**summary, "peak_rss_mb": peak_rss_mb()}
+
+
+def score_peak_memory(config: Config, input_path: Path, output_path: Path, model_uri: str) -> dict:
+    """Run ``score`` in a new interpreter and return its summary plus peak RSS in MiB (its errors re-raised here)."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_score_in_fresh_process, config, str(input_path), str(output_path), model_uri).result()
+
+
+def measure_model_alone(classifier, texts: pd.Series) -> dict:
+    """Tokenizer rates (``encode`` against ``encode_reference``, and the rows where they differ) and the model-alone
+    scoring rate, compiled and eager, each after a warm-up."""
+    from pipeline.model.classifiers import predict_ids
+
+    results = {}
+    encoder = classifier.encoder
+    for encode in (encoder.encode, encoder.encode_reference):  # warm-up
+        encode(texts[:64].tolist())
+    started = time.perf_counter()
+    reference = encoder.encode_reference(texts.tolist())
+    results["tokenize_reference_rows_per_second"] = len(texts) / (time.perf_counter() - started)
+    started = time.perf_counter()
+    ids = encoder.encode(texts.tolist())
+    results["tokenize_rows_per_second"] = len(texts) / (time.perf_counter() - started)
+    results["tokenize_rows_differing_from_reference"] = int((ids != reference).any(axis=1).sum())
+    predict_ids(classifier.model, ids)  # warm-up: compiles the forward pass for every batch width
+    for name, compiled in (("model_only_rows_per_second", True), ("model_only_eager_rows_per_second", False)):
+        started = time.perf_counter()
+        predict_ids(classifier.model, ids, compiled=compiled)
+        results[name] = len(texts) / (time.perf_counter() - started)
+    return results
+
+
+def measure_csv_in_process(config: Config, model_uri: str, csv_path: Path, tmp: Path, model_only: float) -> dict:
+    """``score_csv``'s rate on ``csv_path`` in this process, with and without its model load, as rates and as
+    fractions of the ``model_only`` rate."""
+    started = time.perf_counter()
+    summary = score_csv(config, csv_path, tmp / "scored.csv", model_uri=model_uri)
+    elapsed = time.perf_counter() - started
+    results = {"score_csv_rows_per_second": summary["rows"] / elapsed}
+    results["score_csv_fraction_of_model_only"] = results["score_csv_rows_per_second"] / model_only
+    # like for like with the model-alone rate, which is measured on a loaded model
+    results["score_csv_streaming_rows_per_second"] = summary["rows"] / (elapsed - summary["load_seconds"])
+    results["score_csv_streaming_fraction_of_model_only"] = results["score_csv_streaming_rows_per_second"] / model_only
+    return results
+
+
+def measure_fusion_csv(config: Config, model_uri: str, transformer_run: str, csv_path: Path, tmp: Path) -> dict:
+    """A fused model's CSV rate after its load against its own Transformer's, side by side."""
+    alone = score_csv(config, csv_path, tmp / "scored_transformer.csv", model_uri=f"runs:/{transformer_run}/model")
+    fused = score_csv(config, csv_path, tmp / "scored_fused.csv", model_uri=model_uri)
+    fusion = {"transformer_csv_rows_per_second": alone["rows"] / (alone["seconds"] - alone["load_seconds"]),
+              "fused_csv_rows_per_second": fused["rows"] / (fused["seconds"] - fused["load_seconds"])}
+    fusion["fused_fraction_of_transformer_csv"] = (fusion["fused_csv_rows_per_second"]
+                                                   / fusion["transformer_csv_rows_per_second"])
+    return fusion
+
+
+def measure_fresh_process(config: Config, model_uri: str, csv_paths: list[Path], tmp: Path,
+                          model_only: float) -> list[dict]:
+    """What ``make score`` costs a user: for each CSV a new process, model load and compiling included, its rate,
+    start-up and peak memory."""
+    measurements = []
+    for path in csv_paths:
+        measured = score_peak_memory(config, path, tmp / f"scored_{path.stem}.csv", model_uri)
+        measurements.append({
+            "rows": measured["rows"], "peak_rss_mb": round(measured["peak_rss_mb"], 1),
+            "rows_per_second": measured["rows"] / measured["seconds"],
+            "fraction_of_model_only": measured["rows"] / measured["seconds"] / model_only,
+            "startup_seconds": measured["startup_seconds"], "load_seconds": measured["load_seconds"]})
+    return measurements
+
+
+def measure_scoring(config: Config, model_uri: str, texts: pd.Series, repeat: int) -> dict:
+    """Every scoring rate of the model at ``model_uri`` on ``texts``: tokenizer and model alone, a CSV of them in this
+    process (and, for a fused model, against its Transformer), and in a fresh process for them and ``repeat`` x them."""
+    from pipeline.model.classifiers import load_classifier
+    from pipeline.stages.evaluate.scorecard import transformer_of
+
+    champion = load_classifier(model_uri)
+    classifier = transformer_of(champion)
+    if classifier is None:
+        raise InputError(f"{model_uri} is an NBSVM model without a Transformer: pass a Transformer or fused model "
+                         "with --model (MODEL=) to measure the Transformer's scoring path")
+    results: dict = {"model_kind": champion.kind, **measure_model_alone(classifier, texts)}
+    model_only = results["model_only_rows_per_second"]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        small, big = tmp / "reviews.csv", tmp / "reviews_big.csv"
+        pd.DataFrame({"id": range(len(texts)), "text": texts}).to_csv(small, index=False)
+        pd.DataFrame({"id": range(len(texts) * repeat), "text": pd.concat([texts] * repeat)}).to_csv(big, index=False)
+        results.update(measure_csv_in_process(config, model_uri, small, tmp, model_only))
+        transformer_run = getattr(champion, "transformer_run_id", None)
+        if transformer_run:  # a fused model: its CSV rate against its own Transformer's, side by side
+            results["fusion"] = measure_fusion_csv(config, model_uri, transformer_run, small, tmp)
+        results["fresh_process"] = measure_fresh_process(config, model_uri, [small, big], tmp, model_only)
+    return results
+
+
+def measure_ngram_scoring(model_config: ModelConfig, vocabulary_size: int, max_length: int, ids: np.ndarray,
+                          ngram_max: int = 3, passes: int = 2) -> dict:
+    """Model-alone scoring rate (``predict_ids``, compiled and bucketed, as ``make score`` runs it) of the configured
+    encoder without and with hashed n-gram embeddings, side by side on the same token ids. The weights do not change
+    the work, so both are built fresh; each rate is the best of ``passes`` passes after a warm-up pass."""
+    import dataclasses
+
+    import keras
+
+    from pipeline.model.classifiers import predict_ids
+    from pipeline.model.transformer import build_model
+
+    ngram_max = model_config.ngram_max if model_config.ngram_max > 1 else ngram_max
+    variants = {"tokens": dataclasses.replace(model_config, ngram_max=1),
+                f"tokens + 2..{ngram_max}-grams": dataclasses.replace(model_config, ngram_max=ngram_max)}
+    rates = {}
+    for name, variant in variants.items():
+        keras.utils.set_random_seed(0)
+        model = build_model(variant, vocabulary_size, max_length, 2)
+        predict_ids(model, ids)  # warm-up: compiles every batch width
+        seconds = []
+        for _ in range(passes):
+            started = time.perf_counter()
+            predict_ids(model, ids)
+            seconds.append(time.perf_counter() - started)
+        rates[name] = {"rows_per_second": len(ids) / min(seconds), "parameters": model.count_params()}
+    plain, with_ngrams = rates.values()
+    return {"rows": len(ids), "buckets": model_config.ngram_buckets, "models": rates,
+            "ngram_fraction_of_tokens_only": with_ngrams["rows_per_second"] / plain["rows_per_second"]}
