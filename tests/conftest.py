@@ -343,3 +343,21 @@ def preset_comparison(tmp_path_factory, empty_mlflow_store):
             run_stages(root, config, empty_mlflow_store, ingest, tokenize, compare, register)
             shutil.rmtree(preset)
     return config
+
+
+@pytest.fixture
+def own_comparison(comparison, tmp_path):
+    """A copy of the shared comparison (its data, reports and MLflow store) for a test that writes to it, so no
+    test changes what the others read. Its runs' artifacts stay where the shared store logged them."""
+    import mlflow
+
+    config, report = comparison
+    root = Path(config.tracking.tracking_uri.removeprefix("sqlite:///")).parent
+    copy = tmp_path / "comparison"
+    for name in ("data", "reports"):
+        shutil.copytree(root / name, copy / name, symlinks=True)
+    shutil.copy2(root / "mlflow.db", copy / "mlflow.db")
+    own = config.replace(paths={"data_dir": str(copy / "data"), "reports_dir": str(copy / "reports")},
+                         tracking={"tracking_uri": f"sqlite:///{copy / 'mlflow.db'}"})
+    mlflow.set_tracking_uri(own.tracking.tracking_uri)
+    return own, copy / "reports" / report.name

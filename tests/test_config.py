@@ -8,7 +8,7 @@ from pipeline.core.errors import ConfigError
 from pipeline.stages.compare.designs import design_for
 from tests.conftest import PROJECT_ROOT
 
-SEARCH_SPACE = "tune.yaml"  # `make tune`'s search space, not a config (tests/test_tune.py reads it)
+SEARCH_SPACE = "tune.yaml"  # `make tune`'s search space, not a config (tests/experiments/test_tune.py reads it)
 SHIPPED = sorted(path.name for path in (PROJECT_ROOT / "configs").glob("*.yaml") if path.name != SEARCH_SPACE)
 
 

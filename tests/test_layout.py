@@ -8,8 +8,10 @@
   reads or runs), never one downstream or beside it; libraries never import a stage or an experiment; no cycle;
 - the Makefile's prerequisites and the stage table agree (the stage graph is written once);
 - one name per idea: no two modules named after forms of one word (``tokenize``/``tokenizer``/``tokenization``);
-- every file name a stage hands on is written once (in ``pipeline.core.files``);
-- sizes: no module over 400 lines, no function over 60 lines or with more than 8 parameters.
+- every file name a stage hands on is written once (in ``pipeline.core.catalog``);
+- sizes: no module over 400 lines, no function over 60 lines or with more than 8 parameters;
+- tests mirror the layout: ``tests/<folder>/test_<name>.py`` tests a module or package ``<name>`` under
+  ``pipeline/<folder>/``, and every stage has its ``tests/stages/test_<stage>.py``.
 
 Each rule is checked by a function that reads sources as text (``ast``), and each function is first shown to
 catch a broken input, so a rule that silently stopped checking would fail here.
@@ -22,12 +24,14 @@ import graphlib
 import re
 from pathlib import Path
 
-from pipeline.core import files
+from pipeline.core import catalog
 from pipeline.experiments import EXPERIMENTS
 from pipeline.stages import STAGES
 from tests.conftest import PROJECT_ROOT
 
 PACKAGE = PROJECT_ROOT / "pipeline"
+TESTS = PROJECT_ROOT / "tests"
+CROSS_CUTTING = {"test_layout"}  # the rules of the whole package, this file
 ROOT_ENTRIES = 12
 MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_PARAMETERS = 400, 60, 8
 EVERYTHING = {**STAGES, **EXPERIMENTS}
@@ -198,8 +202,8 @@ def string_literals(source: str) -> list[str]:
 
 
 def catalog_names() -> dict[str, str]:
-    """The catalog's file names: upper-case ``str`` constants of ``pipeline.core.files`` that name a file."""
-    return {name: value for name, value in vars(files).items()
+    """The catalog's file names: upper-case ``str`` constants of ``pipeline.core.catalog`` that name a file."""
+    return {name: value for name, value in vars(catalog).items()
             if name.isupper() and isinstance(value, str) and "." in value}
 
 
@@ -234,6 +238,27 @@ def size_violations(modules: dict[str, str]) -> list[str]:
     return sorted(found)
 
 
+def unmirrored_tests(test_files: list[Path]) -> list[str]:
+    """Test files under ``tests/`` whose folder is not a folder of ``pipeline/``, or whose name (``test_<name>`` or
+    ``test_<name>_<topic>``) names no module or package in it (at the root: directly in it)."""
+    found = []
+    for path in test_files:
+        relative = path.relative_to(TESTS)
+        if relative.stem in CROSS_CUTTING:
+            continue
+        folder = PACKAGE.joinpath(*relative.parts[:-1])
+        entries = (folder.rglob("*") if relative.parent.parts else folder.iterdir()) if folder.is_dir() else []
+        names = {entry.stem for entry in entries if entry.suffix == ".py" or entry.is_dir()}
+        topic = relative.stem.removeprefix("test_")
+        if not any(topic == name or topic.startswith(name + "_") for name in names - {"__init__", "__pycache__"}):
+            found.append(relative.as_posix())
+    return sorted(found)
+
+
+def all_test_files() -> list[Path]:
+    return sorted(path for path in TESTS.rglob("test_*.py") if "data" not in path.relative_to(TESTS).parts)
+
+
 # --------------------------------------------------------------------------- the checks catch broken inputs
 
 
@@ -247,8 +272,8 @@ def test_the_checks_catch_a_cycle_a_library_importing_a_stage_and_a_repeated_fil
     assert library_violations({"pipeline.lexical": {"pipeline.experiments.tune"}}) == [
         "pipeline.lexical imports pipeline.experiments.tune"]
     assert library_violations({"pipeline.stages.train": {"pipeline.lexical"}, CLI: {"pipeline.stages"}}) == []
-    modules = {"pipeline.core.files": 'A = "x.parquet"', "pipeline.stages.y": 'path = "x.parquet"'}
-    assert repeated_file_names(modules, {"x.parquet"}) == {"x.parquet": ["pipeline.core.files", "pipeline.stages.y"]}
+    modules = {"pipeline.core.catalog": 'A = "x.parquet"', "pipeline.stages.y": 'path = "x.parquet"'}
+    assert repeated_file_names(modules, {"x.parquet"}) == {"x.parquet": ["pipeline.core.catalog", "pipeline.stages.y"]}
 
 
 def test_the_stage_rule_catches_a_stage_importing_one_downstream_or_beside_it():
@@ -288,10 +313,16 @@ def test_the_name_and_size_checks_catch_forms_of_one_word_and_a_long_function():
     assert size_violations({"pipeline.m": "x = 1\n" * 401}) == ["pipeline.m: 401 lines"]
 
 
-def files_folders() -> dict[str, str]:
-    from pipeline.core.catalog import FOLDERS
+def test_the_mirror_check_catches_a_test_of_nothing_and_one_in_the_wrong_folder():
+    assert unmirrored_tests([TESTS / "stages" / "test_train.py", TESTS / "stages" / "test_tables.py",
+                             TESTS / "test_metrics.py", TESTS / "stages" / "test_score_legacy_models.py"]) == []
+    assert unmirrored_tests([TESTS / "stages" / "test_nothing.py", TESTS / "model" / "test_train.py",
+                             TESTS / "test_tables.py", TESTS / "elsewhere" / "test_train.py"]) == [
+        "elsewhere/test_train.py", "model/test_train.py", "stages/test_nothing.py", "test_tables.py"]
 
-    return FOLDERS
+
+def files_folders() -> dict[str, str]:
+    return catalog.FOLDERS
 
 
 # --------------------------------------------------------------------------- the package
@@ -342,3 +373,10 @@ def test_every_file_name_of_the_catalog_is_written_once():
 
 def test_no_module_function_or_parameter_list_is_too_long():
     assert size_violations(sources()) == []
+
+
+def test_the_tests_mirror_the_layout_and_every_stage_has_its_own():
+    files = all_test_files()
+    assert unmirrored_tests(files) == []
+    named = {path.relative_to(TESTS).as_posix() for path in files}
+    assert {f"stages/test_{name.replace('-', '_')}.py" for name in STAGES} <= named

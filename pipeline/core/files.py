@@ -1,4 +1,4 @@
-"""File helpers shared by every stage: checksums, atomic writes and stage manifests.
+"""File helpers shared by every stage: checksums, atomic writes and stage manifests (the file names: ``catalog``).
 
 A stage writes its outputs into a staging folder next to ``data/<stage>/`` and swaps it
 into place only when everything is written, so a crash or a bad input never leaves a
@@ -21,65 +21,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from pipeline import __version__
+from pipeline.core.catalog import MANIFEST_FORMAT_VERSION, MANIFEST_NAME
 from pipeline.core.errors import MissingInputError
-
-MANIFEST_NAME = "manifest.json"
-MANIFEST_FORMAT_VERSION = 1
-
-# --------------------------------------------------------------------------- the catalog
-# Every file one stage writes and another reads, named once. A stage's private files (its plots,
-# its checkpoints) are named in the stage itself.
-
-SPLITS = ("train", "val", "test")
-LABELS_FILE = "labels.json"                    # class names in index order: ingest, tokenize, every model
-UNLABELED_TABLE = "unlabeled.parquet"          # ingest -> tokenize, pseudo-label
-VOCABULARY_FILE = "vocabulary.txt"             # tokenize -> train, every model
-TOKENIZER_SETTINGS_FILE = "tokenizer.json"     # tokenize -> train, every model
-TOKEN_LENGTHS_PLOT = "token_lengths.png"       # tokenize -> train (logged with the run)
-BACKBONE_WEIGHTS_FILE = "backbone.weights.npz"  # pretrain -> train
-BACKBONE_SPEC_FILE = "backbone.json"           # pretrain -> train
-BACKBONE_SNAPSHOTS_DIR = "snapshots"           # pretrain -> pretrain-budget: snapshots/<minutes>min/
-PSEUDO_LABELS_FILE = "pseudo_labels.parquet"   # pseudo-label -> train
-KERAS_MODEL_FILE = "model.keras"               # train -> evaluate, the pyfunc model
-MODEL_SETTINGS_FILE = "model_settings.json"    # train -> every scorer: how the model reads a review (long_reviews)
-TOKENIZER_DIR = "tokenizer"                    # train: the tokenizer files carried with the model
-HISTORY_FILE = "history.json"                  # train, pretrain: per-epoch (per-period) curves
-METRICS_FILE = "metrics.json"                  # evaluate -> compare, register, pretrain-budget
-TEST_PREDICTIONS_FILE = "test_predictions.parquet"  # evaluate, compare's baselines -> compare, register
-VAL_PREDICTIONS_FILE = "val_predictions.parquet"    # evaluate -> compare (fusion weights, the champion)
-LEXICAL_MODEL_FILE = "nbsvm.joblib"            # compare's NBSVM baseline -> its fused models
-FUSION_FILE = "fusion.json"                    # a fused model's weight
-COMPARISON_REPORT = "comparison"               # compare -> register, pretrain-budget: reports/comparison.*
-
-
-def split_table(split: str) -> str:
-    """``train.parquet``: one split of ingest's output (``SPLITS``)."""
-    return f"{split}.parquet"
-
-
-def ids_file(split: str) -> str:
-    """``train_ids.npy``: tokenize's int32 ``[rows, max_sequence_length]`` token ids of a split (or ``unlabeled``)."""
-    return f"{split}_ids.npy"
-
-
-UNLABELED = "unlabeled"                        # tokenize's ids of the unlabeled reviews: no labels, no split
-UNLABELED_IDS_FILE = ids_file(UNLABELED)       # tokenize -> pretrain, train (pseudo labels)
-
-
-def labels_file(split: str) -> str:
-    """``train_labels.npy``: tokenize's class indices of a split."""
-    return f"{split}_labels.npy"
-
-
-def teacher_probability_column(index: int) -> str:
-    """The column of ``pseudo_labels.parquet`` holding the teacher's probability of class ``index`` (soft targets)."""
-    return f"probability_{index}"
-
-
-def token_counts_file(split: str) -> str:
-    """``train_token_counts.npy``: tokens per review before truncation."""
-    return f"{split}_token_counts.npy"
-
 
 
 def file_digest(path: str | Path, algorithm: str = "sha256") -> str:

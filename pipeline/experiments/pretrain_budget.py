@@ -1,4 +1,4 @@
-"""Experiment stage (``make pretrain-budget``): test accuracy against minutes of masked-LM pretraining.
+"""``make pretrain-budget``: test accuracy against minutes of masked-LM pretraining.
 
 Reads:  ``data/tokenize/`` (and whatever the pretrain, train and evaluate stages read).
 Writes: ``reports/pretraining_budget.{json,md,png}``: for a budget of 0 minutes (from scratch) and
@@ -24,17 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.config import Config
-from pipeline.core.catalog import stage_dir
-from pipeline.core.files import (
-    BACKBONE_SNAPSHOTS_DIR,
-    BACKBONE_SPEC_FILE,
-    COMPARISON_REPORT,
-    METRICS_FILE,
-    atomic_write_json,
-    atomic_write_text,
-    manifest_hash,
-    read_manifest,
-)
+from pipeline.core.catalog import BACKBONE_SNAPSHOTS_DIR, BACKBONE_SPEC_FILE, COMPARISON_REPORT, METRICS_FILE, stage_dir
+from pipeline.core.files import atomic_write_json, atomic_write_text, manifest_hash, read_manifest
 from pipeline.stages.evaluate.scorecard import evaluate_run
 from pipeline.stages.pretrain.masked_lm import pretrain
 from pipeline.stages.train.fit_and_log import train_model

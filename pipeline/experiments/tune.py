@@ -31,10 +31,10 @@ import yaml
 
 from pipeline.config import Config
 from pipeline.config.typed_values import check_type
-from pipeline.core.catalog import require_output
+from pipeline.core.catalog import MANIFEST_NAME, require_output
 from pipeline.core.errors import ConfigError, InputError, MissingInputError, PipelineError
-from pipeline.core.files import MANIFEST_NAME, atomic_write_json, atomic_write_text, read_manifest
-from pipeline.stages.tokenize.encode import own_tokenization
+from pipeline.core.files import atomic_write_json, atomic_write_text, read_manifest
+from pipeline.stages.tokenize.vocabulary import own_tokenization
 from pipeline.stages.train.fit_and_log import train_model
 from pipeline.tracking import flat_params, setup_tracking, tracking_uri
 

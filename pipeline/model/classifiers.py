@@ -1,8 +1,8 @@
-"""Turning raw texts into class probabilities: the pyfunc models this pipeline logs, and their scoring path.
+"""Turning raw texts into class probabilities: the pyfunc models this pipeline logs and loads.
 
-``TextEncoder.encode`` then ``predict_ids`` is the single scoring path used by evaluation, batch
-scoring and the MLflow pyfunc model (``predict_probabilities`` chains the two), so the same review
-gets the same probability from all three. It returns ``[N, k]`` class probabilities
+``TextEncoder.encode`` (``pipeline.text.encoder``) then ``predict_ids`` (``pipeline.model.forward``) is the single
+scoring path used by evaluation, batch scoring and the MLflow pyfunc model (``predict_probabilities`` chains the
+two), so the same review gets the same probability from all three. It returns ``[N, k]`` class probabilities
 (``pipeline.core.predictions``). Every pyfunc model the pipeline logs (:class:`PipelineModel`: the
 Transformer :class:`SentimentClassifier`, the lexical :class:`LexicalClassifier`, the
 :class:`FusedClassifier` of both) takes a DataFrame with a ``text`` column of raw strings and returns, for
@@ -30,8 +30,9 @@ import numpy as np
 import pandas as pd
 
 from pipeline.config import LONG_REVIEWS
+from pipeline.core.catalog import LABELS_FILE, TOKENIZER_SETTINGS_FILE
 from pipeline.core.errors import InputError, MissingInputError
-from pipeline.core.files import LABELS_FILE, TOKENIZER_SETTINGS_FILE, sha256_file
+from pipeline.core.files import sha256_file
 from pipeline.core.predictions import (
     check_shape,
     fuse_probabilities,
@@ -40,8 +41,8 @@ from pipeline.core.predictions import (
     probability_columns,
 )
 from pipeline.model.forward import predict_ids
-from pipeline.model.presets import load_text_encoder
 from pipeline.text.conventions import load_labels, text_problem
+from pipeline.text.encoder import load_text_encoder
 
 ERROR_COLUMN = "score_error"  # why a row got no score ("" when it was scored)
 ARTIFACT_KERAS_MODEL = "keras_model"  # names of the pyfunc models' artifacts (Transformers logged so far use the
@@ -227,7 +228,7 @@ class SentimentClassifier(PipelineModel):
 
     def prepare(self, texts: Sequence[str]):
         """The texts' ids; when it :attr:`reads_windows`, (ids, owner): each text's row and the windows of those
-        longer than the limit (``TextEncoder.encode_windows``)."""
+        longer than the limit (``WordPieceEncoder.encode_windows``)."""
         if self.reads_windows:
             return self.encoder.encode_windows(list(texts))
         return self.encoder.encode(list(texts))
@@ -282,7 +283,12 @@ class FusedClassifier(PipelineModel):
     @staticmethod
     def artifacts(keras_model, tokenizer, lexical_model, fusion_file, model_settings=None) -> dict[str, str]:
         return {**SentimentClassifier.artifacts(keras_model, tokenizer, model_settings),
-                **LexicalClassifier.artifacts(lexical_model, tokenizer), ARTIFACT_FUSION: str(fusion_file)}
+                **FusedClassifier.lexical_artifacts(lexical_model, tokenizer, fusion_file)}
+
+    @staticmethod
+    def lexical_artifacts(lexical_model, labels_dir, fusion_file) -> dict[str, str]:
+        """The artifacts a fusion adds to its Transformer's: the lexical model, its labels and the weight."""
+        return {**LexicalClassifier.artifacts(lexical_model, labels_dir), ARTIFACT_FUSION: str(fusion_file)}
 
     def _load(self, artifacts) -> None:
         import json

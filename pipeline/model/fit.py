@@ -21,7 +21,7 @@ from pipeline.config import Config
 from pipeline.core.errors import ConfigError
 from pipeline.model.optimizers import LazyAdamW
 from pipeline.model.presets import preset_backbone_of
-from pipeline.text.wordpiece import TextEncoder
+from pipeline.text.encoder import TextEncoder
 from pipeline.tracking import MLflowEpochLogger
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from pipeline.core.predictions import as_class_probabilities
 from pipeline.runtime.batching import SCORING_LENGTH_MULTIPLE, batch_width, bucketed_batches
 from pipeline.text.conventions import PAD_ID
-from pipeline.text.wordpiece import TextEncoder
+from pipeline.text.encoder import TextEncoder
 
 _COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 # model -> Counter of batches scored per (batch size, width): what ``predict_ids`` compiles for

@@ -1,80 +1,16 @@
-"""Pretrained KerasHub encoders (``model.preset``): finding and checking a preset, its tokenizer as the pipeline's
-text encoder, and the classifier put on its backbone. Pure construction; the stages do the file and MLflow I/O.
+"""Pretrained KerasHub encoders (``model.preset``) as the pipeline's model: the preset's backbone, checked, and
+the classifier put on it; the tokenize stage's encoder for a preset (its tokenizer checked against the backbone's
+limits). Pure construction; the stages do the file and MLflow I/O. The preset's tokenizer: ``pipeline.text.presets``.
 
-A preset is a KerasHub preset name (``bert_tiny_en_uncased``; downloaded once into KerasHub's cache, so it needs
-the network the first time) or the folder ``keras_hub.models.Backbone.save_to_preset`` and
-``Tokenizer.save_to_preset`` wrote. The tokenize stage encodes with the preset's own tokenizer (its vocabulary,
-casing and special tokens) and saves that tokenizer beside the ids; the train stage puts the pipeline's pooling and
-classifier head on the preset's backbone. The saved ``.keras`` model holds the fine-tuned backbone and the run's
-tokenizer folder holds the tokenizer, so a trained model never needs the preset again.
+The train stage puts the pipeline's pooling and classifier head on the preset's backbone. The saved ``.keras`` model
+holds the fine-tuned backbone and the run's tokenizer folder holds the tokenizer, so a trained model never needs the
+preset again.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import asdict
-from pathlib import Path
-from typing import Sequence
-
-import numpy as np
-
-from pipeline.core.errors import ConfigError, InputError, MissingInputError
-from pipeline.core.files import TOKENIZER_SETTINGS_FILE, VOCABULARY_FILE, atomic_write_json, sha256_text
-from pipeline.text.conventions import PAD_ID, clean_text
-
-PRESET_FORMAT = "keras-hub preset tokenizer v1"
-PRESET_ASSETS_DIR = "preset_assets"  # the tokenizer's own files (a WordPiece vocabulary, BPE merges, ...)
-_ENCODE_BATCH = 2048
-
-
-# --------------------------------------------------------------------------- finding and checking a preset
-
-
-def _is_folder_name(preset: str) -> bool:
-    return os.sep in preset or preset.startswith(".") or Path(preset).exists()
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0]
-
-
-def check_preset_location(preset: str) -> None:
-    """A folder that holds a preset, or a name KerasHub knows; anything else is an error naming ``model.preset``."""
-    import keras_hub
-
-    if _is_folder_name(preset):
-        folder = Path(preset)
-        if not folder.is_dir():
-            raise MissingInputError(f"model.preset: no preset folder at {folder} (a KerasHub preset name or the "
-                                    "folder Backbone.save_to_preset wrote)")
-        if not (folder / "config.json").is_file():
-            raise InputError(f"model.preset: {folder} is not a KerasHub preset (no config.json)")
-    elif preset not in keras_hub.models.Backbone.presets:
-        raise ConfigError(f"model.preset: {preset!r} is neither a folder nor a KerasHub preset name "
-                          "(keras_hub.models.Backbone.presets lists them)")
-
-
-def _load_failed(preset: str, part: str, error: Exception) -> InputError:
-    if isinstance(error, (OSError, ConnectionError)) and not _is_folder_name(preset):  # requests' errors are OSErrors
-        return InputError(f"model.preset: could not load the {part} of {preset!r} ({type(error).__name__}: "
-                          f"{_first_line(error)}); a preset name needs the network once, or use a preset folder")
-    return InputError(f"model.preset: could not load the {part} of {preset!r} ({_first_line(error)})")
-
-
-def load_preset_tokenizer(preset: str):
-    """The preset's KerasHub tokenizer; a preset without one is an error naming ``model.preset``."""
-    import keras_hub
-
-    check_preset_location(preset)
-    try:
-        return keras_hub.models.Tokenizer.from_preset(preset)
-    except FileNotFoundError as error:  # KerasHub's word for a preset saved without its tokenizer
-        raise InputError(f"model.preset: {preset} has no tokenizer ({_first_line(error)}): the pipeline needs the "
-                         "preset's own (Tokenizer.save_to_preset)") from None
-    except Exception as error:  # a failed download (offline), a broken tokenizer file, another library's error
-        raise _load_failed(preset, "tokenizer", error) from None
+from pipeline.core.errors import ConfigError, InputError
+from pipeline.text.presets import PresetTextEncoder, check_preset_location, load_failed, load_preset_tokenizer
 
 
 def load_preset_backbone(preset: str, load_weights: bool = True, dtype: str | None = None):
@@ -86,7 +22,7 @@ def load_preset_backbone(preset: str, load_weights: bool = True, dtype: str | No
     try:
         backbone = keras_hub.models.Backbone.from_preset(preset, load_weights=load_weights, dtype=dtype)
     except Exception as error:
-        raise _load_failed(preset, "backbone", error) from None
+        raise load_failed(preset, "backbone", error) from None
     check_text_backbone(backbone, preset)
     return backbone
 
@@ -96,132 +32,6 @@ def check_text_backbone(backbone, preset: str) -> None:
     if not {"token_ids", "padding_mask"} <= set(inputs):
         raise InputError(f"model.preset: {preset!r} holds a {type(backbone).__name__}, not a text encoder (it takes "
                          f"{sorted(inputs) or 'one tensor'}, not token_ids and padding_mask)")
-
-
-def check_tokenizer(tokenizer, preset: str) -> None:
-    """The special tokens the classifier needs: a start token for first-token pooling, padding at id 0 (the id
-    the pipeline's batching and masks use)."""
-    for name in ("start_token_id", "pad_token_id"):
-        if getattr(tokenizer, name, None) is None:
-            raise InputError(f"model.preset: the tokenizer of {preset!r} ({type(tokenizer).__name__}) has no "
-                             f"{name.removesuffix('_id').replace('_', ' ')}")
-    if tokenizer.pad_token_id != PAD_ID:
-        raise InputError(f"model.preset: the tokenizer of {preset!r} pads with id {tokenizer.pad_token_id}; the "
-                         f"pipeline pads with id {PAD_ID} (BERT, DistilBERT, ELECTRA and DeBERTa presets do)")
-
-
-# --------------------------------------------------------------------------- the preset's tokenizer as text encoder
-
-
-def pad_rows(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, max_sequence_length: int, truncation: str,
-             head_tokens: int, start_id: int, end_id: int | None) -> np.ndarray:
-    """``[N, max_sequence_length]``: start token, the kept tokens (``truncation`` as for the pipeline's own
-    tokenizer), the end token when the preset has one, then padding (id 0, which ``check_tokenizer`` requires)."""
-    from pipeline.text.wordpiece import pad_rows as pad_wordpiece_rows
-
-    return pad_wordpiece_rows(flat, starts, lengths, max_sequence_length, truncation, head_tokens, start_id, end_id)
-
-
-class PresetTextEncoder:
-    """Raw text -> the preset tokenizer's ids, start token first, end token after the kept ones, padded.
-
-    The same interface as :class:`pipeline.text.wordpiece.TextEncoder` (``encode``, ``encode_with_counts``,
-    ``vocabulary``, ``settings``, ``save``), so training, evaluation and every scorer take either.
-    """
-
-    can_mask = False  # masked-LM pretraining of the pipeline's own encoder does not apply
-
-    def __init__(self, tokenizer, settings, preset: str):
-        import tensorflow as tf
-
-        check_tokenizer(tokenizer, preset)
-        self.tokenizer, self.settings, self.preset = tokenizer, settings, preset
-        self.vocabulary = list(tokenizer.get_vocabulary())
-        self.start_id, self.pad_id = int(tokenizer.start_token_id), int(tokenizer.pad_token_id)
-        end = getattr(tokenizer, "end_token_id", None)
-        self.end_id = None if end is None else int(end)
-        oov = getattr(tokenizer, "oov_token", None) or getattr(tokenizer, "unknown_token", None)
-        self.unknown_id = tokenizer.token_to_id(oov) if oov in self.vocabulary else None
-        self._tokenize = tf.function(tokenizer, input_signature=[tf.TensorSpec([None], tf.string)])
-
-    @property
-    def vocabulary_size(self) -> int:
-        return len(self.vocabulary)
-
-    def encode_with_counts(self, texts: Sequence[str], fast: bool = True) -> tuple[np.ndarray, np.ndarray, int]:
-        """(ids ``[N, max_sequence_length]``, untruncated token counts, number of unknown tokens)."""
-        import tensorflow as tf
-
-        texts = texts if isinstance(texts, list) else list(texts)
-        s = self.settings
-        ids, counts, unknown = [], [], 0
-        for start in range(0, len(texts), _ENCODE_BATCH):
-            batch = [clean_text(text) for text in texts[start:start + _ENCODE_BATCH]]
-            ragged = self._tokenize(tf.constant(batch, dtype=tf.string))
-            flat, splits = ragged.flat_values.numpy(), ragged.row_splits.numpy()
-            lengths = np.diff(splits)
-            ids.append(pad_rows(flat, splits[:-1], lengths, s.max_sequence_length, s.truncation, s.head_tokens,
-                                self.start_id, self.end_id))
-            counts.append(lengths.astype(np.int32))
-            unknown += 0 if self.unknown_id is None else int((flat == self.unknown_id).sum())
-        if not ids:
-            return np.zeros((0, s.max_sequence_length), np.int32), np.zeros(0, np.int32), 0
-        return np.concatenate(ids).astype(np.int32), np.concatenate(counts), unknown
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """The model input for ``texts``: int32 ``[N, max_sequence_length]``."""
-        return self.encode_with_counts(texts)[0]
-
-    encode_reference = encode
-
-    def decode(self, ids: Sequence[int]) -> str:
-        special = {self.start_id, self.pad_id, self.end_id}
-        return " ".join(self.vocabulary[i] for i in ids if i not in special).replace(" ##", "")
-
-    def save(self, directory: Path) -> None:
-        """``vocabulary.txt`` (for people and checksums), the tokenizer's own files in ``preset_assets/`` and
-        ``tokenizer.json``: its KerasHub config (without the vocabulary), the encoding settings, the checksums."""
-        import keras
-
-        assets = directory / PRESET_ASSETS_DIR
-        assets.mkdir(parents=True, exist_ok=True)
-        self.tokenizer.save_assets(str(assets))
-        vocabulary_text = "".join(token + "\n" for token in self.vocabulary)
-        (directory / VOCABULARY_FILE).write_text(vocabulary_text, encoding="utf-8")
-        payload = {"format": PRESET_FORMAT, "preset": self.preset, **asdict(self.settings),
-                   "tokenizer": keras.saving.serialize_keras_object(self.tokenizer),
-                   "vocabulary_size": self.vocabulary_size, "vocabulary_sha256": sha256_text(vocabulary_text),
-                   "assets_sha256": assets_checksum(assets)}
-        atomic_write_json(directory / TOKENIZER_SETTINGS_FILE, payload)
-
-    @classmethod
-    def load(cls, directory: str | Path, payload: dict | None = None) -> "PresetTextEncoder":
-        """Load a saved preset tokenizer (no network, no preset cache); edited files are an error."""
-        import keras
-
-        from pipeline.text.wordpiece import EncoderSettings
-
-        directory = Path(directory)
-        settings_path, assets = directory / TOKENIZER_SETTINGS_FILE, directory / PRESET_ASSETS_DIR
-        payload = payload or json.loads(settings_path.read_text())
-        if not assets.is_dir():
-            raise MissingInputError(f"tokenizer files missing: {assets}/ (rerun `make tokenize`)")
-        if assets_checksum(assets) != payload["assets_sha256"]:
-            raise InputError(f"{assets}/ does not match {settings_path} (edited? rerun `make tokenize FORCE=1`)")
-        tokenizer = keras.saving.deserialize_keras_object(payload["tokenizer"])
-        tokenizer.load_assets(str(assets))
-        settings = EncoderSettings(**{k: payload[k] for k in EncoderSettings.__dataclass_fields__})
-        return cls(tokenizer, settings, payload["preset"])
-
-
-def assets_checksum(folder: Path) -> str:
-    """sha256 over the names and contents of the files in ``folder``."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
 
 
 def preset_encoder(preset: str, settings) -> PresetTextEncoder:
@@ -283,7 +93,7 @@ def preset_classifier(config, encoder, num_classes: int, on_cpu: bool, dtype: st
     ``model.preset_max_parameters_on_cpu`` (hours per epoch there; a GPU, a smaller preset or a higher limit).
     """
     preset = config.model.preset
-    made_by = getattr(encoder, "preset", None)
+    made_by = encoder.preset
     if made_by != preset:
         raise InputError(f"the tokenized data was made with {'preset ' + repr(made_by) if made_by else 'the pipeline'}"
                          f"'s tokenizer, not model.preset {preset!r}'s: rerun `make tokenize` with this config")
@@ -295,16 +105,3 @@ def preset_classifier(config, encoder, num_classes: int, on_cpu: bool, dtype: st
                           f"model.preset_max_parameters_on_cpu ({limit:,}): fine-tuning it without a GPU takes hours "
                           "per epoch. Use a machine with a GPU, a smaller preset, or raise that setting")
     return build_preset_model(config.model, backbone, num_classes)
-
-
-def load_text_encoder(directory: str | Path):
-    """The text encoder saved in ``directory``: the pipeline's own WordPiece ``TextEncoder``, or a pretrained
-    preset's tokenizer (:class:`PresetTextEncoder`), whichever the tokenize stage wrote."""
-    from pipeline.text.wordpiece import TextEncoder
-
-    settings_path = Path(directory) / TOKENIZER_SETTINGS_FILE
-    if settings_path.is_file():
-        payload = json.loads(settings_path.read_text())
-        if payload.get("format") == PRESET_FORMAT:
-            return PresetTextEncoder.load(directory, payload)
-    return TextEncoder.load(directory)

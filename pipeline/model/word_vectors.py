@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.core.files import UNLABELED_IDS_FILE, atomic_replace, ids_file, manifest_hash, sha256_text
+from pipeline.core.catalog import UNLABELED_IDS_FILE, ids_file
+from pipeline.core.files import atomic_replace, manifest_hash, sha256_text
 from pipeline.text.conventions import PAD_ID
 
 WINDOW = 5

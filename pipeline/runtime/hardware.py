@@ -25,9 +25,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 from pipeline.core.errors import ConfigError, PipelineError
 
@@ -58,6 +60,35 @@ class Cluster:
 
     def describe(self) -> str:
         return f"{self.workers} workers (MultiWorkerMirroredStrategy), this is {self.task_type} {self.index}"
+
+
+@dataclass(frozen=True)
+class WorkerRole:
+    """What this process does in a stage that trains: alone, the cluster's chief, or another worker of it."""
+
+    cluster: Cluster | None
+    scratch: Path | None  # a worker other than the chief writes here, never into the stage folder
+
+    @property
+    def shard(self) -> tuple[int, int]:
+        """(this worker's index, workers): the part of every epoch's batches it reads."""
+        return (0, 1) if self.cluster is None else (self.cluster.worker_index, self.cluster.workers)
+
+
+@contextlib.contextmanager
+def worker_role(cluster: Cluster | None, stage: str) -> Iterator[WorkerRole]:
+    """The set-up every training stage shares. In a cluster every worker must train (each step needs them all), the
+    chief alone writes the stage folder and the MLflow run, the others work in a scratch folder removed at the end;
+    the global dtype policy a stage sets is float32 again at the end, whatever happened."""
+    scratch = None if cluster is None or cluster.is_chief else Path(tempfile.mkdtemp(prefix=f"{stage}-worker-"))
+    try:
+        yield WorkerRole(cluster, scratch)
+    finally:
+        import keras
+
+        keras.mixed_precision.set_global_policy("float32")
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def cluster_from_env(environ: Mapping[str, str] = os.environ) -> Cluster | None:
@@ -139,7 +170,7 @@ def choose_strategy():
 # Keras 3.15's ``fit`` cannot run under MultiWorkerMirroredStrategy as shipped (keras-team/keras#20585), and
 # no public API avoids the failing reduction of the input batch. The workaround below touches only the one
 # model it is given, only inside ``with multi_worker_fit(...)``, and only on the Keras versions it was run on.
-VERIFIED_KERAS = ("3.15",)  # major.minor releases multi_worker_fit was verified on (tests/test_hardware.py)
+VERIFIED_KERAS = ("3.15",)  # major.minor releases multi_worker_fit was verified on (tests/runtime/test_hardware.py)
 
 
 def keras_version() -> str:

@@ -1,12 +1,14 @@
-"""The product's stages, one module per ``make`` target, and the declared table of them (:data:`STAGES`).
+"""The product's stages, one package per ``make`` target, and the declared table of them (:data:`STAGES`).
 
 ``python -m pipeline`` builds its sub-commands from this table and the experiments' one
 (:data:`pipeline.experiments.EXPERIMENTS`); ``make help`` and the README's stage table list the
-same stages (a test checks both). A stage module is a thin entry point: it calls the libraries in
-``pipeline/`` (training, evaluation, the comparison, ...), which never import a stage, and never
-imports another stage.
+same stages, and the Makefile's prerequisites follow the table's ``reads`` (tests check all three).
+A stage's package holds its entry point in ``__init__`` (``run`` and ``main``, importing its work only when
+it runs) and its own logic beside it; it imports the shared libraries (``pipeline.core``, ``text``, ``model``,
+``runtime``, ``lexical``, ``metrics``, ``tracking``) and the packages of the stages it ``reads`` or ``runs``
+(their ``outputs`` readers, or their work), never one downstream. No library imports a stage.
 
-Importing this package is cheap: stage modules are imported only when their stage runs.
+Importing this package is cheap: a stage's work is imported only when it runs.
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ from typing import Sequence
 
 import numpy as np
 
+from pipeline.core.catalog import LABELS_FILE
 from pipeline.core.errors import MissingInputError
-from pipeline.core.files import LABELS_FILE, atomic_write_json
+from pipeline.core.files import atomic_write_json
 
 RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(RESERVED_TOKENS))

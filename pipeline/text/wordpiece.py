@@ -1,6 +1,6 @@
 """The WordPiece tokenizer: raw review text -> fixed-length token ids, with the saved vocabulary.
 
-:class:`TextEncoder` is the one path from raw text to model input; training, evaluation,
+:class:`WordPieceEncoder` is the one path from raw text to model input; training, evaluation,
 scoring and the MLflow pyfunc model all use it with the vocabulary the tokenize stage
 learned (``pipeline/stages/tokenize/__init__.py``). It saves itself as ``vocabulary.txt`` and
 ``tokenizer.json`` (encoding settings and the vocabulary checksum) and loads back from them.
@@ -22,14 +22,15 @@ from typing import Sequence
 import numpy as np
 
 from pipeline.config import TokenizerConfig
+from pipeline.core.catalog import TOKENIZER_SETTINGS_FILE, VOCABULARY_FILE
 from pipeline.core.errors import InputError, MissingInputError
-from pipeline.core.files import TOKENIZER_SETTINGS_FILE, VOCABULARY_FILE, atomic_write_json, sha256_text
+from pipeline.core.files import atomic_write_json, sha256_text
 from pipeline.text.conventions import CLS_ID, MASK_ID, PAD_ID, REQUIRED_RESERVED, RESERVED_TOKENS, UNK_ID, clean_text
 
 SETTINGS_FORMAT = "pipeline-wordpiece v1"
 _ENCODE_BATCH = 2048
 _FAST_PATH_CHECKED: dict[str, bool] = {}  # the fast-path check's answers in this process (_check_fast_path)
-# A text takes the fast path (see ``TextEncoder``) when it holds only printable ASCII, tab, line feed,
+# A text takes the fast path (see ``WordPieceEncoder``) when it holds only printable ASCII, tab, line feed,
 # carriage return and the Latin letters below; any other character sends it through KerasHub.
 _ASCII_TEXT_BYTES = bytes([9, 10, 13, *range(0x20, 0x7F)])
 
@@ -171,7 +172,7 @@ class EncoderSettings:
         return cls(config.lowercase, config.max_sequence_length, config.truncation, config.head_tokens)
 
 
-class TextEncoder:
+class WordPieceEncoder:
     """Raw review text -> ``[CLS]``-prefixed, padded WordPiece ids, with a saved vocabulary.
 
     KerasHub's ``WordPieceTokenizer`` defines the ids. Two exact shortcuts make ``encode`` faster
@@ -191,6 +192,8 @@ class TextEncoder:
       ends are tokenized (:func:`text_ends`), and the whole text when an end holds too few tokens.
       ``encode_with_counts`` tokenizes whole texts, since it reports every text's full length.
     """
+
+    preset = None  # the pipeline's own, not a KerasHub preset's
 
     def __init__(self, vocabulary: Sequence[str], settings: EncoderSettings):
         import keras_hub  # imported here so that reading settings does not load TensorFlow
@@ -362,7 +365,7 @@ class TextEncoder:
         atomic_write_json(directory / TOKENIZER_SETTINGS_FILE, payload)
 
     @classmethod
-    def load(cls, directory: str | Path) -> "TextEncoder":
+    def load(cls, directory: str | Path) -> "WordPieceEncoder":
         """Load a saved encoder; a vocabulary edited or truncated since saving is an error."""
         directory = Path(directory)
         settings_path, vocabulary_path = directory / TOKENIZER_SETTINGS_FILE, directory / VOCABULARY_FILE

@@ -1,4 +1,4 @@
-"""Benchmark stage (``make bench``): utilisation against this run's own GEMM peak, scoring speed and memory.
+"""``make bench``: utilisation against this run's own GEMM peak, scoring speed and memory.
 
 Reads:  ``data/tokenize/`` (train token ids, for real review lengths), ``data/ingest/test.parquet``
         (texts to score) and a model URI (default: the registered champion).
@@ -23,12 +23,11 @@ report in ``report``; this module runs them and writes the files.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from pipeline.config import Config
 from pipeline.core.catalog import require_output
 from pipeline.core.errors import InputError
-from pipeline.core.files import atomic_write_json, atomic_write_text, split_table
+from pipeline.core.files import atomic_write_json, atomic_write_text
 from pipeline.experiments.bench.report import markdown_report, utilisation_rows
 from pipeline.experiments.bench.scoring_speed import measure_ngram_scoring, measure_scoring
 from pipeline.experiments.bench.training_steps import (
@@ -41,8 +40,9 @@ from pipeline.experiments.bench.training_steps import (
     padding_fractions,
     sample_batches,
 )
+from pipeline.stages.ingest.outputs import read_split, split_path
 from pipeline.stages.tokenize.outputs import load_split
-from pipeline.text.wordpiece import TextEncoder
+from pipeline.text.wordpiece import WordPieceEncoder
 
 __all__ = ["REFERENCE_ENCODERS", "main", "markdown_report", "measure_ngram_scoring", "measure_sparse_updates",
            "measured_encoders", "run", "sample_batches", "utilisation_rows"]
@@ -69,9 +69,9 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
     if rows < 1 or repeat < 1:
         raise InputError(f"--rows and --repeat must be positive, got {rows} and {repeat}")
     tokenize_dir = require_output(config, "tokenize")
-    test_path = require_output(config, "ingest") / split_table("test")
+    ingest_dir = require_output(config, "ingest")
     everything = "all" in sections
-    encoder = TextEncoder.load(tokenize_dir)
+    encoder = WordPieceEncoder.load(tokenize_dir)
     train_ids = np.asarray(load_split(tokenize_dir, "train")[0])
     vocabulary_size, max_length = encoder.vocabulary_size, encoder.settings.max_sequence_length
     encoders = measured_encoders(config.model)
@@ -83,7 +83,7 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
     if everything or "train" in sections:
         results.update(measure_training_steps(encoders, vocabulary_size, max_length, batches,
                                               config.pretrain.mask_rate))
-    texts = pd.read_parquet(test_path, columns=["text"])["text"].head(rows)  # what both scoring sections score
+    texts = read_split(ingest_dir, "test", columns=["text"])["text"].head(rows)  # what both scoring sections score
     if everything or "score" in sections:
         setup_tracking(config)
         model_uri = model_uri or champion_uri(config)
@@ -96,8 +96,8 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
                                                          encoder.encode(texts.tolist()))
     json_path = atomic_write_json(config.reports_dir / "bench.json", results)
     md_path = atomic_write_text(config.reports_dir / "bench.md", markdown_report(results))
-    print(summary_line(results, f"{len(train_ids):,} train rows from {tokenize_dir}/ and {test_path}",
-                       f"{md_path} and {json_path.name}"))
+    read = f"{len(train_ids):,} train rows from {tokenize_dir}/ and {split_path(ingest_dir, 'test')}"
+    print(summary_line(results, read, f"{md_path} and {json_path.name}"))
     return results
 
 

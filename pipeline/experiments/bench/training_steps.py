@@ -123,7 +123,7 @@ def measure_masked_lm_step(model_config: ModelConfig, vocabulary_size: int, max_
     import keras
 
     from pipeline.model.transformer import build_masked_lm
-    from pipeline.stages.pretrain.backbone import mask_generator
+    from pipeline.stages.pretrain.masking import mask_generator
 
     masked = [{name: np.asarray(value)
                for name, value in mask_generator(vocabulary_size, batch.shape[1], mask_rate)(batch).items()}

@@ -20,19 +20,16 @@ import numpy as np
 import pandas as pd
 
 from pipeline.config import Config
-from pipeline.core.errors import InputError
-from pipeline.core.files import (
+from pipeline.core.catalog import (
     FUSION_FILE,
-    KERAS_MODEL_FILE,
     LABELS_FILE,
     LEXICAL_MODEL_FILE,
     TEST_PREDICTIONS_FILE,
     TOKENIZER_DIR,
     VAL_PREDICTIONS_FILE,
-    atomic_dump,
-    atomic_write_json,
-    atomic_write_parquet,
 )
+from pipeline.core.errors import InputError
+from pipeline.core.files import atomic_dump, atomic_write_json, atomic_write_parquet
 from pipeline.core.predictions import from_probability_columns, prediction_frame
 from pipeline.lexical import class_probabilities, nbsvm_baseline, tfidf_baseline
 from pipeline.metrics import best_fusion_weight, classification_metrics
@@ -46,8 +43,9 @@ from pipeline.stages.evaluate.scorecard import (
     evaluate_run,
     log_evaluation,
 )
-from pipeline.stages.tokenize.encode import own_tokenization
+from pipeline.stages.tokenize.vocabulary import own_tokenization
 from pipeline.stages.train.fit_and_log import train_model
+from pipeline.stages.train.outputs import transformer_artifacts
 from pipeline.text.conventions import load_labels
 from pipeline.tracking import (
     FUSION_LEXICAL_RUN_PARAM,
@@ -261,8 +259,8 @@ def fusion_candidate(config: Config, key: str, child: Candidate, lexical: Candid
     fusion_file = atomic_write_json(out_dir / FUSION_FILE, {"transformer_weight": weight, "labels": names,
                                                             "transformer_run_id": child.run_id,
                                                             "lexical_run_id": lexical.run_id})
-    artifacts = FusedClassifier.artifacts(child.folder / KERAS_MODEL_FILE, tokenizer_dir,
-                                          lexical.folder / LEXICAL_MODEL_FILE, fusion_file)
+    artifacts = {**transformer_artifacts(child.folder),
+                 **FusedClassifier.lexical_artifacts(lexical.folder / LEXICAL_MODEL_FILE, tokenizer_dir, fusion_file)}
     classifier = FusedClassifier.from_artifacts(artifacts)
     test_probabilities = fuse_probabilities(from_probability_columns(child.predictions, names),
                                             from_probability_columns(lexical.predictions, names), weight)

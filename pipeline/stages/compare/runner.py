@@ -29,9 +29,9 @@ import numpy as np
 import pandas as pd
 
 from pipeline.config import Config
-from pipeline.core.catalog import require_output, stage_dir
+from pipeline.core.catalog import require_output, stage_dir, token_counts_file
 from pipeline.core.errors import InputError
-from pipeline.core.files import manifest_hash, read_manifest, split_table, token_counts_file
+from pipeline.core.files import manifest_hash, read_manifest
 from pipeline.stages.compare import effects
 from pipeline.stages.compare.candidates import (
     NBSVM,
@@ -44,6 +44,7 @@ from pipeline.stages.compare.candidates import (
 )
 from pipeline.stages.compare.designs import Design, design_for, level_name, variant_config, variant_name, variants
 from pipeline.stages.compare.report import parent_description, verdict, write_reports
+from pipeline.stages.ingest.outputs import read_split
 from pipeline.stages.pretrain.masked_lm import pretrain
 from pipeline.stages.pseudo_label.teacher import with_pseudo_labels
 from pipeline.text.conventions import load_labels
@@ -90,7 +91,7 @@ def check_same_split(config: Config, tokenize_dir: Path) -> str:
 
 def read_frames(config: Config) -> tuple[dict[str, pd.DataFrame], list[str]]:
     ingest_dir = require_output(config, "ingest")
-    frames = {split: pd.read_parquet(ingest_dir / split_table(split)) for split in ("train", "val", "test")}
+    frames = {split: read_split(ingest_dir, split) for split in ("train", "val", "test")}
     counts = stage_dir(config, "tokenize") / token_counts_file("test")
     if counts.is_file():
         frames["test_token_counts"] = np.load(counts)
@@ -190,9 +191,11 @@ def run_comparison(config: Config, design_name: str = "main", force: bool = Fals
     seeds = list(config.compare.seeds)
     settings = [variant_config(config, design, v, seeds[0]) for v in grid]
     if any(c.model.init == "pretrained" for c in settings) and not config.model.pretrained:
+        print("compare: running the pretrain stage first (a variant starts from the pretrained encoder)")
         pretrain(config)  # the shared starting point; skipped when up to date
     if any(c.training.pseudo_labels for c in settings):  # the same extra training data for every variant
-        with_pseudo_labels(config.replace(training={"pseudo_labels": True}))  # made once here, or said missing
+        # made once here for every variant, or said missing
+        with_pseudo_labels(config.replace(training={"pseudo_labels": True}), stage="compare")
     ingest_sha256 = check_same_split(config, tokenize_dir)
     frames, labels = read_frames(config)
     setup_tracking(config)

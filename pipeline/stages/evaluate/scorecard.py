@@ -20,21 +20,20 @@ import numpy as np
 import pandas as pd
 
 from pipeline.config import Config
-from pipeline.core.catalog import require_output, stage_dir
-from pipeline.core.files import (
+from pipeline.core.catalog import (
     METRICS_FILE,
     TEST_PREDICTIONS_FILE,
     VAL_PREDICTIONS_FILE,
-    atomic_write_json,
-    atomic_write_parquet,
-    atomic_write_text,
-    split_table,
+    require_output,
+    stage_dir,
     token_counts_file,
 )
+from pipeline.core.files import atomic_write_json, atomic_write_parquet, atomic_write_text
 from pipeline.core.predictions import predicted_and_confidence, prediction_frame
 from pipeline.metrics import classification_metrics
 from pipeline.model.classifiers import PipelineModel, SentimentClassifier, load_classifier, predict_ids
 from pipeline.stages.evaluate import behaviour
+from pipeline.stages.ingest.outputs import read_split
 from pipeline.text.conventions import PAD_ID
 from pipeline.tracking import latest_training_run_id, setup_tracking
 
@@ -327,7 +326,6 @@ def evaluate_run(config: Config, run: str = "latest", force: bool = False) -> Ev
     skips a run already evaluated."""
     started = time.perf_counter()
     ingest_dir = require_output(config, "ingest")
-    test_path = ingest_dir / split_table("test")
     setup_tracking(config)
     run_id = latest_training_run_id(config) if run == "latest" else run
     out_dir = config.reports_dir / run_id
@@ -337,8 +335,8 @@ def evaluate_run(config: Config, run: str = "latest", force: bool = False) -> Ev
         return EvaluatedRun.of(run_id, out_dir)
     classifier = load_classifier(f"runs:/{run_id}/model")
     pooling = mlflow.get_run(run_id).data.params.get("model.pooling")
-    test = pd.read_parquet(test_path)
-    val = pd.read_parquet(ingest_dir / split_table("val"))
+    test = read_split(ingest_dir, "test")
+    val = read_split(ingest_dir, "val")
     counts_path = stage_dir(config, "tokenize") / token_counts_file("test")  # for a model without its own tokenizer
     token_counts = np.load(counts_path) if counts_path.is_file() else None
     if token_counts is not None and len(token_counts) != len(test):

@@ -26,16 +26,12 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from pipeline.config import Config
-from pipeline.core.catalog import stage_dir
+from pipeline.core.catalog import LABELS_FILE, SPLITS, UNLABELED_TABLE, split_table, stage_dir
 from pipeline.core.files import (
-    LABELS_FILE,
-    SPLITS,
-    UNLABELED_TABLE,
     build_manifest,
     is_up_to_date,
     sha256_file,
     sha256_text,
-    split_table,
     staged_directory,
     write_manifest,
 )

@@ -25,7 +25,6 @@ import functools
 import json
 import math
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,17 +34,20 @@ import keras
 import numpy as np
 
 from pipeline.config import Config
-from pipeline.core.catalog import require_output, stage_dir
-from pipeline.core.errors import ConfigError, InputError
-from pipeline.core.files import (
+from pipeline.core.catalog import (
     BACKBONE_SNAPSHOTS_DIR,
     BACKBONE_SPEC_FILE,
     BACKBONE_WEIGHTS_FILE,
     HISTORY_FILE,
     UNLABELED_IDS_FILE,
+    ids_file,
+    require_output,
+    stage_dir,
+)
+from pipeline.core.errors import ConfigError, InputError
+from pipeline.core.files import (
     atomic_write_json,
     build_manifest,
-    ids_file,
     is_up_to_date,
     manifest_hash,
     read_manifest,
@@ -53,10 +55,11 @@ from pipeline.core.files import (
     write_manifest,
 )
 from pipeline.model.fit import build_optimizer
-from pipeline.runtime.hardware import any_worker, choose_hardware, cluster_from_env, multi_worker_fit
-from pipeline.stages.pretrain.backbone import masked_lm_dataset, save_backbone
+from pipeline.runtime.hardware import any_worker, choose_hardware, cluster_from_env, multi_worker_fit, worker_role
+from pipeline.stages.pretrain.masking import masked_lm_dataset
+from pipeline.stages.pretrain.outputs import save_backbone
 from pipeline.text.conventions import PAD_ID
-from pipeline.text.wordpiece import TextEncoder
+from pipeline.text.wordpiece import WordPieceEncoder
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -236,9 +239,9 @@ class MaskedLMTraining:
                            callbacks=[*callbacks, budget, *self.extra_callbacks])
 
 
-def maskable_encoder(tokenize_dir: Path) -> TextEncoder:
+def maskable_encoder(tokenize_dir: Path) -> WordPieceEncoder:
     """The tokenize stage's encoder, refused when its vocabulary has no ``[MASK]`` token to pretrain with."""
-    encoder = TextEncoder.load(tokenize_dir)
+    encoder = WordPieceEncoder.load(tokenize_dir)
     if not encoder.can_mask:
         raise InputError(f"{tokenize_dir}: the vocabulary has no [MASK] token (learned before pretraining existed): "
                          "rerun `make tokenize FORCE=1`")
@@ -259,7 +262,7 @@ def open_checkpoint(files: StageFiles, scratch: Path | None, resumable: bool) ->
     return Checkpoint(folder, state, resuming, int(state.get("steps", 0)) if resuming else 0)
 
 
-def compile_masked_lm(config: Config, encoder: TextEncoder, strategy: tf.distribute.Strategy) -> keras.Model:
+def compile_masked_lm(config: Config, encoder: WordPieceEncoder, strategy: tf.distribute.Strategy) -> keras.Model:
     """The masked LM, compiled under ``strategy`` with AdamW on :func:`learning_rate_schedule`, optimizer built."""
     from pipeline.model.transformer import build_masked_lm
 
@@ -301,17 +304,16 @@ def pretrain(config: Config, force: bool = False, extra_callbacks: Sequence = ()
     strategy, policy, device = choose_hardware(config.pretrain.precision, config.model.hidden_dim)
     encoder = maskable_encoder(tokenize_dir)
     ids, rows = pretraining_ids(tokenize_dir, config.pretrain.max_texts)  # read before a scratch folder exists
-    scratch = None if cluster is None or cluster.is_chief else Path(tempfile.mkdtemp(prefix="pretrain-worker-"))
-    checkpoint = open_checkpoint(files, scratch, resumable=cluster is None and not force)
-    settings = config.pretrain
-    keras.utils.set_random_seed(settings.seed + checkpoint.steps_done)  # a resumed run draws new masks
-    keras.mixed_precision.set_global_policy(policy)
-    tokens_per_step = float((ids != PAD_ID).sum()) / len(ids) * settings.batch_size * strategy.num_replicas_in_sync
-    try:
+    with worker_role(cluster, STAGE) as role:
+        scratch = role.scratch
+        checkpoint = open_checkpoint(files, scratch, resumable=cluster is None and not force)
+        settings = config.pretrain
+        keras.utils.set_random_seed(settings.seed + checkpoint.steps_done)  # a resumed run draws new masks
+        keras.mixed_precision.set_global_policy(policy)
+        tokens_per_step = float((ids != PAD_ID).sum()) / len(ids) * settings.batch_size * strategy.num_replicas_in_sync
         model = compile_masked_lm(config, encoder, strategy)
-        shard = (0, 1) if cluster is None else (cluster.worker_index, cluster.workers)
         dataset = masked_lm_dataset(ids, settings.batch_size * strategy.num_replicas_in_sync, encoder.vocabulary_size,
-                                    settings.seed + checkpoint.steps_done, settings.mask_rate, shard)  # new batch order
+                                    settings.seed + checkpoint.steps_done, settings.mask_rate, role.shard)  # new order
         agree = None if cluster is None else functools.partial(any_worker, strategy)
         training = MaskedLMTraining(config, model, dataset, strategy, checkpoint, tokens_per_step, agree,
                                     extra_callbacks, device, policy)
@@ -323,10 +325,6 @@ def pretrain(config: Config, force: bool = False, extra_callbacks: Sequence = ()
                   f"result (scratch {scratch}/ removed)")
             return out_dir
         active, budget, history = pretrain_and_save(training, encoder, files, rows, len(ids))
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
     shutil.rmtree(checkpoint.folder, ignore_errors=True)
     last = f"loss {history['loss'][-1]:.3f}, masked-token accuracy {history['accuracy'][-1]:.3f}" if history["loss"] else "no period finished"
     print(f"pretrain: read {len(ids):,} reviews ({', '.join(f'{k} {v:,}' for k, v in rows.items())}) from "
@@ -335,7 +333,7 @@ def pretrain(config: Config, force: bool = False, extra_callbacks: Sequence = ()
     return out_dir
 
 
-def pretrain_and_save(training: MaskedLMTraining, encoder: TextEncoder, files: StageFiles, rows: dict[str, int],
+def pretrain_and_save(training: MaskedLMTraining, encoder: WordPieceEncoder, files: StageFiles, rows: dict[str, int],
                       total_rows: int):
     """The chief's (or single process's) part: the MLflow run, checkpoints, snapshots and the stage folder."""
     import mlflow

@@ -32,23 +32,23 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from pipeline.config import PSEUDO_LABEL_TEACHERS, Config, PseudoLabelConfig
-from pipeline.core.catalog import require_output, stage_dir
+from pipeline.core.catalog import (
+    PSEUDO_LABELS_FILE,
+    require_output,
+    stage_dir,
+    teacher_probability_column,
+)
 from pipeline.core.errors import InputError, MissingInputError
 from pipeline.core.files import (
-    PSEUDO_LABELS_FILE,
-    UNLABELED_IDS_FILE,
-    UNLABELED_TABLE,
     build_manifest,
     is_up_to_date,
     manifest_hash,
-    read_manifest,
-    split_table,
     staged_directory,
-    teacher_probability_column,
     write_manifest,
 )
 from pipeline.lexical import class_probabilities, nbsvm_baseline, tfidf_baseline
 from pipeline.model.classifiers import PipelineModel, load_classifier
+from pipeline.stages.ingest.outputs import read_split, read_unlabeled, unlabeled_path
 from pipeline.text.conventions import load_labels, text_problem
 from pipeline.tracking import PSEUDO_LABEL_STAGE, STAGE_TAG, flat_params, setup_tracking
 
@@ -172,8 +172,7 @@ def pseudo_label(config: Config, force: bool = False) -> Path:
     started = time.perf_counter()
     ingest_dir = require_output(config, "ingest")
     out_dir = stage_dir(config, "pseudo-label")
-    unlabeled_path = ingest_dir / UNLABELED_TABLE
-    if not unlabeled_path.is_file():
+    if unlabeled_path(ingest_dir) is None:
         raise MissingInputError(f"no unlabeled reviews in {ingest_dir}/ (set IMDB_UNSUP_ARCHIVE or "
                                 "data.unlabeled_archive and rerun `make ingest tokenize`)")
     settings = config.pseudo_label
@@ -183,9 +182,9 @@ def pseudo_label(config: Config, force: bool = False) -> Path:
         print(f"pseudo-label: up to date, nothing to do ({out_dir}/ with config {config_hash})")
         return out_dir
 
-    train = pd.read_parquet(ingest_dir / split_table("train"), columns=["text", "label"])
-    val = pd.read_parquet(ingest_dir / split_table("val"), columns=["text", "label"])
-    unlabeled = pd.read_parquet(unlabeled_path, columns=["text"])
+    train = read_split(ingest_dir, "train", columns=["text", "label"])
+    val = read_split(ingest_dir, "val", columns=["text", "label"])
+    unlabeled = read_unlabeled(ingest_dir, columns=["text"])
     names = load_labels(ingest_dir)
     print(f"pseudo-label: loading the teacher {settings.teacher}" if logged
           else f"pseudo-label: fitting the {settings.teacher} teacher on {len(train):,} train reviews")
@@ -225,61 +224,26 @@ def pseudo_label(config: Config, force: bool = False) -> Path:
     return out_dir
 
 
-def with_pseudo_labels(config: Config, make: bool = True) -> Config:
+def with_pseudo_labels(config: Config, make: bool = True, stage: str = "train") -> Config:
     """The config a training run uses: with ``training.pseudo_labels`` on, the pseudo labels made (or found up to
     date) first; when the ingested data holds no unlabeled reviews (a table without them, an archive read without
     ``train/unsup``), the same config without distillation, said in one line, so the run records what it did.
     ``make`` False (the workers of a training cluster, which must not write one folder together) leaves the labels
-    to ``make pseudo-label``, run before."""
+    to ``make pseudo-label``, run before. ``stage`` (the one asking) says in a line of its own that it runs them."""
     if not config.training.pseudo_labels:
         return config
     ingest_dir = require_output(config, "ingest")
-    if not (ingest_dir / UNLABELED_TABLE).is_file():
-        print(f"train: no unlabeled reviews in {ingest_dir}/, so no distillation (training.pseudo_labels off for "
+    if unlabeled_path(ingest_dir) is None:
+        print(f"{stage}: no unlabeled reviews in {ingest_dir}/, so no distillation (training.pseudo_labels off for "
               "this run); IMDB_UNSUP_ARCHIVE or data.unlabeled_archive and `make ingest tokenize` add them")
         return config.replace(training={"pseudo_labels": False})
     if make:
+        print(f"{stage}: running the pseudo-label stage first (training.pseudo_labels)")
         pseudo_label(config)  # skipped when up to date
     return config
 
 
 # --------------------------------------------------------------------------- pseudo labels
-
-
-def load_pseudo_labels(config: Config, tokenize_dir: Path, num_classes: int) -> tuple[np.ndarray, np.ndarray, dict]:
-    """``(token ids, labels, manifest)`` of the pseudo-labelled reviews, for the training stage.
-
-    Labels are class indices, or with ``pseudo_label.soft`` the teacher's ``[N, k]`` probabilities.
-    Refuses labels made from another ingestion than the tokenized one, or for other classes.
-    """
-    directory = require_output(config, "pseudo-label")
-    manifest = read_manifest(directory)
-    tokenized_from = read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"]
-    if manifest["inputs"]["ingest_manifest_sha256"] != tokenized_from:
-        raise InputError(f"{directory}/: the pseudo labels were made from another ingestion than {tokenize_dir}/; "
-                         "rerun `make pseudo-label`")
-    unlabeled_path = tokenize_dir / UNLABELED_IDS_FILE
-    if not unlabeled_path.is_file():
-        raise MissingInputError(f"no {unlabeled_path}: rerun `make tokenize` after ingesting the unlabeled reviews")
-    frame = pd.read_parquet(directory / PSEUDO_LABELS_FILE)
-    if frame.empty:
-        raise InputError(f"{directory / PSEUDO_LABELS_FILE}: no pseudo labels (none reached pseudo_label.min_confidence "
-                         f"{manifest['config']['pseudo_label']['min_confidence']}); lower it or turn "
-                         "training.pseudo_labels off")
-    ids = np.load(unlabeled_path, mmap_mode="r")
-    labels = frame["label"].to_numpy(np.int32)
-    if frame["row"].max() >= len(ids) or labels.max() >= num_classes:
-        raise InputError(f"{directory / PSEUDO_LABELS_FILE}: rows or labels out of range for {unlabeled_path} "
-                         f"({len(ids)} reviews, {num_classes} classes); rerun `make pseudo-label`")
-    if config.pseudo_label.soft:
-        columns = [teacher_probability_column(c) for c in range(num_classes)]
-        missing = [c for c in columns if c not in frame.columns]
-        if missing:
-            raise InputError(f"{directory / PSEUDO_LABELS_FILE}: no teacher probabilities {missing} for "
-                             "pseudo_label.soft; rerun `make pseudo-label FORCE=1`")
-        labels = frame[columns].to_numpy(np.float32)
-    return np.asarray(ids[frame["row"].to_numpy()]), labels, manifest
-
 
 
 def one_hot(labels: np.ndarray, num_classes: int) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Register the best model of the latest comparison and point alias ``champion`` at it.
+"""``make register``: the best model of the latest comparison, alias ``champion`` pointed at it.
 
 Reads:  MLflow: the newest comparison whose runs are deployment candidates (the pooling
         comparison; ablations are not) and the model runs it lists.

@@ -11,8 +11,9 @@ import mlflow
 import pandas as pd
 
 from pipeline.config import Config
+from pipeline.core.catalog import METRICS_FILE, TEST_PREDICTIONS_FILE
 from pipeline.core.errors import PipelineError
-from pipeline.core.files import METRICS_FILE, TEST_PREDICTIONS_FILE, atomic_write_text
+from pipeline.core.files import atomic_write_text
 from pipeline.core.predictions import from_probability_columns
 from pipeline.metrics import bootstrap_intervals
 from pipeline.stages.evaluate import behaviour

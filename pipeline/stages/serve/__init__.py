@@ -1,4 +1,4 @@
-"""Serving stage: the registered champion (or any logged model) over HTTP with ``mlflow models serve``.
+"""``make serve``: the registered champion (or any logged model) over HTTP with ``mlflow models serve``.
 
 Reads:  a model (default ``models:/<registered name>@champion``) from the tracking store.
 Writes: nothing; answers ``POST /invocations`` on 127.0.0.1 until Ctrl-C. The answer is the

@@ -1,7 +1,7 @@
 """``make tokenize``: a WordPiece vocabulary learned on train, and fixed-length token ids for every split.
 
 Reads ``data/ingest/``; writes ``data/tokenize/`` (vocabulary, ``tokenizer.json``, ids, labels and token
-counts per split, a plot, a manifest). The work, and its files in full: ``pipeline.stages.tokenize.encode``.
+counts per split, a plot, a manifest). The work, and its files in full: ``pipeline.stages.tokenize.vocabulary``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pipeline.config import Config
 
 
 def run(config: Config, force: bool = False) -> Path:
-    from pipeline.stages.tokenize.encode import tokenize
+    from pipeline.stages.tokenize.vocabulary import tokenize
     return tokenize(config, force=force)
 
 

@@ -1,6 +1,6 @@
 """The readers of ``make tokenize``'s outputs, one per output, for every stage downstream of it.
 
-The encoder itself (vocabulary and settings) is read by ``pipeline.model.presets.load_text_encoder``, which
+The encoder itself (vocabulary and settings) is read by ``pipeline.text.encoder.load_text_encoder``, which
 also reads a preset's; the label names by ``pipeline.text.conventions.load_labels``.
 """
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.core.files import ids_file, labels_file
+from pipeline.core.catalog import ids_file, labels_file
 
 
 def load_split(directory: Path, split: str) -> tuple[np.ndarray, np.ndarray]:

@@ -16,10 +16,8 @@ fit (``pipeline.model.fit``); save the outputs. A killed run resumes from its la
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,42 +26,49 @@ from typing import Iterator, Sequence
 import keras
 import mlflow
 import numpy as np
-import pandas as pd
 import tensorflow as tf
 
 from pipeline.config import Config
-from pipeline.core.catalog import require_output, stage_dir
-from pipeline.core.errors import ConfigError
-from pipeline.core.files import (
+from pipeline.core.catalog import (
     BACKBONE_WEIGHTS_FILE,
     HISTORY_FILE,
     KERAS_MODEL_FILE,
     LABELS_FILE,
+    MODEL_SETTINGS_FILE,
     PSEUDO_LABELS_FILE,
     TOKEN_LENGTHS_PLOT,
     TOKENIZER_DIR,
     TOKENIZER_SETTINGS_FILE,
     VOCABULARY_FILE,
+    require_output,
+    stage_dir,
+)
+from pipeline.core.errors import ConfigError
+from pipeline.core.files import (
     atomic_write_json,
     build_manifest,
     is_up_to_date,
     manifest_hash,
     read_manifest,
     sha256_file,
-    split_table,
     write_manifest,
 )
 from pipeline.model.adversarial import AdversarialClassifier, classifier_of
 from pipeline.model.classifiers import SentimentClassifier
 from pipeline.model.fit import FitResult, TrainingData, balanced_class_weights, compile_model, fit
-from pipeline.model.presets import PRESET_ASSETS_DIR, load_text_encoder, preset_classifier
+from pipeline.model.presets import preset_classifier
 from pipeline.model.transformer import build_model, load_backbone_weights
 from pipeline.runtime.datasets import make_dataset, padding_fractions, subsample
-from pipeline.runtime.hardware import choose_hardware, cluster_from_env, multi_worker_fit
-from pipeline.stages.pretrain.backbone import check_vocabulary, load_backbone, resolve_pretrained
-from pipeline.stages.pseudo_label.teacher import load_pseudo_labels, one_hot, with_pseudo_labels
+from pipeline.runtime.hardware import choose_hardware, cluster_from_env, multi_worker_fit, worker_role
+from pipeline.stages.ingest.outputs import read_split, split_path
+from pipeline.stages.pretrain.outputs import check_vocabulary, load_backbone, resolve_pretrained
+from pipeline.stages.pseudo_label.outputs import load_pseudo_labels
+from pipeline.stages.pseudo_label.teacher import one_hot, with_pseudo_labels
 from pipeline.stages.tokenize.outputs import load_split
+from pipeline.stages.train.outputs import transformer_artifacts
 from pipeline.text.conventions import PAD_ID, load_labels
+from pipeline.text.encoder import load_text_encoder
+from pipeline.text.presets import PRESET_ASSETS_DIR
 from pipeline.tracking import (
     PRETRAINED_FROM_TAG,
     PSEUDO_LABELS_FROM_TAG,
@@ -194,7 +199,7 @@ def build_and_compile(config: Config, data: TrainingData, hardware: Hardware, to
                       pretrained_dir: Path | None) -> tuple[keras.Model, dict | None]:
     """The compiled classifier, its backbone loaded from ``pretrained_dir`` when given; and that backbone's spec."""
     with hardware.strategy.scope():
-        if config.model.preset is not None or getattr(data.encoder, "preset", None) is not None:
+        if config.model.preset is not None or data.encoder.preset is not None:
             if config.training.adversarial_epsilon:
                 raise ConfigError("training.adversarial_epsilon perturbs the pipeline's own encoder's embeddings, not "
                                   f"a preset's (model.preset {config.model.preset}); set training.adversarial_epsilon=0")
@@ -260,8 +265,8 @@ def log_run_inputs(config: Config, data: TrainingData, hardware: Hardware, model
                                   ingest_manifest=read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"][:16]))
     ingest_dir = stage_dir(config, "ingest")
     for split, context in (("train", "training"), ("val", "validation")):
-        frame = pd.read_parquet(ingest_dir / split_table(split), columns=["review_id", "label", "rating"])
-        mlflow.log_input(mlflow.data.from_pandas(frame, source=str(ingest_dir / split_table(split)),
+        frame = read_split(ingest_dir, split, columns=["review_id", "label", "rating"])
+        mlflow.log_input(mlflow.data.from_pandas(frame, source=str(split_path(ingest_dir, split)),
                                                  name=f"imdb-{split}", targets="label"), context=context)
     mlflow.log_artifact(str(tokenize_dir / TOKEN_LENGTHS_PLOT), "data")
 
@@ -283,16 +288,13 @@ def save_outputs(run: TrainedRun, model: keras.Model, tokenize_dir: Path, result
     tokenizer_dir.mkdir(exist_ok=True)
     for name in (VOCABULARY_FILE, TOKENIZER_SETTINGS_FILE, LABELS_FILE):
         shutil.copy2(tokenize_dir / name, tokenizer_dir / name)
-    if config.model.long_reviews != "truncate":  # how the model reads a long review when it scores
-        settings = json.loads((tokenizer_dir / TOKENIZER_SETTINGS_FILE).read_text())
-        atomic_write_json(tokenizer_dir / TOKENIZER_SETTINGS_FILE, {**settings, "long_reviews": config.model.long_reviews})
+    atomic_write_json(run_dir / MODEL_SETTINGS_FILE, {"long_reviews": config.model.long_reviews})  # travels with it
     if (tokenize_dir / PRESET_ASSETS_DIR).is_dir():  # a preset's tokenizer files: the model needs no preset later
         shutil.copytree(tokenize_dir / PRESET_ASSETS_DIR, tokenizer_dir / PRESET_ASSETS_DIR, dirs_exist_ok=True)
     curves = plot_training_curves(result.history, run_dir / "training_curves.png", run_name(config))
     mlflow.log_artifact(str(curves), "plots")
     atomic_write_json(run_dir / HISTORY_FILE, result.history)
-    model_uri = log_pipeline_model(SentimentClassifier(), SentimentClassifier.artifacts(run_dir / KERAS_MODEL_FILE,
-                                                                                        tokenizer_dir), EXAMPLE_TEXTS)
+    model_uri = log_pipeline_model(SentimentClassifier(), transformer_artifacts(run_dir), EXAMPLE_TEXTS)
     manifest = build_manifest(
         STAGE, config_hash, inputs, {k: v for k, v in config.to_dict().items() if k in ("model", "training")},
         mlflow_run_id=run.run_id, model_uri=model_uri, tracking_uri=mlflow.get_tracking_uri(),
@@ -322,15 +324,12 @@ def train_model(config: Config, force: bool = False,
     if cluster is None and not force and is_up_to_date(run_dir, config_hash, inputs, [KERAS_MODEL_FILE]):
         print(f"train: up to date, nothing to do ({run_dir}/, MLflow run {read_manifest(run_dir)['mlflow_run_id']})")
         return TrainedRun.of(run_dir, config)
-    # In a cluster every worker must train (each step needs them all), so nobody skips, and the chief
-    # alone writes the stage folder and the MLflow run; the others work in a scratch folder.
-    scratch = None if cluster is None or cluster.is_chief else Path(tempfile.mkdtemp(prefix="train-worker-"))
-    if scratch is None:
-        prepare_run_directory(run_dir, force or cluster is not None)
-    hardware = prepare_hardware(config)
-    try:
-        shard = (0, 1) if cluster is None else (cluster.worker_index, cluster.workers)
-        data = load_training_data(config, tokenize_dir, hardware.strategy.num_replicas_in_sync, shard)
+    with worker_role(cluster, STAGE) as role:  # in a cluster nobody skips: every step needs every worker
+        scratch = role.scratch
+        if scratch is None:
+            prepare_run_directory(run_dir, force or cluster is not None)
+        hardware = prepare_hardware(config)
+        data = load_training_data(config, tokenize_dir, hardware.strategy.num_replicas_in_sync, role.shard)
         model, pretrained = build_and_compile(config, data, hardware, tokenize_dir, pretrained_dir)
         if scratch is not None:
             with multi_worker_fit(model, data.train, hardware.strategy):
@@ -345,10 +344,6 @@ def train_model(config: Config, force: bool = False,
                 result = fit(model, data, config, run_dir, run_id, extra_callbacks)
             save_outputs(TrainedRun(run_id, run_dir, config), model, tokenize_dir, result, hardware, config_hash,
                          inputs)
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
     pseudo = f" (of which {data.pseudo_label_rows:,} pseudo-labelled)" if data.pseudo_label_rows else ""
     print(f"train: read {data.train_rows:,} train{pseudo} / {data.val_rows:,} val rows from {tokenize_dir}/; wrote "
           f"{run_dir}/{KERAS_MODEL_FILE} and MLflow run {run_id}: val_accuracy {result.val_accuracy:.4f} after "

@@ -14,9 +14,10 @@ import pytest
 from pipeline.__main__ import main as cli_main
 from pipeline.core.errors import ConfigError
 from pipeline.model.classifiers import load_keras_model
-from pipeline.model.presets import PRESET_ASSETS_DIR, PRESET_FORMAT, pad_rows
 from pipeline.stages import score, serve
-from tests.test_errors import SMOKE, one_error_line
+from pipeline.text.presets import PRESET_ASSETS_DIR, PRESET_FORMAT
+from pipeline.text.wordpiece import pad_rows
+from tests.core.test_errors import SMOKE, one_error_line
 from tests.tiny_preset import write_tiny_preset
 
 POOLINGS = ["first_token", "mean"]
@@ -98,7 +99,7 @@ def test_a_model_fine_tuned_from_a_preset_scores_without_it_through_make_score_a
     expected = pd.read_csv(tmp_path / "few_out.csv", keep_default_na=False, dtype=str)
     with serve.model_server(f"runs:/{run_id}/model", config.tracking.tracking_uri) as base:
         answer = serve.invoke(base, [{"text": text} for text in rows])
-    from tests.test_serving import assert_same_rows
+    from tests.stages.test_serve import assert_same_rows
 
     assert_same_rows(answer, expected)
 

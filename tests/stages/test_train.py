@@ -10,7 +10,7 @@ from pipeline.model.classifiers import load_keras_model
 from pipeline.model.forward import predict_probabilities
 from pipeline.stages import train
 from pipeline.stages.train import fit_and_log as training
-from pipeline.text.wordpiece import TextEncoder
+from pipeline.text.wordpiece import WordPieceEncoder
 
 
 def test_tiny_model_learns_separable_task(trained_run):
@@ -55,7 +55,7 @@ def test_pyfunc_model_scores_raw_strings(trained_run):
     assert scored["predicted_label"].tolist() == ["positive", "negative", ""]
     assert scored["score_error"].tolist() == ["", "", "missing or empty text"]
     assert scored["positive_probability"].iloc[2] is None
-    direct = predict_probabilities(load_keras_model(run_dir / "model.keras"), TextEncoder.load(run_dir / "tokenizer"),
+    direct = predict_probabilities(load_keras_model(run_dir / "model.keras"), WordPieceEncoder.load(run_dir / "tokenizer"),
                                    texts[:2])
     np.testing.assert_allclose(scored["positive_probability"].iloc[:2].astype(float), direct[:, 1], atol=1e-6)
 
@@ -176,17 +176,20 @@ def test_the_saved_model_holds_weights_not_optimizer_state(trained_run, tmp_path
 
 
 def test_a_run_trained_to_read_windows_scores_and_evaluates_long_reviews_by_them(prepared_config):
-    """model.long_reviews=windows: the run's tokenizer files say so, and its logged model and its evaluation read a
-    review longer than the limit through its windows (training itself reads the same head+tail rows)."""
+    """model.long_reviews=windows: the run's own model_settings.json says so (its tokenizer files hold no model
+    setting), and its logged model and its evaluation read a review longer than the limit through its windows
+    (training itself reads the same head+tail rows)."""
     from pipeline.core.predictions import pool_windows
     from pipeline.model.classifiers import SentimentClassifier, load_classifier
     from pipeline.stages.evaluate.scorecard import evaluate_run
 
     config = prepared_config.replace(model={"long_reviews": "windows"}, training={"epochs": 1})
     run_dir = training.train_model(config).run_dir
-    assert json.loads((run_dir / "tokenizer" / "tokenizer.json").read_text())["long_reviews"] == "windows"
+    assert json.loads((run_dir / "model_settings.json").read_text()) == {"long_reviews": "windows"}
+    assert "long_reviews" not in json.loads((run_dir / "tokenizer" / "tokenizer.json").read_text())
     run_id = json.loads((run_dir / "manifest.json").read_text())["mlflow_run_id"]
     logged = load_classifier(f"runs:/{run_id}/model")
+    assert logged.reads_windows and logged.settings == {"long_reviews": "windows"}
     truncating = SentimentClassifier.from_paths(run_dir / "model.keras", config.data_dir / "tokenize")
     test = pd.read_parquet(config.data_dir / "ingest" / "test.parquet")
     texts = test["text"].tolist()

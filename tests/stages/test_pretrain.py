@@ -7,13 +7,13 @@ import mlflow
 import numpy as np
 import pytest
 
+from pipeline.core.catalog import BACKBONE_SPEC_FILE
 from pipeline.core.errors import InputError, MissingInputError
-from pipeline.core.files import BACKBONE_SPEC_FILE
 from pipeline.stages import ingest, pretrain, tokenize, train
-from pipeline.stages.pretrain import backbone
 from pipeline.stages.pretrain import masked_lm as pretraining
+from pipeline.stages.pretrain import masking as backbone
 from pipeline.text.conventions import MASK_ID
-from pipeline.text.wordpiece import TextEncoder
+from pipeline.text.wordpiece import WordPieceEncoder
 from tests.conftest import PREPARED_UNLABELED, make_archive, write_imdb_tree
 
 
@@ -30,7 +30,7 @@ def test_unlabeled_reviews_are_ingested_and_tokenized_for_pretraining_only(prepa
     assert manifest["unlabeled_rows"] == PREPARED_UNLABELED
     assert (config.data_dir / "tokenize" / "unlabeled_ids.npy").is_file()
     assert not (config.data_dir / "tokenize" / "unlabeled_labels.npy").exists()
-    encoder = TextEncoder.load(config.data_dir / "tokenize")
+    encoder = WordPieceEncoder.load(config.data_dir / "tokenize")
     assert encoder.can_mask and encoder.vocabulary[MASK_ID] == "[MASK]"
     # the copy in this test's folder is a prepared data folder of its own: neither stage runs again there
     ingest.run(config)

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from pipeline.__main__ import main as cli_main
+from pipeline.core.catalog import PSEUDO_LABELS_FILE
 from pipeline.core.errors import ConfigError, InputError
-from pipeline.core.files import PSEUDO_LABELS_FILE
 from pipeline.stages import ingest, pseudo_label, tokenize, train
 from pipeline.stages.pseudo_label import teacher as pseudo_labels
 from pipeline.stages.tokenize.outputs import load_split
@@ -122,11 +122,14 @@ def test_training_makes_its_pseudo_labels_or_goes_without_when_nothing_is_unlabe
     out_dir = config.data_dir / "pseudo_label"
     assert not out_dir.exists()
     assert pseudo_labels.with_pseudo_labels(config, make=False) is config  # a cluster's worker: made before
-    assert not out_dir.exists()
+    assert not out_dir.exists() and "pseudo-label stage" not in capsys.readouterr().out
     assert pseudo_labels.with_pseudo_labels(config) is config
-    assert (out_dir / PSEUDO_LABELS_FILE).is_file() and "pseudo-label: read" in capsys.readouterr().out
-    assert pseudo_labels.with_pseudo_labels(config) is config
-    assert "pseudo-label: up to date" in capsys.readouterr().out
+    output = capsys.readouterr().out  # the stage that runs another's work says so, first
+    assert output.startswith("train: running the pseudo-label stage first (training.pseudo_labels)\n")
+    assert (out_dir / PSEUDO_LABELS_FILE).is_file() and "pseudo-label: read" in output
+    assert pseudo_labels.with_pseudo_labels(config, stage="compare") is config
+    output = capsys.readouterr().out
+    assert output.startswith("compare: running the pseudo-label stage first") and "pseudo-label: up to date" in output
 
     bare_dir = tmp_path / "bare"
     shutil.copytree(config.data_dir / "ingest", bare_dir / "ingest")
@@ -134,7 +137,7 @@ def test_training_makes_its_pseudo_labels_or_goes_without_when_nothing_is_unlabe
     bare = config.replace(paths={"data_dir": str(bare_dir)})
     plain = pseudo_labels.with_pseudo_labels(bare)
     assert plain == bare.replace(training={"pseudo_labels": False})
-    assert "no unlabeled reviews" in capsys.readouterr().out
+    assert capsys.readouterr().out.startswith("train: no unlabeled reviews")
     assert not (bare_dir / "pseudo_label").exists()
     off = config.replace(training={"pseudo_labels": False})
     assert pseudo_labels.with_pseudo_labels(off) is off
@@ -187,7 +190,7 @@ def test_the_comparison_key_follows_the_teacher_settings_only_when_training_uses
 def test_soft_targets_carry_the_nbsvm_teacher_probabilities_into_training(prepared_config):
     """Distillation: pseudo_label.soft trains on the teacher's probabilities (gold rows one-hot), and the
     default teacher is NBSVM."""
-    from pipeline.core.files import teacher_probability_column
+    from pipeline.core.catalog import teacher_probability_column
 
     assert prepared_config.pseudo_label.teacher == "nbsvm" and prepared_config.pseudo_label.soft
     out_dir = pseudo_label.run(prepared_config)
@@ -216,7 +219,7 @@ def test_a_logged_model_teaches_with_the_probabilities_it_would_score(prepared_c
     """``pseudo_label.teacher`` a model URI (the champion, a fused run, a folder): the soft targets are that
     model's own probabilities, its model UUID is an input (a re-logged model makes new labels), a row it cannot
     score is never kept, and a model of other classes or no model at all is one error naming the key."""
-    from pipeline.core.files import LABELS_FILE, teacher_probability_column
+    from pipeline.core.catalog import LABELS_FILE, teacher_probability_column
     from pipeline.model.classifiers import load_classifier
 
     trained_config, run_dir = trained_run

@@ -21,30 +21,33 @@ import numpy as np
 import pandas as pd
 
 from pipeline.config import Config, TokenizerConfig
-from pipeline.core.catalog import require_output, stage_dir
-from pipeline.core.errors import InputError
-from pipeline.core.files import (
+from pipeline.core.catalog import (
     LABELS_FILE,
     SPLITS,
     TOKEN_LENGTHS_PLOT,
     TOKENIZER_SETTINGS_FILE,
     UNLABELED,
-    UNLABELED_TABLE,
     VOCABULARY_FILE,
-    build_manifest,
     ids_file,
-    is_up_to_date,
     labels_file,
+    require_output,
+    stage_dir,
+    token_counts_file,
+)
+from pipeline.core.errors import InputError
+from pipeline.core.files import (
+    build_manifest,
+    is_up_to_date,
     manifest_hash,
     sha256_file,
-    split_table,
     staged_directory,
-    token_counts_file,
     write_manifest,
 )
-from pipeline.model.presets import PresetTextEncoder, preset_encoder
+from pipeline.model.presets import preset_encoder
+from pipeline.stages.ingest.outputs import read_split, read_unlabeled
 from pipeline.text.conventions import RESERVED_TOKENS, percentiles
-from pipeline.text.wordpiece import EncoderSettings, TextEncoder
+from pipeline.text.encoder import TextEncoder
+from pipeline.text.wordpiece import EncoderSettings, WordPieceEncoder
 
 STAGE = "tokenize"
 
@@ -99,7 +102,7 @@ def plot_token_lengths(counts: dict[str, np.ndarray], cutoff: int, path: Path) -
 # --------------------------------------------------------------------------- stage entry point
 
 
-def write_encoded_splits(encoder: TextEncoder | PresetTextEncoder, frames: dict[str, pd.DataFrame], max_tokens: int,
+def write_encoded_splits(encoder: TextEncoder, frames: dict[str, pd.DataFrame], max_tokens: int,
                          staging: Path) -> tuple[dict[str, dict], dict[str, np.ndarray]]:
     """Write every split's token ids, labels (not for the unlabeled reviews) and token counts into ``staging``;
     returns the manifest's statistics by split (unknown-token rate, fraction longer than ``max_tokens``, length
@@ -135,10 +138,10 @@ def tokenize(config: Config, force: bool = False) -> Path:
 
     settings = EncoderSettings.from_config(config.tokenizer)
     preset = None if config.model.preset is None else preset_encoder(config.model.preset, settings)  # checked first
-    frames = {split: pd.read_parquet(ingest_dir / split_table(split)) for split in SPLITS}
-    unlabeled_path = ingest_dir / UNLABELED_TABLE
-    if unlabeled_path.is_file():  # for pretraining; never validation or test texts
-        frames[UNLABELED] = pd.read_parquet(unlabeled_path)
+    frames = {split: read_split(ingest_dir, split) for split in SPLITS}
+    unlabeled = read_unlabeled(ingest_dir)
+    if unlabeled is not None:  # for pretraining; never validation or test texts
+        frames[UNLABELED] = unlabeled
     corpus = list(frames["train"]["text"])
     if config.tokenizer.include_unlabeled and UNLABELED in frames:
         corpus += list(frames[UNLABELED]["text"])
@@ -149,7 +152,7 @@ def tokenize(config: Config, force: bool = False) -> Path:
     else:
         print(f"tokenize: learning a {config.tokenizer.vocabulary_size:,}-token WordPiece vocabulary "
               f"from {len(corpus):,} texts ...", flush=True)
-        encoder = TextEncoder(learn_vocabulary(corpus, config.tokenizer), settings)
+        encoder = WordPieceEncoder(learn_vocabulary(corpus, config.tokenizer), settings)
     learn_seconds = time.perf_counter() - learn_started
 
     max_tokens = config.tokenizer.max_sequence_length - 1

@@ -1,7 +1,5 @@
 import json
-import shutil
 import urllib.request
-from pathlib import Path
 
 import mlflow
 import numpy as np
@@ -19,21 +17,6 @@ VARIANTS = ["first_token", "mean"]
 FUSED = [f"nbsvm+{name}" for name in VARIANTS]
 CANDIDATES = VARIANTS + ["nbsvm"] + FUSED  # what `make register` chooses from; tfidf is a reference row
 
-
-@pytest.fixture
-def own_comparison(comparison, tmp_path):
-    """A copy of the shared comparison (its data, reports and MLflow store) for a test that writes to it, so no
-    test changes what the others read. Its runs' artifacts stay where the shared store logged them."""
-    config, report = comparison
-    root = Path(config.tracking.tracking_uri.removeprefix("sqlite:///")).parent
-    copy = tmp_path / "comparison"
-    for name in ("data", "reports"):
-        shutil.copytree(root / name, copy / name, symlinks=True)
-    shutil.copy2(root / "mlflow.db", copy / "mlflow.db")
-    own = config.replace(paths={"data_dir": str(copy / "data"), "reports_dir": str(copy / "reports")},
-                         tracking={"tracking_uri": f"sqlite:///{copy / 'mlflow.db'}"})
-    mlflow.set_tracking_uri(own.tracking.tracking_uri)
-    return own, copy / "reports" / report.name
 
 
 def model_run_ids(payload: dict) -> list[str]:
@@ -149,51 +132,6 @@ def test_mlflow_server_shows_children_with_pooling_and_test_accuracy(comparison)
         assert "test_accuracy" in metrics
         assert tags["pooling"] == "mean" and "mlflow.parentRunId" in tags
 
-
-def test_register_picks_the_best_validation_candidate_of_any_kind_and_score_uses_it(own_comparison, tmp_path, capsys):
-    from pipeline.stages import register, score
-    from pipeline.stages.register import card as register_card
-
-    config, _ = own_comparison
-    payload = json.loads((config.reports_dir / "comparison.json").read_text())
-    uri = register.run(config)
-    assert uri == "models:/smoke-sentiment@champion"
-    client = mlflow.tracking.MlflowClient()
-    champion = client.get_model_version_by_alias("smoke-sentiment", "champion")
-    group = payload["recommendation"]["variant"]  # the candidate with the best mean validation accuracy
-    members = payload["summary"][group]["run_ids"]
-    val_accuracy = {run_id: client.get_run(run_id).data.metrics["best_val_accuracy"] for run_id in members}
-    assert champion.run_id in members
-    assert val_accuracy[champion.run_id] == max(val_accuracy.values())
-    capsys.readouterr()
-    register.run(config)
-    assert "up to date" in capsys.readouterr().out
-
-    # the model card: the version's description and reports/<run_id>/model_card.md, from the run's own numbers
-    card = (config.reports_dir / champion.run_id / "model_card.md").read_text()
-    assert client.get_model_version("smoke-sentiment", champion.version).description == card
-    run = client.get_run(champion.run_id)
-    evaluation, _ = register_card.run_evaluation(champion.run_id)
-    accuracy = run.data.metrics["test_accuracy"]
-    line = next(li for li in card.splitlines() if li.startswith("- accuracy "))
-    low, high = (float(x) for x in line.split("95% CI ")[1].rstrip(")").split(" to "))
-    assert line.startswith(f"- accuracy {accuracy:.4f}") and low <= accuracy <= high
-    assert f"{evaluation['test_rows']:,} test reviews" in card
-    kind = run.data.tags["model_kind"]
-    if kind == "lexical":
-        assert "NBSVM" in card and "cut to" not in card
-    else:
-        params = run.data.params if kind == "transformer" else client.get_run(run.data.params["fusion.transformer_run"]).data.params
-        assert f"cut to **{params['tokenizer.max_sequence_length']} tokens**" in card
-        assert f"**{params['model.pooling']} pooling**" in card
-    assert f"expected calibration error {run.data.metrics['test_ece']:.4f}" in card
-    for capability, rate in evaluation["behaviour"].items():
-        assert f"| {capability} | {rate:.0%} |" in card
-    assert "English only" in card and "Intended use" in card
-
-    pd.DataFrame({"text": ["superb and wonderful", "awful and dull"]}).to_csv(tmp_path / "in.csv", index=False)
-    summary = score.run(config, tmp_path / "in.csv", tmp_path / "out.csv")  # default: the champion
-    assert summary["scored"] == 2
 
 
 def test_position_ablation_shares_runs_without_stealing_them(own_comparison, capsys):
@@ -352,22 +290,6 @@ def test_fusing_models_of_other_label_sets_is_refused_naming_both(tmp_path, smok
         fusion_candidate(smoke_config, "key", child, other_rows, {}, ["negative", "positive"], force=True)
 
 
-def test_model_cards_describe_each_kind_of_candidate(comparison):
-    from pipeline.stages.register import card as register_card
-
-    config, _ = comparison
-    payload = json.loads((config.reports_dir / "comparison.json").read_text())
-    mlflow.set_tracking_uri(config.tracking.tracking_uri)
-    client = mlflow.tracking.MlflowClient()
-    expected = {"first_token": "**first_token pooling**", "nbsvm": "naive-Bayes log-count ratio",
-                FUSED[0]: "on the Transformer**"}
-    for name, phrase in expected.items():
-        run = client.get_run(payload["summary"][name]["run_ids"][0])
-        evaluation, _ = register_card.run_evaluation(run.info.run_id)
-        card = register_card.model_card("m", "1", run, evaluation, {}, 17, payload["parent_run_id"])
-        assert phrase in card and f"{evaluation['test_rows']:,} test reviews" in card
-        assert ("cut to" in card) == (name != "nbsvm")
-
 
 def test_every_kind_of_candidate_gives_the_same_row_errors_through_make_score_and_serve(comparison, tmp_path):
     from pipeline.stages import score, serve
@@ -516,11 +438,3 @@ def test_the_tuned_level_is_the_tuned_file_and_the_default_level_keeps_the_compa
     assert design({"model.dropout": 0.1}, pretrained).overlays[0][1] == (("model.dropout", 0.1),)
 
 
-def test_the_model_card_says_how_the_transformer_reads_a_long_review():
-    from pipeline.stages.register.card import transformer_lines
-
-    params = {"tokenizer.max_sequence_length": "256", "tokenizer.truncation": "head_tail", "model.pooling": "mean"}
-    cut = "\n".join(transformer_lines(params, {}))
-    assert "cut to **256 tokens** (head_tail truncation)." in cut and "windows" not in cut
-    read = "\n".join(transformer_lines({**params, "model.long_reviews": "windows"}, {}))
-    assert "cut to **256 tokens** (head_tail truncation) for training" in read and "windows covering all of it" in read

@@ -138,7 +138,7 @@ def missing_file_calls(tmp_path, smoke_config):
     from pipeline.model.classifiers import load_classifier
     from pipeline.stages.compare.designs import design_for
     from pipeline.stages.ingest.tables import find_table_files
-    from pipeline.stages.pretrain.backbone import load_backbone, resolve_pretrained
+    from pipeline.stages.pretrain.outputs import load_backbone, resolve_pretrained
     from pipeline.stages.score.csv_file import score_csv
     from pipeline.stages.score.spark import resolve_inputs
     from pipeline.text.conventions import load_labels

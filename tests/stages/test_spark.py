@@ -126,7 +126,7 @@ def test_missing_java_is_one_line(monkeypatch):
 
 @pytest.mark.parametrize("commit", ["43f75dd", "a765a9c"])
 def test_spark_answers_like_the_code_that_logged_a_model_before_the_layout_change(spark_setup, tmp_path, commit):
-    from tests.test_upgrade import LEGACY, assert_rows
+    from tests.stages.test_score_legacy_models import LEGACY, assert_rows
 
     config, legacy = spark_setup[0], LEGACY[commit]
     texts = legacy.csv_texts

@@ -7,14 +7,14 @@ import pytest
 
 from pipeline.config import load_config
 from pipeline.stages import ingest, tokenize
-from pipeline.stages.tokenize import encode as tokenization
+from pipeline.stages.tokenize import vocabulary as tokenization
 from pipeline.stages.tokenize.outputs import load_split
 from pipeline.text import wordpiece as encoding
 from pipeline.text.conventions import CLS_ID, PAD_ID, UNK_ID
 from pipeline.text.wordpiece import (
     FAST_PATH_LETTERS,
     EncoderSettings,
-    TextEncoder,
+    WordPieceEncoder,
     on_fast_path,
     text_ends,
     truncate_and_pad,
@@ -49,7 +49,7 @@ def small_encoder():
     config = load_config(None, ["tokenizer.vocabulary_size=120", "tokenizer.min_frequency=1",
                                 "tokenizer.max_sequence_length=16", "tokenizer.head_tokens=4"])
     vocabulary = tokenization.learn_vocabulary(texts, config.tokenizer)
-    return TextEncoder(vocabulary, EncoderSettings.from_config(config.tokenizer))
+    return WordPieceEncoder(vocabulary, EncoderSettings.from_config(config.tokenizer))
 
 
 def test_vocabulary_starts_with_reserved_tokens(small_encoder):
@@ -97,13 +97,13 @@ def test_detokenizing_gives_back_normalised_words(small_encoder):
 
 def test_save_load_round_trip_and_tamper_detection(small_encoder, tmp_path):
     small_encoder.save(tmp_path)
-    loaded = TextEncoder.load(tmp_path)
+    loaded = WordPieceEncoder.load(tmp_path)
     texts = ["good movie", "the ending was boring"]
     np.testing.assert_array_equal(loaded.encode(texts), small_encoder.encode(texts))
     vocabulary = tmp_path / "vocabulary.txt"
     vocabulary.write_text("\n".join(vocabulary.read_text().split("\n")[:-10]) + "\n")
     with pytest.raises(ValueError, match="vocabulary.txt does not match"):
-        TextEncoder.load(tmp_path)
+        WordPieceEncoder.load(tmp_path)
 
 
 @pytest.mark.parametrize("length", [0, 1, 14, 15, 16, 29, 30, 31, 100, 451])
@@ -127,7 +127,7 @@ def test_encode_windows_gives_each_text_its_row_then_a_long_ones_windows(small_e
     ids, owner = small_encoder.encode_windows(texts)
     np.testing.assert_array_equal(ids[:3], small_encoder.encode(texts))  # the truncated rows first, in order
     assert owner[:3].tolist() == [0, 1, 2] and set(owner[3:].tolist()) == {1}
-    whole = TextEncoder(small_encoder.vocabulary, EncoderSettings(True, 200, "head_tail", 4)).encode(texts[1:2])[0]
+    whole = WordPieceEncoder(small_encoder.vocabulary, EncoderSettings(True, 200, "head_tail", 4)).encode(texts[1:2])[0]
     whole = whole[1:][whole[1:] != PAD_ID]  # every token of the long text
     offsets, _ = encoding.window_offsets(np.array([len(whole)]), 15)
     assert len(ids) == 3 + len(offsets) > 4
@@ -140,14 +140,14 @@ def test_the_encoder_file_holds_no_model_setting_and_an_old_one_with_long_review
     settings = tmp_path / "tokenizer.json"
     assert "long_reviews" not in json.loads(settings.read_text())  # a model setting: model_settings.json
     settings.write_text(json.dumps({**json.loads(settings.read_text()), "long_reviews": "windows"}))  # as trained before
-    loaded = TextEncoder.load(tmp_path)
+    loaded = WordPieceEncoder.load(tmp_path)
     assert loaded.settings == small_encoder.settings
     np.testing.assert_array_equal(loaded.encode(["a good movie"]), small_encoder.encode(["a good movie"]))
 
 
 def test_load_missing_files_says_run_tokenize(tmp_path):
     with pytest.raises(FileNotFoundError, match="make tokenize"):
-        TextEncoder.load(tmp_path)
+        WordPieceEncoder.load(tmp_path)
 
 
 def test_stage_requires_ingest_output(smoke_config):
@@ -167,7 +167,7 @@ def test_stage_outputs_manifest_and_vocabulary_never_sees_test(smoke_config):
         assert key in manifest
     assert set(manifest["unknown_token_rate"]) == {"train", "val", "test"}
     assert (out_dir / "token_lengths.png").stat().st_size > 1000
-    encoder = TextEncoder.load(out_dir)
+    encoder = WordPieceEncoder.load(out_dir)
     assert not any("zyzzyva".startswith(tok) and len(tok) > 3 for tok in encoder.vocabulary)
     assert "z" not in encoder.vocabulary and "##z" not in encoder.vocabulary  # 'z' never occurs in train
     test_ids = np.load(out_dir / "test_ids.npy")
@@ -244,7 +244,7 @@ def character_encoder():
     vocabulary += letters + [f"##{c}" for c in letters]
     vocabulary = list(dict.fromkeys(vocabulary))  # one id per entry
     settings = EncoderSettings(lowercase=True, max_sequence_length=24, truncation="head_tail", head_tokens=5)
-    return TextEncoder(vocabulary, settings)
+    return WordPieceEncoder(vocabulary, settings)
 
 
 def _untruncated(encoder, texts, fast):
@@ -293,7 +293,7 @@ def test_encode_by_the_ends_gives_the_whole_text_ids(character_encoder, strategy
     hold too few tokens (long words: one [UNK] per 101 characters), which are then tokenized whole."""
     from dataclasses import replace
 
-    encoder = TextEncoder(character_encoder.vocabulary,
+    encoder = WordPieceEncoder(character_encoder.vocabulary,
                           replace(character_encoder.settings, truncation=strategy, head_tokens=head))
     rng = random.Random(1)
     words = ["the", "movie", "was", "good,", "bad!", "It's", "DON'T", "x" * 101, "\t", "café"]
@@ -316,7 +316,7 @@ def test_the_fast_path_turns_itself_off_when_the_libraries_disagree(character_en
     assert character_encoder.fast_path_agrees  # the installed versions agree on every probe
     monkeypatch.setattr(encoding, "fast_path_probes", lambda: ["the movie", "straße"])
     with pytest.warns(RuntimeWarning, match="1 of 2 probe texts .* every text goes through KerasHub"):
-        encoder = TextEncoder(character_encoder.vocabulary, character_encoder.settings)
+        encoder = WordPieceEncoder(character_encoder.vocabulary, character_encoder.settings)
     assert not encoder.fast_path_agrees
     calls = []
     token_rows = encoder._tokenize_fast

@@ -85,7 +85,7 @@ def main_with_cheap_trials(argv: list[str]) -> int:
 def cheap_tune_process(config, trials: int, seconds: float) -> subprocess.Popen:
     """``make tune`` in a new process, each trial a cheap one lasting ``seconds``; this checkout's code (not
     whichever the environment has installed) and output unbuffered."""
-    command = [sys.executable, "-c", "import sys; from tests.test_tune import main_with_cheap_trials; "
+    command = [sys.executable, "-c", "import sys; from tests.experiments.test_tune import main_with_cheap_trials; "
                "sys.exit(main_with_cheap_trials(sys.argv[1:]))", *cli_args(config), "--trials", str(trials)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", CHEAP_TRIAL_SECONDS: str(seconds),
            "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}

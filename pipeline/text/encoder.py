@@ -1,0 +1,56 @@
+"""What a text encoder is (:class:`TextEncoder`) and reading whichever one the tokenize stage saved.
+
+Two implement it: the pipeline's own WordPiece encoder (``pipeline.text.wordpiece.WordPieceEncoder``) and a
+pretrained preset's tokenizer (``pipeline.text.presets.PresetTextEncoder``). Training, evaluation and every scorer
+take either through this protocol.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from pipeline.core.catalog import TOKENIZER_SETTINGS_FILE
+from pipeline.text.presets import PRESET_FORMAT, PresetTextEncoder
+from pipeline.text.wordpiece import EncoderSettings, WordPieceEncoder
+
+
+class TextEncoder(Protocol):
+    """Raw review text -> fixed-length token ids ``[N, settings.max_sequence_length]``, start token first."""
+
+    settings: EncoderSettings
+    vocabulary: list[str]
+    preset: str | None  # the KerasHub preset whose tokenizer it is; None for the pipeline's own
+
+    @property
+    def vocabulary_size(self) -> int: ...
+
+    @property
+    def can_mask(self) -> bool:
+        """Whether masked-LM pretraining applies (a ``[MASK]`` token of the pipeline's own vocabulary)."""
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+    def encode_with_counts(self, texts: Sequence[str], fast: bool = True) -> tuple[np.ndarray, np.ndarray, int]:
+        """(ids, untruncated token counts, number of unknown tokens)."""
+
+    def encode_reference(self, texts: Sequence[str]) -> np.ndarray:
+        """``encode`` without shortcuts: what the fast paths are checked against."""
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def save(self, directory: Path) -> None: ...
+
+
+def load_text_encoder(directory: str | Path) -> TextEncoder:
+    """The text encoder saved in ``directory``: the pipeline's own WordPiece encoder, or a pretrained preset's
+    tokenizer, whichever the tokenize stage wrote."""
+    settings_path = Path(directory) / TOKENIZER_SETTINGS_FILE
+    if settings_path.is_file():
+        payload = json.loads(settings_path.read_text())
+        if payload.get("format") == PRESET_FORMAT:
+            return PresetTextEncoder.load(directory, payload)
+    return WordPieceEncoder.load(directory)
