@@ -43,7 +43,6 @@ from pipeline.core.catalog import (
     require_output,
     stage_dir,
 )
-from pipeline.core.errors import ConfigError
 from pipeline.core.files import (
     atomic_write_json,
     build_manifest,
@@ -53,11 +52,10 @@ from pipeline.core.files import (
     sha256_file,
     write_manifest,
 )
-from pipeline.model.adversarial import AdversarialClassifier, classifier_of
+from pipeline.model.adversarial import classifier_of
+from pipeline.model.assembly import Device, StartingWeights, assemble_classifier, uses_preset
 from pipeline.model.classifiers import SentimentClassifier
 from pipeline.model.fit import FitResult, TrainingData, balanced_class_weights, compile_model, fit
-from pipeline.model.presets import preset_classifier
-from pipeline.model.transformer import build_model, load_backbone_weights
 from pipeline.runtime.datasets import make_dataset, padding_fractions, subsample
 from pipeline.runtime.hardware import choose_hardware, cluster_from_env, multi_worker_fit, worker_role
 from pipeline.stages.ingest.outputs import read_split, split_path
@@ -195,35 +193,37 @@ def load_training_data(config: Config, tokenize_dir: Path, replicas: int, shard:
     )
 
 
+def starting_weights(config: Config, data: TrainingData, tokenize_dir: Path,
+                     pretrained_dir: Path | None) -> tuple[StartingWeights, dict | None]:
+    """What the pipeline's own encoder starts from, read from files: word2vec vectors (learned once, cached in the
+    train folder) and a pretrained backbone, its vocabulary checked; and that backbone's spec."""
+    if uses_preset(config, data.encoder):
+        return StartingWeights(), None
+    vectors, weights, spec = None, None, None
+    if config.model.token_embedding == "word2vec":
+        from pipeline.model.word_vectors import cached_embedding
+
+        vectors = np.load(cached_embedding(tokenize_dir, stage_dir(config, STAGE), data.encoder.vocabulary_size,
+                                           config.model.hidden_dim, seed=0))
+    if pretrained_dir is not None:
+        weights, spec = load_backbone(pretrained_dir)
+        check_vocabulary(spec, read_manifest(tokenize_dir)["vocabulary_sha256"], str(pretrained_dir))
+    return StartingWeights(vectors, weights, str(pretrained_dir or "")), spec
+
+
 def build_and_compile(config: Config, data: TrainingData, hardware: Hardware, tokenize_dir: Path,
                       pretrained_dir: Path | None) -> tuple[keras.Model, dict | None]:
-    """The compiled classifier, its backbone loaded from ``pretrained_dir`` when given; and that backbone's spec."""
+    """The compiled classifier (``pipeline.model.assembly``), its backbone loaded from ``pretrained_dir`` when given;
+    and that backbone's spec."""
+    start, spec = starting_weights(config, data, tokenize_dir, pretrained_dir)
     with hardware.strategy.scope():
-        if config.model.preset is not None or data.encoder.preset is not None:
-            if config.training.adversarial_epsilon:
-                raise ConfigError("training.adversarial_epsilon perturbs the pipeline's own encoder's embeddings, not "
-                                  f"a preset's (model.preset {config.model.preset}); set training.adversarial_epsilon=0")
-            model = preset_classifier(config, data.encoder, len(data.labels), on_cpu="GPU" not in hardware.device,
-                                      dtype=hardware.policy)
+        model, loaded = assemble_classifier(config, data.encoder, len(data.labels),
+                                            Device(on_cpu="GPU" not in hardware.device, policy=hardware.policy), start)
+        if uses_preset(config, data.encoder):
             print(f"train: fine-tuning preset {config.model.preset} ({model.count_params():,} parameters)")
-            return compile_model(model, config, data.steps_per_epoch, data.soft_targets), None
-        model = build_model(config.model, data.encoder.vocabulary_size, data.encoder.settings.max_sequence_length,
-                            len(data.labels))
-        spec = None
-        if config.model.token_embedding == "word2vec":
-            from pipeline.model.word_vectors import cached_embedding
-
-            matrix = np.load(cached_embedding(tokenize_dir, stage_dir(config, STAGE), data.encoder.vocabulary_size,
-                                              config.model.hidden_dim, seed=0))
-            model.get_layer("token_embedding").embeddings.assign(matrix)
-        if pretrained_dir is not None:
-            weights, spec = load_backbone(pretrained_dir)
-            check_vocabulary(spec, read_manifest(tokenize_dir)["vocabulary_sha256"], str(pretrained_dir))
-            loaded = load_backbone_weights(model, weights, str(pretrained_dir))
+        elif spec is not None:
             print(f"train: started from the pretrained backbone in {pretrained_dir}/ ({len(loaded)} layers, "
                   f"MLflow run {spec.get('mlflow_run_id')})")
-        if config.training.adversarial_epsilon:
-            model = AdversarialClassifier(model, config.training.adversarial_epsilon)
         return compile_model(model, config, data.steps_per_epoch, data.soft_targets), spec
 
 

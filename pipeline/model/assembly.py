@@ -1,0 +1,61 @@
+"""Which classifier training fits, decided in one place: a pretrained preset's backbone under the pipeline's head,
+or the pipeline's own encoder started from what it is given (word2vec token vectors, a pretrained backbone),
+wrapped for adversarial training when asked. Pure construction: the train stage reads the files and compiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.config import Config
+from pipeline.core.errors import ConfigError
+from pipeline.model.adversarial import AdversarialClassifier
+from pipeline.model.presets import preset_classifier
+from pipeline.model.transformer import build_model, load_backbone_weights
+from pipeline.text.encoder import TextEncoder
+
+
+@dataclass(frozen=True)
+class StartingWeights:
+    """What the pipeline's own encoder starts from besides its initialisers (nothing, by default)."""
+
+    token_vectors: np.ndarray | None = None     # [vocabulary, hidden_dim]: model.token_embedding word2vec
+    backbone: dict[str, list] | None = None     # layer name -> weights: a pretrained backbone (model.init)
+    backbone_source: str = ""                   # where the backbone came from, for errors
+
+
+@dataclass(frozen=True)
+class Device:
+    """What the device decides about a classifier: the dtype policy, and whether a large preset is refused."""
+
+    on_cpu: bool
+    policy: str
+
+
+def uses_preset(config: Config, encoder: TextEncoder) -> bool:
+    """Whether the classifier is a preset's backbone: configured, or the ids were made by a preset's tokenizer."""
+    return config.model.preset is not None or encoder.preset is not None
+
+
+def assemble_classifier(config: Config, encoder: TextEncoder, num_classes: int, device: Device,
+                        start: StartingWeights = StartingWeights()):
+    """The uncompiled classifier; ``(model, names of the backbone layers loaded)``.
+
+    Call it inside the distribution strategy's scope. A preset with ``training.adversarial_epsilon`` is refused
+    (the perturbation is of the pipeline's own embeddings)."""
+    if uses_preset(config, encoder):
+        if config.training.adversarial_epsilon:
+            raise ConfigError("training.adversarial_epsilon perturbs the pipeline's own encoder's embeddings, not "
+                              f"a preset's (model.preset {config.model.preset}); set training.adversarial_epsilon=0")
+        return preset_classifier(config, encoder, num_classes, on_cpu=device.on_cpu, dtype=device.policy), []
+    model = build_model(config.model, encoder.vocabulary_size, encoder.settings.max_sequence_length, num_classes)
+    if start.token_vectors is not None:
+        model.get_layer("token_embedding").embeddings.assign(start.token_vectors)
+    loaded = []
+    if start.backbone is not None:
+        loaded = load_backbone_weights(model, start.backbone, start.backbone_source)
+    if config.training.adversarial_epsilon:
+        model = AdversarialClassifier(model, config.training.adversarial_epsilon)
+    return model, loaded
