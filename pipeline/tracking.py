@@ -110,8 +110,9 @@ MODEL_KIND_TAG = "model_kind"            # on a run with a pipeline model: trans
 FUSED_FROM_TAGS = ("fused_transformer_run", "fused_lexical_run")  # on a fused run: the runs it combines
 CHAMPION_DESIGNS = ("main", "tuned", "pooling")  # designs whose runs `make register` chooses from ("pooling":
                                                   # stores written before the factors came from the config)
-PIPELINE_REQUIREMENTS = ["tensorflow", "tensorflow-text", "keras>=3", "keras-hub", "mlflow", "pandas", "numpy",
-                         "scikit-learn", "scipy", "joblib"]
+# what a logged model imports to answer (the package travels with it as code), pinned when it is logged
+MODEL_DISTRIBUTIONS = ("tensorflow", "tensorflow-text", "keras", "keras-hub", "mlflow", "pandas", "numpy",
+                       "scikit-learn", "scipy", "joblib", "pyyaml")
 MEMBERS_TAG = "model_run_ids"            # on a comparison: its model runs, comma-separated
 CANDIDATES_TAG = "model_run_candidates"  # on a comparison: JSON run id -> the candidate it is a run of
 PARENT_RUN_TAG = "mlflow.parentRunId"    # MLflow's own: shows a run under its parent in the UI
@@ -147,11 +148,27 @@ def fusion_tags(key: str, variant: str, transformer_run_id: str, lexical_run_id:
             FUSED_FROM_TAGS[0]: transformer_run_id, FUSED_FROM_TAGS[1]: lexical_run_id}
 
 
+def pinned_requirements(distributions: tuple[str, ...] = MODEL_DISTRIBUTIONS) -> list[str]:
+    """``name==version`` of each distribution as installed in this process, the versions a model is logged with:
+    ``mlflow models serve`` or ``build-docker`` with a virtualenv or conda environment then rebuilds those, not
+    whatever is newest that day. A distribution that is not installed is an error naming it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    pins = []
+    for name in distributions:
+        try:
+            pins.append(f"{name}=={version(name)}")
+        except PackageNotFoundError:
+            raise PipelineError(f"cannot pin {name} for a logged model: it is not installed (`make setup`)") from None
+    return pins
+
+
 def log_pipeline_model(python_model, artifacts: dict[str, str], example_texts) -> str:
     """Log one of the pipeline's pyfunc models (``pipeline.model.classifiers``) on the active run; returns its URI.
 
     The logged instance is empty: MLflow pickles it, and its parts are loaded from ``artifacts`` by
-    ``load_context``. The package travels with it (``code_paths``), so the model loads without an install.
+    ``load_context``. The package travels with it (``code_paths``), so the model loads without an install; its
+    requirements are the exact versions of this environment (:func:`pinned_requirements`).
     """
     import pandas as pd
 
@@ -161,7 +178,7 @@ def log_pipeline_model(python_model, artifacts: dict[str, str], example_texts) -
         name="model", python_model=python_model, artifacts=artifacts,
         code_paths=[str(Path(__file__).resolve().parent)],
         signature=mlflow.models.infer_signature(example, loaded.predict(None, example)),
-        input_example=example, pip_requirements=PIPELINE_REQUIREMENTS)
+        input_example=example, pip_requirements=pinned_requirements())
     return info.model_uri
 
 

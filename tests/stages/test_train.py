@@ -201,3 +201,21 @@ def test_a_run_trained_to_read_windows_scores_and_evaluates_long_reviews_by_them
     evaluated = evaluated_run.predictions("test")["positive_probability"].to_numpy()
     np.testing.assert_allclose(evaluated, expected[:, 1], atol=1e-5)
     assert np.abs(evaluated[long] - truncating.probabilities([texts[i] for i in long])[:, 1]).max() > 1e-4
+
+
+def test_the_logged_model_names_the_exact_version_of_every_requirement(trained_run):
+    """Its requirements.txt pins every package at the version it was logged with (a virtualenv or conda
+    environment built from it is this one); the pins come from this environment's installed distributions."""
+    from importlib.metadata import version
+
+    from pipeline.tracking import MODEL_DISTRIBUTIONS
+
+    config, run_dir = trained_run
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    mlflow.set_tracking_uri(config.tracking.tracking_uri)
+    path = mlflow.artifacts.download_artifacts(f"runs:/{manifest['mlflow_run_id']}/model/requirements.txt")
+    lines = [line.strip() for line in open(path) if line.strip() and not line.startswith("#")]
+    pins = dict(line.split("==", 1) for line in lines if "==" in line)
+    assert len(pins) == len(lines), lines  # every requirement carries its exact version
+    assert {name: pins.get(name) for name in MODEL_DISTRIBUTIONS} == {name: version(name)
+                                                                     for name in MODEL_DISTRIBUTIONS}
