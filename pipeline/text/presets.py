@@ -9,11 +9,12 @@ the network the first time) or the folder ``keras_hub.models.Backbone.save_to_pr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -31,8 +32,20 @@ _ENCODE_BATCH = 2048
 # --------------------------------------------------------------------------- finding and checking a preset
 
 
+# KerasHub's own handles for a checkpoint on a hub (its docs' way to name one): passed to it as the strings they are,
+# never read as paths. Each hub's host, probed before a download is tried, and the variable that makes its client
+# read its local cache only.
+HANDLES = {"hf://": ("huggingface.co", "HF_HUB_OFFLINE"), "kaggle://": ("www.kaggle.com", "KAGGLEHUB_OFFLINE"),
+           "modelscope://": ("www.modelscope.cn", None), "gs://": ("storage.googleapis.com", None)}
+PROBE_SECONDS = 3.0
+
+
+def is_handle(preset: str) -> bool:
+    return preset.startswith(tuple(HANDLES))
+
+
 def _is_folder_name(preset: str) -> bool:
-    return os.sep in preset or preset.startswith(".") or Path(preset).exists()
+    return not is_handle(preset) and (os.sep in preset or preset.startswith(".") or Path(preset).exists())
 
 
 def _first_line(error: BaseException) -> str:
@@ -40,23 +53,93 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0]
 
 
+def host_reachable(host: str, port: int = 443, timeout: float = PROBE_SECONDS) -> bool:
+    import socket
+
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def hub_access(preset: str) -> Iterator[bool]:
+    """While KerasHub loads ``preset``: for a handle whose hub cannot be reached, its client reads its local cache
+    only (no retries for minutes); yields whether the hub was reachable (True for anything but a handle)."""
+    scheme = next((s for s in HANDLES if preset.startswith(s)), None)
+    if scheme is None:
+        yield True
+        return
+    host, offline_variable = HANDLES[scheme]
+    online = host_reachable(host)
+    saved = os.environ.get(offline_variable) if offline_variable else None
+    if not online and offline_variable:
+        os.environ[offline_variable] = "1"
+    try:
+        yield online
+    finally:
+        if offline_variable and not online:
+            if saved is None:
+                os.environ.pop(offline_variable, None)
+            else:
+                os.environ[offline_variable] = saved
+
+
+def converted_architectures() -> list[str]:
+    """The Hugging Face architectures KerasHub's transformers loader converts (its ``convert_<model_type>``
+    modules)."""
+    import pkgutil
+
+    from keras_hub.src.utils import transformers as loaders
+
+    return sorted(name.removeprefix("convert_") for _, name, _ in pkgutil.iter_modules(loaders.__path__)
+                  if name.startswith("convert_"))
+
+
+def check_convertible(folder: Path) -> None:
+    """A Hugging Face checkpoint folder (``config.json`` with a ``model_type``) must be of an architecture KerasHub's
+    transformers loader converts; a KerasHub preset folder passes."""
+    from keras_hub.src.utils.transformers.preset_loader import TransformersPresetLoader
+
+    config = json.loads((folder / "config.json").read_text())
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if model_type is None or "registered_name" in config:
+        return
+    try:
+        TransformersPresetLoader(str(folder), config)
+    except ValueError:
+        raise InputError(f"model.preset: {folder} is a Hugging Face checkpoint of model_type {model_type!r}, which "
+                         f"KerasHub cannot convert; it converts {', '.join(converted_architectures())}") from None
+
+
 def check_preset_location(preset: str) -> None:
-    """A folder that holds a preset, or a name KerasHub knows; anything else is an error naming ``model.preset``."""
+    """A handle (``hf://``, ``kaggle://``: KerasHub's to resolve), a folder that holds a KerasHub preset or a Hugging
+    Face checkpoint KerasHub converts, or a preset name KerasHub knows; anything else is an error naming
+    ``model.preset``."""
     import keras_hub
 
+    if is_handle(preset):
+        return
     if _is_folder_name(preset):
         folder = Path(preset)
         if not folder.is_dir():
-            raise MissingInputError(f"model.preset: no preset folder at {folder} (a KerasHub preset name or the "
-                                    "folder Backbone.save_to_preset wrote)")
+            raise MissingInputError(f"model.preset: no preset folder at {folder} (a KerasHub preset name, an hf:// or "
+                                    "kaggle:// handle, or a folder: a KerasHub preset or a Hugging Face checkpoint)")
         if not (folder / "config.json").is_file():
-            raise InputError(f"model.preset: {folder} is not a KerasHub preset (no config.json)")
+            raise InputError(f"model.preset: {folder} is not a KerasHub preset or Hugging Face checkpoint "
+                             "(no config.json)")
+        check_convertible(folder)
     elif preset not in keras_hub.models.Backbone.presets:
-        raise ConfigError(f"model.preset: {preset!r} is neither a folder nor a KerasHub preset name "
-                          "(keras_hub.models.Backbone.presets lists them)")
+        raise ConfigError(f"model.preset: {preset!r} is neither a folder, a handle (hf://, kaggle://) nor a KerasHub "
+                          "preset name (keras_hub.models.Backbone.presets lists them)")
 
 
-def load_failed(preset: str, part: str, error: Exception) -> InputError:
+def load_failed(preset: str, part: str, error: Exception, reachable: bool = True) -> InputError:
+    if not reachable:
+        return InputError(f"model.preset: could not load the {part} of {preset!r}: its hub cannot be reached from "
+                          "here and the handle is not in the local cache; download it once with a network, or use "
+                          "a local folder")
     if isinstance(error, (OSError, ConnectionError)) and not _is_folder_name(preset):  # requests' errors are OSErrors
         return InputError(f"model.preset: could not load the {part} of {preset!r} ({type(error).__name__}: "
                           f"{_first_line(error)}); a preset name needs the network once, or use a preset folder")
@@ -68,13 +151,16 @@ def load_preset_tokenizer(preset: str):
     import keras_hub
 
     check_preset_location(preset)
-    try:
-        return keras_hub.models.Tokenizer.from_preset(preset)
-    except FileNotFoundError as error:  # KerasHub's word for a preset saved without its tokenizer
-        raise InputError(f"model.preset: {preset} has no tokenizer ({_first_line(error)}): the pipeline needs the "
-                         "preset's own (Tokenizer.save_to_preset)") from None
-    except Exception as error:  # a failed download (offline), a broken tokenizer file, another library's error
-        raise load_failed(preset, "tokenizer", error) from None
+    with hub_access(preset) as reachable:
+        try:
+            return keras_hub.models.Tokenizer.from_preset(preset)
+        except FileNotFoundError as error:  # KerasHub's word for a preset saved without its tokenizer
+            if not reachable:
+                raise load_failed(preset, "tokenizer", error, reachable) from None
+            raise InputError(f"model.preset: {preset} has no tokenizer ({_first_line(error)}): the pipeline needs "
+                             "the preset's own (Tokenizer.save_to_preset)") from None
+        except Exception as error:  # a failed download (offline), a broken tokenizer file, another library's error
+            raise load_failed(preset, "tokenizer", error, reachable) from None
 
 
 def check_tokenizer(tokenizer, preset: str) -> None:

