@@ -98,7 +98,7 @@ def fuse_probabilities(transformer: np.ndarray, lexical: np.ndarray, weight: flo
 
 
 def pool_windows(probabilities: np.ndarray, owner: np.ndarray) -> np.ndarray:
-    """``[texts, k]`` from the ``[rows, k]`` probabilities of every text's rows (``TextEncoder.encode_windows``: each
+    """``[texts, k]`` from the ``[rows, k]`` probabilities of every text's rows (``WordPieceEncoder.encode_windows``: each
     text's own row first, in order, then its windows; ``owner`` the text of each row): the softmax of the mean
     log-probability over a text's rows (for two classes, the mean logit); a text of one row keeps that row's."""
     probabilities, owner = np.asarray(probabilities), np.asarray(owner, dtype=np.int64)

@@ -7,7 +7,7 @@ each batch is then trimmed to its longest row rounded up to ``multiple`` tokens.
 batch widths is small and fixed (multiples of ``multiple`` up to the maximum length), so a
 compiled step sees a handful of shapes and never retraces per batch.
 
-Pure NumPy; the train and pretrain stages and ``pipeline.model.classifiers`` turn the batches into tensors.
+Pure NumPy; the train and pretrain stages and ``pipeline.model.forward`` turn the batches into tensors.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 :class:`WordPieceEncoder` is the one path from raw text to model input; training, evaluation,
 scoring and the MLflow pyfunc model all use it with the vocabulary the tokenize stage
-learned (``pipeline/stages/tokenize/__init__.py``). It saves itself as ``vocabulary.txt`` and
+learned (``pipeline/stages/tokenize/vocabulary.py``). It saves itself as ``vocabulary.txt`` and
 ``tokenizer.json`` (encoding settings and the vocabulary checksum) and loads back from them.
 
 KerasHub's ``WordPieceTokenizer`` defines the ids (``encode_reference``); ``encode`` gives the

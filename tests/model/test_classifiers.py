@@ -157,8 +157,8 @@ from pipeline.model.classifiers import SentimentClassifier
 import pandas as pd
 classifier = SentimentClassifier.from_paths({str(LEGACY / "model.keras")!r}, {str(LEGACY / "tokenizer")!r})
 print(classifier.predict(None, pd.DataFrame({{"text": ["superb", "awful"]}}))["predicted_label"].tolist())
-loaded = sorted(m for m in sys.modules if m.startswith(("sklearn", "pipeline.ingest", "pipeline.stages.ingest.tables",
-                                                         "pipeline.metrics", "pipeline.compare")))
+loaded = sorted(m for m in sys.modules if m.startswith(("sklearn", "pipeline.stages.ingest", "pipeline.metrics",
+                                                         "pipeline.stages.compare")))
 print("LOADED", loaded)
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=PROJECT_ROOT,
