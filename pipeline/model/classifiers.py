@@ -133,6 +133,8 @@ def read_model_settings(artifacts: dict) -> dict[str, str]:
     tokenizer's ``tokenizer.json``, absent meaning ``truncate``."""
     if ARTIFACT_MODEL_SETTINGS in artifacts:
         path = Path(artifacts[ARTIFACT_MODEL_SETTINGS])
+        if not path.is_file():
+            raise MissingInputError(f"{path}: the model's settings are missing (the model folder is incomplete)")
     else:
         path = Path(artifacts[ARTIFACT_TOKENIZER]) / TOKENIZER_SETTINGS_FILE
     payload = json.loads(path.read_text()) if path.is_file() else {}

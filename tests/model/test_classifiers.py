@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.core.errors import InputError
+from pipeline.core.errors import InputError, MissingInputError
 from pipeline.core.predictions import as_class_probabilities, predicted_and_confidence, probability_columns
 from pipeline.model.classifiers import SentimentClassifier, output_columns, output_frame
 from pipeline.text.conventions import text_problem
@@ -420,6 +420,8 @@ def test_a_model_reads_long_reviews_from_its_own_settings_and_an_old_one_from_it
     (tokenizer / "tokenizer.json").write_text(json.dumps({**settings, "long_reviews": "sliding"}))
     with pytest.raises(InputError, match=r"tokenizer/tokenizer.json: long_reviews is 'sliding', expected one of truncate"):
         read_model_settings({"tokenizer": str(tokenizer)})
+    with pytest.raises(MissingInputError, match=r"nowhere.json: the model.s settings are missing"):
+        read_model_settings({"tokenizer": str(tokenizer), "model_settings": str(tmp_path / "nowhere.json")})
     own.write_text(json.dumps({"long_reviews": "whole"}))
     with pytest.raises(InputError, match=r"model_settings.json: long_reviews is 'whole'"):
         SentimentClassifier.from_paths(LEGACY / "model.keras", LEGACY / "tokenizer", own)
