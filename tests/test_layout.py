@@ -90,16 +90,21 @@ def owner(module: str, table: dict) -> str | None:
     return None
 
 
-def upstream_closure(name: str, table: dict) -> set[str]:
-    """Every stage ``name`` reads or runs, directly or through them."""
+def reachable(start, neighbours) -> set[str]:
+    """Every node reached from ``neighbours(start)`` by following ``neighbours`` (which lists only nodes to keep)."""
     seen: set[str] = set()
-    todo = list(table[name].upstream)
+    todo = list(neighbours(start))
     while todo:
         current = todo.pop()
-        if current not in seen and current in table:
+        if current not in seen:
             seen.add(current)
-            todo.extend(table[current].upstream)
+            todo.extend(neighbours(current))
     return seen
+
+
+def upstream_closure(name: str, table: dict) -> set[str]:
+    """Every stage ``name`` reads or runs, directly or through them."""
+    return reachable(name, lambda stage: [s for s in table[stage].upstream if s in table])
 
 
 def library_violations(graph: dict[str, set[str]]) -> list[str]:
@@ -155,24 +160,10 @@ def stage_graph_drift(makefile: str, table: dict, folders: dict[str, str]) -> li
     file_backed = {by_folder[f] for f in by_folder if f"$(DATA_DIR)/{f}/manifest.json" in needs}
 
     def make_closure(target: str) -> set[str]:
-        seen: set[str] = set()
-        todo = [by_folder[f] for f in needs.get(target, set()) if f in by_folder]
-        while todo:
-            stage = todo.pop()
-            if stage not in seen:
-                seen.add(stage)
-                todo.extend(by_folder[f] for f in needs.get(stage, set()) if f in by_folder)
-        return seen
+        return reachable(target, lambda node: [by_folder[f] for f in needs.get(node, set()) if f in by_folder])
 
-    def table_closure(name: str) -> set[str]:
-        seen: set[str] = set()
-        todo = list(table[name].reads)
-        while todo:
-            stage = todo.pop()
-            if stage not in seen and stage in file_backed:  # make builds nothing through an MLflow run
-                seen.add(stage)
-                todo.extend(table[stage].reads)
-        return seen
+    def table_closure(name: str) -> set[str]:  # make builds nothing through an MLflow run
+        return reachable(name, lambda stage: [s for s in table[stage].reads if s in file_backed])
 
     return sorted(f"{name}: make builds {sorted(make_closure(name))}, the table reads {sorted(table_closure(name))}"
                   for name in table if name in needs and make_closure(name) != table_closure(name))
