@@ -19,7 +19,7 @@ from typing import Any
 import keras
 import mlflow
 
-from pipeline.config import Config
+from pipeline.config import Config, ModelConfig, TrackingConfig
 from pipeline.core.errors import PipelineError
 from pipeline.core.files import code_version
 
@@ -27,13 +27,13 @@ DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 CHAMPION_ALIAS = "champion"
 
 
-def champion_uri(config: Config) -> str:
+def champion_uri(tracking: TrackingConfig) -> str:
     """``models:/<registered name>@champion``: what `make register` sets and `make score` uses by default."""
-    return f"models:/{config.tracking.registered_model_name}@{CHAMPION_ALIAS}"
+    return f"models:/{tracking.registered_model_name}@{CHAMPION_ALIAS}"
 
 
-def tracking_uri(config: Config) -> str:
-    return config.tracking.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+def tracking_uri(tracking: TrackingConfig) -> str:
+    return tracking.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
 def absolute_tracking_uri(uri: str) -> str:
@@ -57,7 +57,7 @@ EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_de
 DESCRIPTION_TAG = "mlflow.note.content"  # MLflow's own: the run's description (Markdown) in the UI
 
 
-def setup_tracking(config: Config) -> str:
+def setup_tracking(tracking: TrackingConfig) -> str:
     """Point MLflow at the configured store and experiment; returns the experiment id.
 
     The experiment is tagged as a model-training experiment. MLflow 3.17's UI decides what an
@@ -68,8 +68,8 @@ def setup_tracking(config: Config) -> str:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     for message in _IGNORED_MLFLOW_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=UserWarning)
-    mlflow.set_tracking_uri(tracking_uri(config))
-    experiment = mlflow.set_experiment(config.tracking.experiment_name)
+    mlflow.set_tracking_uri(tracking_uri(tracking))
+    experiment = mlflow.set_experiment(tracking.experiment_name)
     if experiment.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
         mlflow.tracking.MlflowClient().set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG,
                                                           EXPERIMENT_KIND)
@@ -121,9 +121,9 @@ VERSION_KIND_TAG = "model_kind"          # on a registered model version: transf
 VERSION_COMPARISON_TAG = "comparison_run_id"  # on a registered model version: where it was chosen
 
 
-def standard_tags(config: Config, config_hash: str, stage: str, **extra: str) -> dict[str, str]:
-    return {STAGE_TAG: stage, "pooling": config.model.pooling, "position": config.model.position,
-            "init": config.model.init, "config_hash": config_hash, "code_version": code_version(), **extra}
+def standard_tags(model: ModelConfig, config_hash: str, stage: str, **extra: str) -> dict[str, str]:
+    return {STAGE_TAG: stage, "pooling": model.pooling, "position": model.position,
+            "init": model.init, "config_hash": config_hash, "code_version": code_version(), **extra}
 
 
 def comparison_tags(key: str, factor: str, variants, seeds) -> dict[str, str]:
@@ -214,52 +214,52 @@ def adopt_child(run_id: str, parent_id: str) -> str:
 # --------------------------------------------------------------------------- queries
 
 
-def _find_runs(config: Config, tags: dict[str, str], finished: bool = False) -> list:
+def _find_runs(tracking: TrackingConfig, tags: dict[str, str], finished: bool = False) -> list:
     """The newest run of the experiment carrying every tag in ``tags`` (a list of one, or empty)."""
     clauses = [f"tags.`{name}` = '{value}'" for name, value in tags.items()]
     if finished:
         clauses.append("attributes.status = 'FINISHED'")
-    return mlflow.search_runs(experiment_names=[config.tracking.experiment_name], output_format="list",
+    return mlflow.search_runs(experiment_names=[tracking.experiment_name], output_format="list",
                               filter_string=" and ".join(clauses), order_by=["attributes.start_time DESC"],
                               max_results=1)
 
 
-def latest_training_run_id(config: Config) -> str:
+def latest_training_run_id(tracking: TrackingConfig) -> str:
     """The newest finished training run of the experiment."""
-    runs = _find_runs(config, {STAGE_TAG: TRAIN_STAGE}, finished=True)
+    runs = _find_runs(tracking, {STAGE_TAG: TRAIN_STAGE}, finished=True)
     if not runs:
-        raise PipelineError(f"no finished training run in MLflow experiment {config.tracking.experiment_name!r}: "
+        raise PipelineError(f"no finished training run in MLflow experiment {tracking.experiment_name!r}: "
                             "run `make train` first (or pass --run RUN_ID)")
     return runs[0].info.run_id
 
 
-def find_comparison_run_id(config: Config, key: str) -> str | None:
+def find_comparison_run_id(tracking: TrackingConfig, key: str) -> str | None:
     """The comparison run with this key, to resume or extend; None when there is none yet."""
-    runs = _find_runs(config, {STAGE_TAG: COMPARE_STAGE, COMPARE_KEY_TAG: key})
+    runs = _find_runs(tracking, {STAGE_TAG: COMPARE_STAGE, COMPARE_KEY_TAG: key})
     return runs[0].info.run_id if runs else None
 
 
-def find_baseline_run(config: Config, key: str, variant: str):
+def find_baseline_run(tracking: TrackingConfig, key: str, variant: str):
     """The finished baseline child (``variant``: nbsvm, tfidf) of the comparison with this key, or None."""
-    runs = _find_runs(config, {STAGE_TAG: BASELINE_STAGE, COMPARE_KEY_TAG: key, VARIANT_TAG: variant}, finished=True)
+    runs = _find_runs(tracking, {STAGE_TAG: BASELINE_STAGE, COMPARE_KEY_TAG: key, VARIANT_TAG: variant}, finished=True)
     return runs[0] if runs else None
 
 
-def find_fusion_run(config: Config, key: str, transformer_run_id: str, lexical_run_id: str):
+def find_fusion_run(tracking: TrackingConfig, key: str, transformer_run_id: str, lexical_run_id: str):
     """The finished fused run of these two runs in the comparison with this key, or None."""
-    runs = _find_runs(config, {STAGE_TAG: FUSION_STAGE, COMPARE_KEY_TAG: key, FUSED_FROM_TAGS[0]: transformer_run_id,
+    runs = _find_runs(tracking, {STAGE_TAG: FUSION_STAGE, COMPARE_KEY_TAG: key, FUSED_FROM_TAGS[0]: transformer_run_id,
                                FUSED_FROM_TAGS[1]: lexical_run_id}, finished=True)
     return runs[0] if runs else None
 
 
-def latest_champion_comparison(config: Config):
+def latest_champion_comparison(tracking: TrackingConfig):
     """The comparison that finished last among those whose model runs are candidates for `make register`
     (``CHAMPION_DESIGNS``): a rerun comparison continues its old run, so its start time says nothing."""
     runs = [run for name in CHAMPION_DESIGNS
-            for run in _find_runs(config, {STAGE_TAG: COMPARE_STAGE, FACTOR_TAG: name}, finished=True)]
+            for run in _find_runs(tracking, {STAGE_TAG: COMPARE_STAGE, FACTOR_TAG: name}, finished=True)]
     runs.sort(key=lambda run: run.info.end_time or run.info.start_time, reverse=True)
     if not runs:
-        raise PipelineError(f"no finished comparison in MLflow experiment {config.tracking.experiment_name!r}: "
+        raise PipelineError(f"no finished comparison in MLflow experiment {tracking.experiment_name!r}: "
                             "run `make compare` first (finished runs are reused)")
     return runs[0]
 

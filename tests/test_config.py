@@ -219,8 +219,8 @@ def test_ngrams_are_a_factor_named_by_their_setting():
     assert [variant_name(v) for v in variants(design)] == ["ngram_max=1", "ngram_max=3"]
     assert [variant_config(config, design, v, 2).model.ngram_max for v in variants(design)] == [1, 3]
     # a tokens-only backbone keeps the hash it had before n-grams existed; one with n-grams gets its own
-    assert "ngram_max" not in load_config(None, ["model.ngram_max=1"]).backbone()
-    assert load_config(None, ["model.ngram_max=2"]).backbone()["ngram_buckets"] == 262_144
+    assert "ngram_max" not in load_config(None, ["model.ngram_max=1"]).model.backbone()
+    assert load_config(None, ["model.ngram_max=2"]).model.backbone()["ngram_buckets"] == 262_144
 
 
 @pytest.mark.parametrize("override, message", [

@@ -10,6 +10,10 @@
 - one name per idea: no two modules named after forms of one word (``tokenize``/``tokenizer``/``tokenization``);
 - every file name a stage hands on is written once (in ``pipeline.core.catalog``);
 - sizes: no module over 400 lines, no function over 60 lines or with more than 8 parameters;
+- functions take the config section they use: a shared library takes sections, never the whole ``Config`` (but
+  ``pipeline.tracking.flat_params``, which logs every value); a stage or experiment function takes the whole
+  ``Config`` only when it is an entry point (``run``, ``main``), reads two sections or more, hands the config on,
+  or uses what only the whole config has (``section_hash``, ``replace``, ``with_settings``, ``to_dict``);
 - tests mirror the layout: ``tests/<folder>/test_<name>.py`` tests a module or package ``<name>`` under
   ``pipeline/<folder>/``, and every stage has its ``tests/stages/test_<stage>.py``.
 
@@ -35,6 +39,11 @@ CROSS_CUTTING = {"test_layout"}  # the rules of the whole package, this file
 ROOT_ENTRIES = 12
 MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_PARAMETERS = 400, 60, 8
 EVERYTHING = {**STAGES, **EXPERIMENTS}
+WHOLE_CONFIG_METHODS = {"section_hash", "replace", "with_settings", "to_dict"}
+PATH_PROPERTIES = {"data_dir", "reports_dir"}  # Config's shortcuts to the paths section
+PATH_FUNCTIONS = {"stage_dir", "require_output"}  # pipeline.core.catalog: read config.data_dir alone
+WHOLE_CONFIG_LIBRARY = {"pipeline.tracking.flat_params"}  # logs every resolved value
+ENTRY_POINTS = {"run", "main"}
 
 
 def module_name(path: Path) -> str:
@@ -229,6 +238,51 @@ def size_violations(modules: dict[str, str]) -> list[str]:
     return sorted(found)
 
 
+def config_parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """The parameters annotated ``Config``."""
+    args = node.args
+    return {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)
+            if a.annotation is not None and ast.unparse(a.annotation).strip("\"'") == "Config"}
+
+
+def config_use(node: ast.AST, params: set[str]) -> tuple[set[str], bool]:
+    """What a function does with its ``Config`` parameters: the sections it reads, and whether it uses the config
+    whole (hands it to a call, or calls a method only the whole config has)."""
+    sections, whole = set(), False
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id in params:
+            whole |= sub.attr in WHOLE_CONFIG_METHODS
+            if sub.attr not in WHOLE_CONFIG_METHODS:
+                sections.add("paths" if sub.attr in PATH_PROPERTIES else sub.attr)
+        elif isinstance(sub, ast.Call):
+            handed = [a for a in (*sub.args, *(k.value for k in sub.keywords)) if isinstance(a, ast.Name)
+                      and a.id in params]
+            name = sub.func.id if isinstance(sub.func, ast.Name) else getattr(sub.func, "attr", "")
+            if handed and name in PATH_FUNCTIONS:
+                sections.add("paths")
+            elif handed:
+                whole = True
+    return sections, whole
+
+
+def whole_config_violations(modules: dict[str, str]) -> list[str]:
+    """Functions that take the whole ``Config`` where the section they use would do (the rule in the docstring)."""
+    found = []
+    for module, source in modules.items():
+        library = not module.startswith(("pipeline.stages", "pipeline.experiments", "pipeline.config"))
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not config_parameters(node):
+                continue
+            name = f"{module}.{node.name}"
+            if library and name not in WHOLE_CONFIG_LIBRARY:
+                found.append(f"{name}: a shared library takes the whole Config")
+            elif not library and node.name not in ENTRY_POINTS:
+                sections, whole = config_use(node, config_parameters(node))
+                if not whole and len(sections) < 2:
+                    found.append(f"{name}: takes the whole Config and reads {sorted(sections) or 'nothing'} of it")
+    return sorted(found)
+
+
 def unmirrored_tests(test_files: list[Path]) -> list[str]:
     """Test files under ``tests/`` whose folder is not a folder of ``pipeline/``, or whose name (``test_<name>`` or
     ``test_<name>_<topic>``) names no module or package in it (at the root: directly in it)."""
@@ -304,6 +358,22 @@ def test_the_name_and_size_checks_catch_forms_of_one_word_and_a_long_function():
     assert size_violations({"pipeline.m": "x = 1\n" * 401}) == ["pipeline.m: 401 lines"]
 
 
+def test_the_config_check_catches_a_whole_config_where_a_section_would_do():
+    one_section = "def f(config: Config, n: int):\n    return config.training.epochs * n\n"
+    assert whole_config_violations({"pipeline.stages.train.x": one_section}) == [
+        "pipeline.stages.train.x.f: takes the whole Config and reads ['training'] of it"]
+    assert whole_config_violations({"pipeline.model.fit": one_section}) == [
+        "pipeline.model.fit.f: a shared library takes the whole Config"]
+    paths_only = 'def f(config: "Config"):\n    return stage_dir(config, "ingest") / config.data_dir.name\n'
+    assert len(whole_config_violations({"pipeline.stages.compare.x": paths_only})) == 1
+    fine = {"pipeline.stages.train.a": "def f(config: Config):\n    return config.model, config.training\n",
+            "pipeline.stages.train.b": "def f(config: Config):\n    return g(config)\n",
+            "pipeline.stages.train.c": "def f(config: Config):\n    return config.section_hash('model')\n",
+            "pipeline.stages.train.d": "def run(config: Config):\n    return config.model\n",
+            "pipeline.stages.train.e": "def f(training: TrainingConfig):\n    return training.epochs\n"}
+    assert whole_config_violations(fine) == []
+
+
 def test_the_mirror_check_catches_a_test_of_nothing_and_one_in_the_wrong_folder():
     assert unmirrored_tests([TESTS / "stages" / "test_train.py", TESTS / "stages" / "test_tables.py",
                              TESTS / "test_metrics.py", TESTS / "stages" / "test_score_legacy_models.py"]) == []
@@ -364,6 +434,10 @@ def test_every_file_name_of_the_catalog_is_written_once():
 
 def test_no_module_function_or_parameter_list_is_too_long():
     assert size_violations(sources()) == []
+
+
+def test_functions_take_the_config_section_they_use():
+    assert whole_config_violations(sources()) == []
 
 
 def test_the_tests_mirror_the_layout_and_every_stage_has_its_own():

@@ -96,12 +96,6 @@ class Config:
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return dataclasses.asdict(self)
 
-    def backbone(self) -> dict:
-        """The ``model`` keys that shape the encoder backbone (what pretraining depends on); the n-gram keys
-        only when n-grams are on, so a tokens-only backbone keeps the hash it had before they existed."""
-        keys = BACKBONE_KEYS + (NGRAM_KEYS if self.model.ngram_max > 1 else ())
-        return {key: getattr(self.model, key) for key in keys}
-
     def section_hash(self, *sections: str) -> str:
         """Stable hash of the named sections: a stage reruns only when what it reads changed.
 

@@ -130,6 +130,17 @@ class ModelConfig:
     # consecutive tokens covering the whole review, their log-probabilities averaged; docs/results.md)
     long_reviews: str = "truncate"
 
+    def backbone(self) -> dict:
+        """The keys that shape the encoder backbone (what pretraining depends on); the n-gram keys only when n-grams
+        are on, so a tokens-only backbone keeps the hash it had before they existed."""
+        keys = BACKBONE_KEYS + (NGRAM_KEYS if self.ngram_max > 1 else ())
+        return {key: getattr(self, key) for key in keys}
+
+    @property
+    def starts_pretrained(self) -> bool:
+        """Whether the encoder starts from pretrained weights (`make pretrain`'s backbone or a preset's)."""
+        return self.init == "pretrained" or self.preset is not None
+
     def __post_init__(self) -> None:
         if self.init not in INITS:
             raise ConfigError(f"model.init must be one of {INITS}, got {self.init!r}")

@@ -167,7 +167,7 @@ def run(config: Config, seeds: tuple[int, ...] | None = None, baseline: float | 
     for folder in [out_dir, *sorted((out_dir / BACKBONE_SNAPSHOTS_DIR).glob("*min"))]:
         if (folder / BACKBONE_SPEC_FILE).is_file():
             snapshots[float(json.loads((folder / BACKBONE_SPEC_FILE).read_text())["train_minutes"])] = folder
-    encoder = encoder_label(config.backbone())
+    encoder = encoder_label(config.model.backbone())
     rows = []
     for minutes, folder in sorted(snapshots.items()):
         for seed in seeds:
@@ -176,7 +176,7 @@ def run(config: Config, seeds: tuple[int, ...] | None = None, baseline: float | 
             trained = train_model(child)
             run_id, run_dir = trained.run_id, trained.run_dir
             metrics = json.loads((evaluate_run(child, run=run_id).out_dir / METRICS_FILE).read_text())["metrics"]
-            rows.append({"encoder": encoder, "backbone": config.backbone(), "pretrain_minutes": minutes,
+            rows.append({"encoder": encoder, "backbone": config.model.backbone(), "pretrain_minutes": minutes,
                          "seed": seed, "run_id": run_id, "best_val_accuracy": read_manifest(run_dir)["best_val_accuracy"],
                          "test_accuracy": metrics["test_accuracy"]})
     tokenize_sha256 = manifest_hash(stage_dir(config, "tokenize"))

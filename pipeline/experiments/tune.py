@@ -29,7 +29,7 @@ from typing import Any
 import mlflow
 import yaml
 
-from pipeline.config import Config
+from pipeline.config import Config, TrackingConfig
 from pipeline.config.typed_values import check_type
 from pipeline.core.catalog import MANIFEST_NAME, require_output
 from pipeline.core.errors import ConfigError, InputError, MissingInputError, PipelineError
@@ -157,7 +157,7 @@ def default_storage(config: Config) -> str:
     """``optuna.db`` beside a SQLite tracking store, else in the working folder."""
     if config.tune.storage:
         return config.tune.storage
-    uri = tracking_uri(config)
+    uri = tracking_uri(config.tracking)
     if uri.startswith("sqlite:///"):
         return f"sqlite:///{Path(uri[len('sqlite:///'):]).parent / 'optuna.db'}"
     return "sqlite:///optuna.db"
@@ -256,8 +256,8 @@ def best_overlay(config: Config, params: dict[str, Any], what: str = "the study'
     return header + yaml.safe_dump(raw, sort_keys=False)
 
 
-def parent_run_id(config: Config, study_name: str) -> str | None:
-    runs = mlflow.search_runs(experiment_names=[config.tracking.experiment_name], output_format="list",
+def parent_run_id(tracking: TrackingConfig, study_name: str) -> str | None:
+    runs = mlflow.search_runs(experiment_names=[tracking.experiment_name], output_format="list",
                               filter_string=f"tags.`{STUDY_TAG}` = '{study_name}'",
                               order_by=["attributes.start_time ASC"], max_results=1)
     return runs[0].info.run_id if runs else None
@@ -367,10 +367,10 @@ def run(config: Config, trials: int | None = None, trial: int | None = None) -> 
     if total is None and settings.max_minutes is None:
         raise ConfigError("tune needs a budget: tune.trials and/or tune.max_minutes")
     study = open_study(config, storage, parameters)
-    setup_tracking(config)
+    setup_tracking(config.tracking)
     out_dir = config.reports_dir / REPORT_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
-    existing = parent_run_id(config, settings.study_name)
+    existing = parent_run_id(config.tracking, settings.study_name)
     with mlflow.start_run(run_id=existing, run_name=None if existing else f"tune-{settings.study_name}") as parent:
         mlflow.set_tags({STUDY_TAG: settings.study_name, "optuna_storage": storage_url})
         if not existing:

@@ -109,10 +109,11 @@ def capture(base: str, comparison: Comparison, out_dir: Path, timeout_ms: int = 
 def main(config: Config, args) -> None:
     """``make ui-screenshots``: the UI pages of the latest comparison as PNGs in ``reports/ui/``."""
     started = time.perf_counter()
-    comparison = latest_comparison(config)
+    comparison = latest_comparison(config.tracking)
     out_dir = Path(args.output) if args.output else config.reports_dir / "ui"
-    with mlflow_server(tracking_uri(config)) as base:
+    uri = tracking_uri(config.tracking)
+    with mlflow_server(uri) as base:
         pages = capture(base, comparison, out_dir)
     print(f"ui-screenshots: read comparison {comparison.parent_id} ({len(comparison.child_ids)} model runs) from "
-          f"{tracking_uri(config)}; wrote {', '.join(p.screenshot.name for p in pages.values())} to {out_dir}/ in "
+          f"{uri}; wrote {', '.join(p.screenshot.name for p in pages.values())} to {out_dir}/ in "
           f"{time.perf_counter() - started:.0f}s")

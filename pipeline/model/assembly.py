@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.config import Config
+from pipeline.config import ModelConfig, TrainingConfig
 from pipeline.core.errors import ConfigError
 from pipeline.model.adversarial import AdversarialClassifier
 from pipeline.model.presets import preset_classifier
@@ -34,28 +34,28 @@ class Device:
     policy: str
 
 
-def uses_preset(config: Config, encoder: TextEncoder) -> bool:
+def uses_preset(model_config: ModelConfig, encoder: TextEncoder) -> bool:
     """Whether the classifier is a preset's backbone: configured, or the ids were made by a preset's tokenizer."""
-    return config.model.preset is not None or encoder.preset is not None
+    return model_config.preset is not None or encoder.preset is not None
 
 
-def assemble_classifier(config: Config, encoder: TextEncoder, num_classes: int, device: Device,
-                        start: StartingWeights = StartingWeights()):
+def assemble_classifier(model_config: ModelConfig, training: TrainingConfig, encoder: TextEncoder, num_classes: int,
+                        device: Device, start: StartingWeights = StartingWeights()):
     """The uncompiled classifier; ``(model, names of the backbone layers loaded)``.
 
     Call it inside the distribution strategy's scope. A preset with ``training.adversarial_epsilon`` is refused
     (the perturbation is of the pipeline's own embeddings)."""
-    if uses_preset(config, encoder):
-        if config.training.adversarial_epsilon:
+    if uses_preset(model_config, encoder):
+        if training.adversarial_epsilon:
             raise ConfigError("training.adversarial_epsilon perturbs the pipeline's own encoder's embeddings, not "
-                              f"a preset's (model.preset {config.model.preset}); set training.adversarial_epsilon=0")
-        return preset_classifier(config, encoder, num_classes, on_cpu=device.on_cpu, dtype=device.policy), []
-    model = build_model(config.model, encoder.vocabulary_size, encoder.settings.max_sequence_length, num_classes)
+                              f"a preset's (model.preset {model_config.preset}); set training.adversarial_epsilon=0")
+        return preset_classifier(model_config, encoder, num_classes, on_cpu=device.on_cpu, dtype=device.policy), []
+    model = build_model(model_config, encoder.vocabulary_size, encoder.settings.max_sequence_length, num_classes)
     if start.token_vectors is not None:
         model.get_layer("token_embedding").embeddings.assign(start.token_vectors)
     loaded = []
     if start.backbone is not None:
         loaded = load_backbone_weights(model, start.backbone, start.backbone_source)
-    if config.training.adversarial_epsilon:
-        model = AdversarialClassifier(model, config.training.adversarial_epsilon)
+    if training.adversarial_epsilon:
+        model = AdversarialClassifier(model, training.adversarial_epsilon)
     return model, loaded

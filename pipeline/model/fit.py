@@ -17,7 +17,7 @@ import mlflow
 import numpy as np
 import tensorflow as tf
 
-from pipeline.config import Config
+from pipeline.config import TrainingConfig
 from pipeline.core.errors import ConfigError
 from pipeline.model.optimizers import LazyAdamW
 from pipeline.model.presets import preset_backbone_of
@@ -50,14 +50,13 @@ class FitResult:
     train_seconds: float
 
 
-def learning_rate_schedule(config: Config, steps_per_epoch: int, epochs: int | None = None):
+def learning_rate_schedule(training: TrainingConfig, pretrained: bool, steps_per_epoch: int,
+                           epochs: int | None = None):
     """Linear warm-up to the peak rate then cosine decay to zero over the whole budget.
 
     Fine-tuning a pretrained backbone (``make pretrain``'s or a KerasHub preset's) uses its own (lower) rate and
-    warm-up.
+    warm-up (``pretrained``: ``ModelConfig.starts_pretrained``).
     """
-    training = config.training
-    pretrained = config.model.init == "pretrained" or config.model.preset is not None
     peak = training.fine_tune_learning_rate if pretrained else training.learning_rate
     total = max(1, steps_per_epoch * (training.epochs if epochs is None else epochs))
     warmup = int(total * (training.fine_tune_warmup_fraction if pretrained else training.warmup_fraction))
@@ -69,17 +68,17 @@ def learning_rate_schedule(config: Config, steps_per_epoch: int, epochs: int | N
     )
 
 
-def compile_model(model: keras.Model, config: Config, steps_per_epoch: int, soft_targets: bool = False,
-                  epochs: int | None = None) -> keras.Model:
+def compile_model(model: keras.Model, training: TrainingConfig, pretrained: bool, steps_per_epoch: int,
+                  soft_targets: bool = False, epochs: int | None = None) -> keras.Model:
     """AdamW (lazy on embedding rows with ``training.sparse_updates``) + schedule; cross-entropy on the softmax, for
     any number of classes: sparse on class indices, categorical on soft targets (a teacher's probabilities; gold
     labels then one-hot).
 
     ``jit_compile`` stays off: `make bench` measured XLA training steps about 10x slower on this CPU.
     """
-    adamw = LazyAdamW if config.training.sparse_updates else keras.optimizers.AdamW
-    optimizer = adamw(learning_rate=learning_rate_schedule(config, steps_per_epoch, epochs),
-                      weight_decay=config.training.weight_decay, clipnorm=1.0)
+    adamw = LazyAdamW if training.sparse_updates else keras.optimizers.AdamW
+    optimizer = adamw(learning_rate=learning_rate_schedule(training, pretrained, steps_per_epoch, epochs),
+                      weight_decay=training.weight_decay, clipnorm=1.0)
     if soft_targets:
         loss, accuracy = "categorical_crossentropy", keras.metrics.CategoricalAccuracy(name="accuracy")
     else:
@@ -123,26 +122,26 @@ def history_from_mlflow(run_id: str) -> dict[str, list[float]]:
 # --------------------------------------------------------------------------- stage steps
 
 
-def fit_head_first(model: keras.Model, data: TrainingData, config: Config, run_id: str | None) -> int:
+def fit_head_first(model: keras.Model, data: TrainingData, training: TrainingConfig, run_id: str | None) -> int:
     """``training.freeze_backbone_epochs`` epochs of the new head alone, a preset's backbone frozen, so the random
     head's first gradients do not disturb the pretrained weights; then the whole model is compiled again with its
     own warm-up and decay over the epochs left. Returns the epochs trained (0 without a preset or the setting)."""
-    epochs = config.training.freeze_backbone_epochs
+    epochs = training.freeze_backbone_epochs
     backbone = preset_backbone_of(model)
     if not epochs or backbone is None:
         return 0
     backbone.trainable = False
-    compile_model(model, config, data.steps_per_epoch, data.soft_targets, epochs=epochs)
+    compile_model(model, training, True, data.steps_per_epoch, data.soft_targets, epochs=epochs)
     print(f"train: {epochs} epoch(s) of the classifier head alone, the preset's backbone frozen")
     model.fit(data.train, validation_data=data.val, epochs=epochs, class_weight=data.class_weight, shuffle=False,
               callbacks=[MLflowEpochLogger(data.tokens_per_epoch)] if run_id else [],
               verbose=1 if os.environ.get("PIPELINE_QUIET") is None else 2)
     backbone.trainable = True
-    compile_model(model, config, data.steps_per_epoch, data.soft_targets, epochs=config.training.epochs - epochs)
+    compile_model(model, training, True, data.steps_per_epoch, data.soft_targets, epochs=training.epochs - epochs)
     return epochs
 
 
-def fit(model: keras.Model, data: TrainingData, config: Config, run_dir: Path, run_id: str | None,
+def fit(model: keras.Model, data: TrainingData, training: TrainingConfig, run_dir: Path, run_id: str | None,
         extra_callbacks: Sequence[keras.callbacks.Callback] = ()) -> FitResult:
     """Train with resume, early stopping (best weights restored) and per-epoch MLflow metrics.
 
@@ -151,21 +150,21 @@ def fit(model: keras.Model, data: TrainingData, config: Config, run_dir: Path, r
     """
     callbacks = [
         keras.callbacks.BackupAndRestore(str(run_dir / "backup"), delete_checkpoint=True),
-        keras.callbacks.EarlyStopping(monitor="val_loss", patience=config.training.early_stopping_patience,
+        keras.callbacks.EarlyStopping(monitor="val_loss", patience=training.early_stopping_patience,
                                       restore_best_weights=True),
         *([MLflowEpochLogger(data.tokens_per_epoch)] if run_id else []),
         *extra_callbacks,
     ]
     fit_started = time.perf_counter()
     try:
-        frozen = fit_head_first(model, data, config, run_id)
-        keras_history = model.fit(data.train, validation_data=data.val, epochs=config.training.epochs,
+        frozen = fit_head_first(model, data, training, run_id)
+        keras_history = model.fit(data.train, validation_data=data.val, epochs=training.epochs,
                                   initial_epoch=frozen, callbacks=callbacks, class_weight=data.class_weight,
                                   shuffle=False,  # data.train is shuffled by tf.data
                                   verbose=1 if os.environ.get("PIPELINE_QUIET") is None else 2)
     except tf.errors.ResourceExhaustedError:  # the device's memory: the user's setting to change, not a bug
-        raise ConfigError(f"out of memory training with training.batch_size={config.training.batch_size} and "
-                          f"tokenizer.max_sequence_length={config.tokenizer.max_sequence_length}: lower "
+        raise ConfigError(f"out of memory training with training.batch_size={training.batch_size} and "
+                          f"tokenizer.max_sequence_length={data.encoder.settings.max_sequence_length}: lower "
                           "training.batch_size (or the sequence length, or use a smaller model.preset)") from None
     train_seconds = time.perf_counter() - fit_started
     val_loss, val_accuracy = model.evaluate(data.val, verbose=0)

@@ -9,6 +9,7 @@ preset again.
 
 from __future__ import annotations
 
+from pipeline.config import ModelConfig
 from pipeline.core.errors import ConfigError, InputError
 from pipeline.text.presets import (
     PresetTextEncoder,
@@ -59,7 +60,7 @@ def preset_encoder(preset: str, settings) -> PresetTextEncoder:
 # --------------------------------------------------------------------------- the classifier on the preset's backbone
 
 
-def build_preset_model(config, backbone, num_classes: int = 2):
+def build_preset_model(model_config: ModelConfig, backbone, num_classes: int = 2):
     """The classifier: token ids -> padding mask -> the preset's backbone -> the pipeline's pooling (the start
     token's vector, or the masked mean over the preset's padding mask) -> dropout -> softmax in float32."""
     import keras
@@ -78,11 +79,12 @@ def build_preset_model(config, backbone, num_classes: int = 2):
     for layer in backbone.layers:  # BERT's pooler feeds only its pooled_output, which the pipeline's pooling replaces
         if layer.name == "pooled_dense":
             layer.trainable = False
-    pooled = POOLING_LAYERS[config.pooling](name=f"{config.pooling}_pooling")(sequence, padding_mask=padding_mask)
-    pooled = keras.layers.Dropout(config.classifier_dropout, name="classifier_dropout")(pooled)
+    pooling = model_config.pooling
+    pooled = POOLING_LAYERS[pooling](name=f"{pooling}_pooling")(sequence, padding_mask=padding_mask)
+    pooled = keras.layers.Dropout(model_config.classifier_dropout, name="classifier_dropout")(pooled)
     probabilities = keras.layers.Dense(num_classes, activation="softmax", dtype="float32",
                                        name="class_probabilities")(pooled)
-    return keras.Model(token_ids, probabilities, name=f"preset_{config.pooling}")
+    return keras.Model(token_ids, probabilities, name=f"preset_{pooling}")
 
 
 def preset_backbone_of(model):
@@ -93,22 +95,22 @@ def preset_backbone_of(model):
     return next((layer for layer in model.layers if isinstance(layer, keras_hub.models.Backbone)), None)
 
 
-def preset_classifier(config, encoder, num_classes: int, on_cpu: bool, dtype: str | None = None):
-    """The classifier on ``config.model.preset``'s pretrained backbone, for the tokenization ``encoder`` made.
+def preset_classifier(model_config: ModelConfig, encoder, num_classes: int, on_cpu: bool, dtype: str | None = None):
+    """The classifier on ``model.preset``'s pretrained backbone, for the tokenization ``encoder`` made.
 
     Refused: ids from another tokenizer than the preset's, and on a CPU a backbone larger than
     ``model.preset_max_parameters_on_cpu`` (hours per epoch there; a GPU, a smaller preset or a higher limit).
     """
-    preset = config.model.preset
+    preset = model_config.preset
     made_by = encoder.preset
     if made_by != preset:
         raise InputError(f"the tokenized data was made with {'preset ' + repr(made_by) if made_by else 'the pipeline'}"
                          f"'s tokenizer, not model.preset {preset!r}'s: rerun `make tokenize` with this config")
     backbone = load_preset_backbone(preset, load_weights=True, dtype=dtype)
     parameters = backbone.count_params()
-    limit = config.model.preset_max_parameters_on_cpu
+    limit = model_config.preset_max_parameters_on_cpu
     if on_cpu and parameters > limit:
         raise ConfigError(f"model.preset {preset!r} has {parameters:,} parameters, more than "
                           f"model.preset_max_parameters_on_cpu ({limit:,}): fine-tuning it without a GPU takes hours "
                           "per epoch. Use a machine with a GPU, a smaller preset, or raise that setting")
-    return build_preset_model(config.model, backbone, num_classes)
+    return build_preset_model(model_config, backbone, num_classes)

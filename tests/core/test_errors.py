@@ -148,7 +148,7 @@ def missing_file_calls(tmp_path, smoke_config):
         "config file": lambda: load_config(missing),
         "tuned config": lambda: design_for(smoke_config.replace(compare={"tuned": str(missing)}), "tuned"),
         "data.path table": lambda: find_table_files(str(missing)),
-        "score --input": lambda: score_csv(smoke_config, missing, tmp_path / "out.csv"),
+        "score --input": lambda: score_csv(smoke_config.tracking, missing, tmp_path / "out.csv"),
         "spark --input": lambda: resolve_inputs(str(missing)),
         "--model folder": lambda: load_classifier(str(missing)),
         "model.pretrained": lambda: resolve_pretrained(smoke_config.replace(model={"pretrained": str(missing)})),

@@ -34,7 +34,7 @@ def test_moving_along_the_gradient_raises_the_loss_more_the_further_it_goes():
     config = Config().with_settings([("training.pseudo_labels", False)])
     losses = []
     for epsilon in (0.05, 0.5, 2.0):
-        model = compile_model(AdversarialClassifier(tiny_classifier(), epsilon), config, 4)
+        model = compile_model(AdversarialClassifier(tiny_classifier(), epsilon), config.training, False, 4)
         clean = float(model.compute_loss(ids, labels, model(ids, training=True), training=False))
         losses.append(float(model.perturbed_loss(ids, labels)))
     assert clean < losses[0] < losses[1] < losses[2], (clean, losses)
@@ -47,7 +47,7 @@ def test_the_wrapper_shares_the_classifiers_weights_and_fits_them():
     assert [id(w) for w in model.weights] == [id(w) for w in classifier.weights]  # the same variables, once each
     assert classifier_of(model) is classifier and classifier_of(classifier) is classifier
     before = [w.numpy().copy() for w in classifier.trainable_weights]
-    compile_model(model, Config().with_settings([("training.pseudo_labels", False)]), 2)
+    compile_model(model, Config().training, False, 2)
     history = model.fit(ids, labels, epochs=2, batch_size=8, verbose=0, validation_data=(ids, labels))
     changed = [not np.allclose(b, w.numpy()) for b, w in zip(before, classifier.trainable_weights)]
     assert sum(changed) >= len(changed) - 1  # every weight the batches reach moved (padding's row may not)

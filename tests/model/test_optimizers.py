@@ -92,7 +92,7 @@ def test_a_compiled_model_with_sparse_updates_trains_and_saves(tmp_path):
     from pipeline.model.fit import compile_model
 
     config = Config().with_settings([("training.sparse_updates", True)])
-    model = compile_model(tiny_model(), config, steps_per_epoch=2)
+    model = compile_model(tiny_model(), config.training, False, steps_per_epoch=2)
     assert isinstance(model.optimizer, LazyAdamW)
     before = model.get_layer("table").get_weights()[0].copy()
     model.fit(np.array([[1, 2], [3, 3]], dtype="int32"), np.array([0, 1]), epochs=1, verbose=0)
@@ -100,8 +100,8 @@ def test_a_compiled_model_with_sparse_updates_trains_and_saves(tmp_path):
     assert not np.allclose(after[[1, 2, 3]], before[[1, 2, 3]])
     np.testing.assert_array_equal(after[[0, 4, 5]], before[[0, 4, 5]])
     dense = config.with_settings([("training.sparse_updates", False)])
-    assert isinstance(compile_model(tiny_model(), dense, 2).optimizer, keras.optimizers.AdamW)
-    assert not isinstance(compile_model(tiny_model(), dense, 2).optimizer, LazyAdamW)
+    assert isinstance(compile_model(tiny_model(), dense.training, False, 2).optimizer, keras.optimizers.AdamW)
+    assert not isinstance(compile_model(tiny_model(), dense.training, False, 2).optimizer, LazyAdamW)
 
 
 @pytest.mark.parametrize("value", ["maybe", "2"])

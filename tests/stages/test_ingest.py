@@ -112,7 +112,7 @@ def test_rerun_skips_when_unchanged_and_reruns_on_change(smoke_config, capsys):
 def test_environment_variable_selects_archive(tiny_imdb_archive, tmp_path, monkeypatch):
     monkeypatch.setenv("IMDB_ARCHIVE", str(tiny_imdb_archive))
     config = load_config(None, [f"paths.data_dir={tmp_path / 'data'}"])
-    assert imdb.resolve_source(config) == tiny_imdb_archive
+    assert imdb.resolve_source(config.data, config.data_dir) == tiny_imdb_archive
 
 
 def test_download_verifies_md5_and_renames(tiny_imdb_archive, tmp_path):
@@ -120,7 +120,7 @@ def test_download_verifies_md5_and_renames(tiny_imdb_archive, tmp_path):
     md5 = imdb.md5_file(tiny_imdb_archive)
     config = load_config(None, [f"paths.data_dir={tmp_path / 'data'}", f"data.download_url={url}",
                                 f"data.download_md5={md5}"])
-    source = imdb.resolve_source(config)
+    source = imdb.resolve_source(config.data, config.data_dir)
     assert source == tmp_path / "data" / "raw" / imdb.CANONICAL_ARCHIVE_NAME
     assert imdb.md5_file(source) == md5
     assert not list(source.parent.glob("*.part"))
@@ -130,7 +130,7 @@ def test_download_with_wrong_md5_keeps_nothing(tiny_imdb_archive, tmp_path):
     config = load_config(None, [f"paths.data_dir={tmp_path / 'data'}",
                                 f"data.download_url={tiny_imdb_archive.as_uri()}", "data.download_md5=0"])
     with pytest.raises(ValueError, match="expected 0"):
-        imdb.resolve_source(config)
+        imdb.resolve_source(config.data, config.data_dir)
     assert not list((tmp_path / "data" / "raw").iterdir())
 
 
@@ -138,7 +138,7 @@ def test_offline_error_names_the_environment_variable(tmp_path):
     config = load_config(None, [f"paths.data_dir={tmp_path / 'data'}",
                                 "data.download_url=http://127.0.0.1:9/aclImdb_v1.tar.gz"])
     with pytest.raises(PipelineError, match="IMDB_ARCHIVE"):
-        imdb.resolve_source(config)
+        imdb.resolve_source(config.data, config.data_dir)
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -164,7 +164,7 @@ def test_budget_curve_fine_tunes_from_scratch_and_from_the_pretrained_backbone(p
     (config.reports_dir / "pretraining_budget.json").write_text(json.dumps(earlier))
     report = pretrain_budget.run(config, seeds=(1,))  # the baseline: the earlier report's
     payload = json.loads((config.reports_dir / "pretraining_budget.json").read_text())
-    small = pretrain_budget.encoder_label(config.backbone())
+    small = pretrain_budget.encoder_label(config.model.backbone())
     assert payload["rows"][0] == other and [row["encoder"] for row in payload["rows"]] == [other["encoder"], small, small]
     minutes = [row["pretrain_minutes"] for row in payload["rows"][1:]]
     assert minutes[0] == 0 and minutes[-1] > 0

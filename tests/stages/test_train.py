@@ -167,7 +167,8 @@ def test_the_saved_model_holds_weights_not_optimizer_state(trained_run, tmp_path
     config, run_dir = trained_run
     saved = load_keras_model(run_dir / "model.keras")
     assert getattr(saved, "optimizer", None) is None
-    compiled = compile_model(load_keras_model(run_dir / "model.keras"), config, steps_per_epoch=1)
+    compiled = compile_model(load_keras_model(run_dir / "model.keras"), config.training, False,
+                             steps_per_epoch=1)
     ids = np.load(config.data_dir / "tokenize" / "test_ids.npy")[:8]
     compiled.train_on_batch(ids, np.zeros(len(ids), "int32"))  # builds the optimizer's variables
     compiled.save(tmp_path / "compiled.keras")

@@ -21,18 +21,20 @@ def test_setup_tracking_makes_any_experiment_a_model_training_one(smoke_config):
     comparison's, which setup_tracking created."""
     from pipeline.tracking import setup_tracking, tracking_uri
 
-    client = mlflow.tracking.MlflowClient(tracking_uri(smoke_config))  # the store setup_tracking points at
+    client = mlflow.tracking.MlflowClient(tracking_uri(smoke_config.tracking))  # the store setup_tracking points at
     made_elsewhere = client.create_experiment("made-elsewhere")
     assert EXPERIMENT_KIND_TAG not in client.get_experiment(made_elsewhere).tags
-    assert setup_tracking(smoke_config.replace(tracking={"experiment_name": "made-elsewhere"})) == made_elsewhere
+    elsewhere = smoke_config.replace(tracking={"experiment_name": "made-elsewhere"}).tracking
+    assert setup_tracking(elsewhere) == made_elsewhere
     assert client.get_experiment(made_elsewhere).tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
-    fresh = client.get_experiment(setup_tracking(smoke_config.replace(tracking={"experiment_name": "new-one"})))
+    new_one = smoke_config.replace(tracking={"experiment_name": "new-one"}).tracking
+    fresh = client.get_experiment(setup_tracking(new_one))
     assert fresh.tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
 
 
 def test_parent_and_children_describe_themselves(comparison):
     config, report = comparison
-    found = ui.latest_comparison(config)
+    found = ui.latest_comparison(config.tracking)
     client = mlflow.tracking.MlflowClient()
     note = client.get_run(found.parent_id).data.tags[DESCRIPTION_TAG]
     verdict = report.read_text().split("## Verdict", 1)[1].strip()
@@ -50,7 +52,7 @@ def test_parent_and_children_describe_themselves(comparison):
 
 def test_make_ui_prints_the_latest_comparison_link(comparison, capsys):
     config, _ = comparison
-    found = ui.latest_comparison(config)
+    found = ui.latest_comparison(config.tracking)
     assert cli_main(["ui", "--config", SMOKE, "--set",
                      f"tracking.tracking_uri={config.tracking.tracking_uri}", "--port", "5123", "--print-only"]) == 0
     out = capsys.readouterr().out
@@ -73,7 +75,7 @@ def test_browser_opens_on_the_runs_table_with_the_comparison(comparison, tmp_pat
     from playwright.sync_api import sync_playwright
 
     config, _ = comparison
-    found = ui.latest_comparison(config)
+    found = ui.latest_comparison(config.tracking)
     client = mlflow.tracking.MlflowClient()
     children = [client.get_run(run_id) for run_id in found.child_ids]
     with ui.mlflow_server(config.tracking.tracking_uri) as base:

@@ -85,10 +85,10 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
                                               config.pretrain.mask_rate))
     texts = read_split(ingest_dir, "test", columns=["text"])["text"].head(rows)  # what both scoring sections score
     if everything or "score" in sections:
-        setup_tracking(config)
-        model_uri = model_uri or champion_uri(config)
+        setup_tracking(config.tracking)
+        model_uri = model_uri or champion_uri(config.tracking)
         results["scoring"] = {"model_uri": model_uri, "rows": len(texts),
-                              **measure_scoring(config, model_uri, texts, repeat)}
+                              **measure_scoring(config.tracking, model_uri, texts, repeat)}
     if everything or "sparse" in sections:
         results["sparse_updates"] = measure_sparse_updates(config.model, vocabulary_size, max_length, batches)
     if everything or "ngrams" in sections:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline.config import Config, ModelConfig
+from pipeline.config import ModelConfig, TrackingConfig
 from pipeline.core.errors import InputError
 from pipeline.stages.score.csv_file import score_csv
 
@@ -34,15 +34,15 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # not Linux
 
 
-def _score_in_fresh_process(config: Config, input_path: str, output_path: str, model_uri: str) -> dict:
-    summary = score_csv(config, input_path, output_path, model_uri=model_uri)
+def _score_in_fresh_process(tracking: TrackingConfig, input_path: str, output_path: str, model_uri: str) -> dict:
+    summary = score_csv(tracking, input_path, output_path, model_uri=model_uri)
     return {**summary, "peak_rss_mb": peak_rss_mb()}
 
 
-def score_peak_memory(config: Config, input_path: Path, output_path: Path, model_uri: str) -> dict:
+def score_peak_memory(tracking: TrackingConfig, input_path: Path, output_path: Path, model_uri: str) -> dict:
     """Run ``score`` in a new interpreter and return its summary plus peak RSS in MiB (its errors re-raised here)."""
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(_score_in_fresh_process, config, str(input_path), str(output_path), model_uri).result()
+        return pool.submit(_score_in_fresh_process, tracking, str(input_path), str(output_path), model_uri).result()
 
 
 def measure_model_alone(classifier, texts: pd.Series) -> dict:
@@ -69,11 +69,12 @@ def measure_model_alone(classifier, texts: pd.Series) -> dict:
     return results
 
 
-def measure_csv_in_process(config: Config, model_uri: str, csv_path: Path, tmp: Path, model_only: float) -> dict:
+def measure_csv_in_process(tracking: TrackingConfig, model_uri: str, csv_path: Path, tmp: Path,
+                           model_only: float) -> dict:
     """``score_csv``'s rate on ``csv_path`` in this process, with and without its model load, as rates and as
     fractions of the ``model_only`` rate."""
     started = time.perf_counter()
-    summary = score_csv(config, csv_path, tmp / "scored.csv", model_uri=model_uri)
+    summary = score_csv(tracking, csv_path, tmp / "scored.csv", model_uri=model_uri)
     elapsed = time.perf_counter() - started
     results = {"score_csv_rows_per_second": summary["rows"] / elapsed}
     results["score_csv_fraction_of_model_only"] = results["score_csv_rows_per_second"] / model_only
@@ -83,10 +84,12 @@ def measure_csv_in_process(config: Config, model_uri: str, csv_path: Path, tmp: 
     return results
 
 
-def measure_fusion_csv(config: Config, model_uri: str, transformer_run: str, csv_path: Path, tmp: Path) -> dict:
+def measure_fusion_csv(tracking: TrackingConfig, model_uri: str, transformer_run: str, csv_path: Path,
+                       tmp: Path) -> dict:
     """A fused model's CSV rate after its load against its own Transformer's, side by side."""
-    alone = score_csv(config, csv_path, tmp / "scored_transformer.csv", model_uri=f"runs:/{transformer_run}/model")
-    fused = score_csv(config, csv_path, tmp / "scored_fused.csv", model_uri=model_uri)
+    alone = score_csv(tracking, csv_path, tmp / "scored_transformer.csv",
+                      model_uri=f"runs:/{transformer_run}/model")
+    fused = score_csv(tracking, csv_path, tmp / "scored_fused.csv", model_uri=model_uri)
     fusion = {"transformer_csv_rows_per_second": alone["rows"] / (alone["seconds"] - alone["load_seconds"]),
               "fused_csv_rows_per_second": fused["rows"] / (fused["seconds"] - fused["load_seconds"])}
     fusion["fused_fraction_of_transformer_csv"] = (fusion["fused_csv_rows_per_second"]
@@ -94,13 +97,13 @@ def measure_fusion_csv(config: Config, model_uri: str, transformer_run: str, csv
     return fusion
 
 
-def measure_fresh_process(config: Config, model_uri: str, csv_paths: list[Path], tmp: Path,
+def measure_fresh_process(tracking: TrackingConfig, model_uri: str, csv_paths: list[Path], tmp: Path,
                           model_only: float) -> list[dict]:
     """What ``make score`` costs a user: for each CSV a new process, model load and compiling included, its rate,
     start-up and peak memory."""
     measurements = []
     for path in csv_paths:
-        measured = score_peak_memory(config, path, tmp / f"scored_{path.stem}.csv", model_uri)
+        measured = score_peak_memory(tracking, path, tmp / f"scored_{path.stem}.csv", model_uri)
         measurements.append({
             "rows": measured["rows"], "peak_rss_mb": round(measured["peak_rss_mb"], 1),
             "rows_per_second": measured["rows"] / measured["seconds"],
@@ -109,7 +112,7 @@ def measure_fresh_process(config: Config, model_uri: str, csv_paths: list[Path],
     return measurements
 
 
-def measure_scoring(config: Config, model_uri: str, texts: pd.Series, repeat: int) -> dict:
+def measure_scoring(tracking: TrackingConfig, model_uri: str, texts: pd.Series, repeat: int) -> dict:
     """Every scoring rate of the model at ``model_uri`` on ``texts``: tokenizer and model alone, a CSV of them in this
     process (and, for a fused model, against its Transformer), and in a fresh process for them and ``repeat`` x them."""
     from pipeline.model.classifiers import load_classifier
@@ -127,11 +130,11 @@ def measure_scoring(config: Config, model_uri: str, texts: pd.Series, repeat: in
         small, big = tmp / "reviews.csv", tmp / "reviews_big.csv"
         pd.DataFrame({"id": range(len(texts)), "text": texts}).to_csv(small, index=False)
         pd.DataFrame({"id": range(len(texts) * repeat), "text": pd.concat([texts] * repeat)}).to_csv(big, index=False)
-        results.update(measure_csv_in_process(config, model_uri, small, tmp, model_only))
+        results.update(measure_csv_in_process(tracking, model_uri, small, tmp, model_only))
         transformer_run = getattr(champion, "transformer_run_id", None)
         if transformer_run:  # a fused model: its CSV rate against its own Transformer's, side by side
-            results["fusion"] = measure_fusion_csv(config, model_uri, transformer_run, small, tmp)
-        results["fresh_process"] = measure_fresh_process(config, model_uri, [small, big], tmp, model_only)
+            results["fusion"] = measure_fusion_csv(tracking, model_uri, transformer_run, small, tmp)
+        results["fresh_process"] = measure_fresh_process(tracking, model_uri, [small, big], tmp, model_only)
     return results
 
 

@@ -156,7 +156,7 @@ def nbsvm_candidate(config: Config, key: str, frames: dict[str, pd.DataFrame], n
     """Fit NBSVM (C chosen on validation), log it as a child run with its pyfunc model, or reuse a finished one."""
     out_dir = config.reports_dir / f"baseline-{NBSVM}-{key}"
     files = [out_dir / name for name in (TEST_PREDICTIONS_FILE, VAL_PREDICTIONS_FILE, LEXICAL_MODEL_FILE, LABELS_FILE)]
-    existing = None if force else find_baseline_run(config, key, NBSVM)
+    existing = None if force else find_baseline_run(config.tracking, key, NBSVM)
     if existing is not None and all(path.is_file() for path in files):
         return Candidate(NBSVM, "lexical", None, existing.info.run_id, summary_metrics(existing.data.metrics),
                          pd.read_parquet(files[0]), pd.read_parquet(files[1]), folder=out_dir)
@@ -197,7 +197,7 @@ def tfidf_candidate(config: Config, key: str, frames: dict[str, pd.DataFrame], n
     """The TF-IDF + logistic regression reference row (no model logged: it is not a candidate to deploy)."""
     out_dir = config.reports_dir / f"baseline-{TFIDF}-{key}"
     predictions_path = out_dir / TEST_PREDICTIONS_FILE
-    existing = None if force else find_baseline_run(config, key, TFIDF)
+    existing = None if force else find_baseline_run(config.tracking, key, TFIDF)
     if existing is not None and predictions_path.is_file():
         return Candidate(TFIDF, "reference", None, existing.info.run_id, summary_metrics(existing.data.metrics),
                          pd.read_parquet(predictions_path))
@@ -237,7 +237,7 @@ def fusion_candidate(config: Config, key: str, child: Candidate, lexical: Candid
     """Fuse one Transformer run with NBSVM: the weight chosen on validation, one pyfunc artifact, its own run."""
     name = fused_name(child.name)
     out_dir = config.reports_dir / f"fusion-{child.run_id}-{lexical.run_id}"
-    existing = None if force else find_fusion_run(config, key, child.run_id, lexical.run_id)
+    existing = None if force else find_fusion_run(config.tracking, key, child.run_id, lexical.run_id)
     paths = [out_dir / TEST_PREDICTIONS_FILE, out_dir / VAL_PREDICTIONS_FILE]
     if existing is not None and all(path.is_file() for path in paths):
         return Candidate(name, "fusion", child.seed, existing.info.run_id, summary_metrics(existing.data.metrics),

@@ -77,22 +77,22 @@ def comparison_key(config: Config, design_name: str, design: Design | None = Non
     return key
 
 
-def check_same_split(config: Config, tokenize_dir: Path) -> str:
+def check_same_split(ingest_dir: Path, tokenize_dir: Path) -> str:
     """The ingest manifest checksum the tokenize stage (every Transformer) was built from; an error naming both
     stages when the ingest folder has changed since (a model would be fused with one trained on other splits)."""
-    ingest_sha256 = manifest_hash(require_output(config, "ingest"))
+    ingest_sha256 = manifest_hash(ingest_dir)
     tokenized_from = read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"]
     if tokenized_from != ingest_sha256:
         raise InputError(f"{tokenize_dir}/ was tokenized from another ingestion ({tokenized_from[:12]}) than "
-                         f"{stage_dir(config, 'ingest')}/ ({ingest_sha256[:12]}): the Transformers and the lexical "
+                         f"{ingest_dir}/ ({ingest_sha256[:12]}): the Transformers and the lexical "
                          "models would be trained on different splits; rerun `make tokenize`")
     return ingest_sha256
 
 
-def read_frames(config: Config) -> tuple[dict[str, pd.DataFrame], list[str]]:
-    ingest_dir = require_output(config, "ingest")
+def read_frames(ingest_dir: Path, tokenize_dir: Path) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """The ingested splits (and the test split's token counts, when the tokenize stage wrote them) and labels."""
     frames = {split: read_split(ingest_dir, split) for split in ("train", "val", "test")}
-    counts = stage_dir(config, "tokenize") / token_counts_file("test")
+    counts = tokenize_dir / token_counts_file("test")
     if counts.is_file():
         frames["test_token_counts"] = np.load(counts)
     return frames, load_labels(ingest_dir)
@@ -196,11 +196,12 @@ def run_comparison(config: Config, design_name: str = "main", force: bool = Fals
     if any(c.training.pseudo_labels for c in settings):  # the same extra training data for every variant
         # made once here for every variant, or said missing
         with_pseudo_labels(config.replace(training={"pseudo_labels": True}), stage="compare")
-    ingest_sha256 = check_same_split(config, tokenize_dir)
-    frames, labels = read_frames(config)
-    setup_tracking(config)
+    ingest_dir = require_output(config, "ingest")
+    ingest_sha256 = check_same_split(ingest_dir, tokenize_dir)
+    frames, labels = read_frames(ingest_dir, tokenize_dir)
+    setup_tracking(config.tracking)
     key = comparison_key(config, design_name, design)
-    parent_id = find_comparison_run_id(config, key)
+    parent_id = find_comparison_run_id(config.tracking, key)
     with_lexical = design.champion_pool
     with mlflow.start_run(run_id=parent_id, run_name=None if parent_id else f"compare-{design_name}") as parent:
         parent_id = parent.info.run_id

@@ -326,8 +326,8 @@ def evaluate_run(config: Config, run: str = "latest", force: bool = False) -> Ev
     skips a run already evaluated."""
     started = time.perf_counter()
     ingest_dir = require_output(config, "ingest")
-    setup_tracking(config)
-    run_id = latest_training_run_id(config) if run == "latest" else run
+    setup_tracking(config.tracking)
+    run_id = latest_training_run_id(config.tracking) if run == "latest" else run
     out_dir = config.reports_dir / run_id
     done = all((out_dir / name).is_file() for name in (METRICS_FILE, TEST_PREDICTIONS_FILE, VAL_PREDICTIONS_FILE))
     if done and not force and "test_accuracy" in mlflow.get_run(run_id).data.metrics:

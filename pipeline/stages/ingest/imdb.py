@@ -28,7 +28,7 @@ from typing import Iterable, Iterator
 import pandas as pd
 from tqdm.auto import tqdm
 
-from pipeline.config import Config
+from pipeline.config import DataConfig
 from pipeline.core.errors import InputError, MissingInputError
 from pipeline.core.files import file_digest, sha256_file
 from pipeline.text.conventions import clean_text
@@ -279,32 +279,32 @@ def download_archive(url: str, md5: str, destination: Path) -> Path:
     return destination
 
 
-def resolve_source(config: Config, environ: dict[str, str] | None = None) -> Path:
-    """The dataset path by precedence: data.archive, $IMDB_ARCHIVE, data/raw/..., download."""
+def resolve_source(data: DataConfig, data_dir: Path, environ: dict[str, str] | None = None) -> Path:
+    """The dataset path by precedence: data.archive, $IMDB_ARCHIVE, <data_dir>/raw/..., download."""
     environ = dict(os.environ) if environ is None else environ
-    explicit = config.data.archive or environ.get(ARCHIVE_ENV_VAR)
+    explicit = data.archive or environ.get(ARCHIVE_ENV_VAR)
     if explicit:
         path = Path(explicit).expanduser()
-        origin = "data.archive" if config.data.archive else ARCHIVE_ENV_VAR
+        origin = "data.archive" if data.archive else ARCHIVE_ENV_VAR
         if not path.exists():
             raise MissingInputError(f"IMDB archive not found: {path} (from {origin})")
         return path
-    canonical = config.data_dir / "raw" / CANONICAL_ARCHIVE_NAME
+    canonical = Path(data_dir) / "raw" / CANONICAL_ARCHIVE_NAME
     if canonical.exists():
         return canonical
-    return download_archive(config.data.download_url, config.data.download_md5, canonical)
+    return download_archive(data.download_url, data.download_md5, canonical)
 
 
-def verify_checksums(path: Path, config: Config, archive_sha256: str) -> None:
-    expected = config.data.archive_sha256
+def verify_checksums(path: Path, data: DataConfig, data_dir: Path, archive_sha256: str) -> None:
+    expected = data.archive_sha256
     if expected and expected.lower() != archive_sha256:
         raise InputError(f"{path}: sha256 mismatch: expected {expected}, actual {archive_sha256}")
-    canonical = config.data_dir / "raw" / CANONICAL_ARCHIVE_NAME
+    canonical = Path(data_dir) / "raw" / CANONICAL_ARCHIVE_NAME
     if path.is_file() and path.resolve() == canonical.resolve():
         actual_md5 = md5_file(path)
-        if actual_md5 != config.data.download_md5:
+        if actual_md5 != data.download_md5:
             raise InputError(
-                f"{path}: md5 mismatch: expected {config.data.download_md5}, actual {actual_md5} "
+                f"{path}: md5 mismatch: expected {data.download_md5}, actual {actual_md5} "
                 "(a partial or different download? delete it to download again)"
             )
 
@@ -315,26 +315,26 @@ def dataset_root(path: Path) -> Path:
 
 
 
-def resolve_unlabeled_source(config: Config, environ: dict[str, str] | None = None) -> Path | None:
+def resolve_unlabeled_source(data: DataConfig, environ: dict[str, str] | None = None) -> Path | None:
     """The unlabeled reviews named by ``data.unlabeled_archive`` or ``$IMDB_UNSUP_ARCHIVE``; None when neither is set."""
     environ = dict(os.environ) if environ is None else environ
-    explicit = config.data.unlabeled_archive or environ.get(UNLABELED_ENV_VAR)
+    explicit = data.unlabeled_archive or environ.get(UNLABELED_ENV_VAR)
     if not explicit:
         return None
     path = Path(explicit).expanduser()
     if not path.exists():
-        origin = "data.unlabeled_archive" if config.data.unlabeled_archive else UNLABELED_ENV_VAR
+        origin = "data.unlabeled_archive" if data.unlabeled_archive else UNLABELED_ENV_VAR
         raise MissingInputError(f"unlabeled reviews not found: {path} (from {origin})")
     return path
 
 
-def read_unlabeled(config: Config, explicit: Path | None, labeled_source: Path) -> pd.DataFrame | None:
+def unlabeled_reviews(explicit: Path | None, labeled_source: Path, max_unlabeled: int | None) -> pd.DataFrame | None:
     """The unlabeled reviews as a ``text`` frame: from ``explicit`` (errors name it), else from the
     labeled source's own ``train/unsup`` when it has one, else None."""
     if explicit is not None:
-        return pd.DataFrame({"text": read_unlabeled_texts(explicit, config.data.max_unlabeled)})
+        return pd.DataFrame({"text": read_unlabeled_texts(explicit, max_unlabeled)})
     try:
-        return pd.DataFrame({"text": read_unlabeled_texts(labeled_source, config.data.max_unlabeled)})
+        return pd.DataFrame({"text": read_unlabeled_texts(labeled_source, max_unlabeled)})
     except (InputError, MissingInputError):  # this copy of the dataset has no unlabeled part
         return None
 

@@ -25,7 +25,7 @@ from typing import Callable
 import pandas as pd
 from tqdm.auto import tqdm
 
-from pipeline.config import Config
+from pipeline.config import Config, DataConfig
 from pipeline.core.catalog import LABELS_FILE, SPLITS, UNLABELED_TABLE, split_table, stage_dir
 from pipeline.core.files import (
     build_manifest,
@@ -41,12 +41,12 @@ from pipeline.stages.ingest.imdb import (
     IMDB_LABELS,
     collect_reviews,
     labeled_members,
-    read_unlabeled,
     resolve_source,
     resolve_unlabeled_source,
     review_movies,
     source_checksum,
     unlabeled_checksum,
+    unlabeled_reviews,
     verify_checksums,
 )
 from pipeline.stages.ingest.tables import find_table_files, held_out_split, load_table_splits, split_rule
@@ -96,14 +96,14 @@ class Source:
     read: Callable[[], Ingested]
 
 
-def imdb_source(config: Config) -> Source:
+def imdb_source(data: DataConfig, data_dir: Path) -> Source:
     """The aclImdb archive or folder (``resolve_source``) and the unlabeled reviews."""
-    source = resolve_source(config)
+    source = resolve_source(data, data_dir)
     checksum = source_checksum(source, CLASS_FOLDERS)
     if source.is_file():
-        verify_checksums(source, config, checksum)
+        verify_checksums(source, data, data_dir, checksum)
     inputs = {"archive_sha256": checksum}
-    unlabeled_source = resolve_unlabeled_source(config)
+    unlabeled_source = resolve_unlabeled_source(data)
     if unlabeled_source is not None:
         inputs["unlabeled_sha256"] = unlabeled_checksum(unlabeled_source)
 
@@ -115,13 +115,13 @@ def imdb_source(config: Config) -> Source:
                   f"e.g. {', '.join(report.skipped_names)}")
         original_train = frame[frame["split"] == "train"].drop(columns="split").reset_index(drop=True)
         test = frame[frame["split"] == "test"].drop(columns="split").reset_index(drop=True)
-        movies = review_movies(original_train, report.movies) if config.data.group_validation else None
-        train, val = split_train_validation(original_train, config.data.validation_fraction, config.data.seed, movies)
+        movies = review_movies(original_train, report.movies) if data.group_validation else None
+        train, val = split_train_validation(original_train, data.validation_fraction, data.seed, movies)
         rule = ("whole movies (train/urls_*.txt), stratified by label, seeded" if movies is not None
-                else "stratified by label, seeded" + ("" if config.data.group_validation else
+                else "stratified by label, seeded" + ("" if data.group_validation else
                                                        " (data.group_validation is off)")
-                + ("" if report.movies or not config.data.group_validation else "; the archive names no movies"))
-        unlabeled = read_unlabeled(config, unlabeled_source, source)
+                + ("" if report.movies or not data.group_validation else "; the archive names no movies"))
+        unlabeled = unlabeled_reviews(unlabeled_source, source, data.max_unlabeled)
         fields = {
             "archive_sha256": checksum,
             "duplicates": duplicate_counts(original_train, test),
@@ -135,33 +135,35 @@ def imdb_source(config: Config) -> Source:
     return Source(str(source), inputs, read)
 
 
-def table_source(config: Config) -> Source:
+def table_source(data: DataConfig) -> Source:
     """The user's CSV/TSV/Parquet files (``data.path``) and the unlabeled reviews."""
-    files = find_table_files(config.data.path)
+    files = find_table_files(data.path)
     inputs = {"files_sha256": {str(f): sha256_file(f) for f in files}}
-    unlabeled_source = resolve_unlabeled_source(config)
+    unlabeled_source = resolve_unlabeled_source(data)
     if unlabeled_source is not None:
         inputs["unlabeled_sha256"] = unlabeled_checksum(unlabeled_source)
 
     def read() -> Ingested:
-        splits, labels, drops, _ = load_table_splits(config.data)
+        splits, labels, drops, _ = load_table_splits(data)
         if drops.count:
             print(f"ingest: warning: dropped {drops.count} row(s) with empty text or label "
                   f"({drops.reasons}), e.g. {'; '.join(drops.examples)}")
         fields = {"dropped_rows": {"count": drops.count, "reasons": drops.reasons, "examples": drops.examples},
                   "duplicates": duplicate_counts(pd.concat([splits["train"], splits["val"]]), splits["test"]),
-                  "unlabeled_source": str(unlabeled_source or "none"), "split_rule": split_rule(config.data)}
-        unlabeled = None if unlabeled_source is None else read_unlabeled(config, unlabeled_source, unlabeled_source)
+                  "unlabeled_source": str(unlabeled_source or "none"), "split_rule": split_rule(data)}
+        unlabeled = (None if unlabeled_source is None
+                     else unlabeled_reviews(unlabeled_source, unlabeled_source, data.max_unlabeled))
         return Ingested(splits, labels, fields, unlabeled)
 
-    return Source(config.data.path, inputs, read)
+    return Source(data.path, inputs, read)
 
 
 def ingest(config: Config, force: bool = False) -> Path:
     """Run ingestion and return ``data/ingest``; skips when inputs and config are unchanged."""
     started = time.perf_counter()
     out_dir = stage_dir(config, STAGE)
-    source = (table_source if config.data.source == "table" else imdb_source)(config)
+    source = (table_source(config.data) if config.data.source == "table"
+              else imdb_source(config.data, config.data_dir))
     config_hash = config.section_hash("data")
     if not force and is_up_to_date(out_dir, config_hash, source.inputs, [split_table(s) for s in SPLITS] + [LABELS_FILE]):
         print(f"ingest: up to date, nothing to do ({out_dir}/ built from {source.name} with config {config_hash})")

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import keras
 import numpy as np
 
-from pipeline.config import Config
+from pipeline.config import Config, ModelConfig, PretrainConfig
 from pipeline.core.catalog import (
     BACKBONE_SNAPSHOTS_DIR,
     BACKBONE_SPEC_FILE,
@@ -85,9 +85,8 @@ def pretraining_ids(tokenize_dir: Path, max_texts: int | None) -> tuple[np.ndarr
     return ids, {name: len(part) for name, part in parts.items()}
 
 
-def learning_rate_schedule(config: Config):
+def learning_rate_schedule(settings: PretrainConfig):
     """Linear warm-up, then cosine decay to zero over ``max_steps`` or, with a time budget only, constant."""
-    settings = config.pretrain
     if settings.max_steps:
         warmup = min(settings.warmup_steps, settings.max_steps - 1)
         return keras.optimizers.schedules.CosineDecay(
@@ -111,7 +110,8 @@ class WarmupThenConstant(keras.optimizers.schedules.LearningRateSchedule):
         return {"peak": self.peak, "warmup_steps": self.warmup_steps}
 
 
-def budget_callbacks(config: Config, state_path: Path, tokens_per_step: float, snapshot: Callable[[str], None],
+def budget_callbacks(settings: PretrainConfig, state_path: Path, tokens_per_step: float,
+                     snapshot: Callable[[str], None],
                      log_metrics: Callable[[dict, int], None], any_worker: Callable[[bool], bool] | None = None):
     """Stop at the step or time budget (time already spent before a kill counts); ``log_metrics`` per period;
     call ``snapshot(name)`` the first period end after each of ``pretrain.snapshot_minutes``.
@@ -120,7 +120,6 @@ def budget_callbacks(config: Config, state_path: Path, tokens_per_step: float, s
     ends only, and ``any_worker(flag)`` turns each worker's own clock into one decision, so every
     worker stops, and snapshots, at the same step. The step budget needs no agreement.
     """
-    settings = config.pretrain
 
     class Budget(keras.callbacks.Callback):
         def __init__(self):
@@ -225,8 +224,8 @@ class MaskedLMTraining:
 
     def budget(self, snapshot: Callable[[str], None], log_metrics: Callable[[dict, int], None]):
         """The budget callback (:func:`budget_callbacks`), continuing the checkpoint's state."""
-        return budget_callbacks(self.config, self.checkpoint.state_path, self.tokens_per_step, snapshot, log_metrics,
-                                self.agree)
+        return budget_callbacks(self.config.pretrain, self.checkpoint.state_path, self.tokens_per_step, snapshot,
+                                log_metrics, self.agree)
 
     def fit(self, budget) -> None:
         """Train until ``budget`` stops it; a single process backs up every period, so a killed run resumes."""
@@ -268,7 +267,7 @@ def compile_masked_lm(config: Config, encoder: WordPieceEncoder, strategy: tf.di
 
     with strategy.scope():
         model = build_masked_lm(config.model, encoder.vocabulary_size, encoder.settings.max_sequence_length)
-        model.compile(optimizer=keras.optimizers.AdamW(learning_rate_schedule(config),
+        model.compile(optimizer=keras.optimizers.AdamW(learning_rate_schedule(config.pretrain),
                                                        weight_decay=config.pretrain.weight_decay, clipnorm=1.0),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
@@ -295,7 +294,7 @@ def pretrain(config: Config, force: bool = False, extra_callbacks: Sequence = ()
     cluster = cluster_from_env()  # a malformed TF_CONFIG stops here, before anything is removed or written
     tokenize_dir, out_dir = require_output(config, "tokenize"), stage_dir(config, STAGE)
     files = StageFiles(tokenize_dir, out_dir, {"tokenize_manifest_sha256": manifest_hash(tokenize_dir)},
-                       f"{config.section_hash('pretrain')}-{_backbone_hash(config)}")
+                       f"{config.section_hash('pretrain')}-{_backbone_hash(config.model)}")
     if cluster is None and not force and is_up_to_date(out_dir, files.config_hash, files.inputs,
                                                        [BACKBONE_WEIGHTS_FILE, BACKBONE_SPEC_FILE]):
         print(f"pretrain: up to date, nothing to do ({out_dir}/, MLflow run {read_manifest(out_dir)['mlflow_run_id']})")
@@ -343,7 +342,7 @@ def pretrain_and_save(training: MaskedLMTraining, encoder: WordPieceEncoder, fil
 
     config, model, checkpoint, tokenize_dir = training.config, training.model, training.checkpoint, files.tokenize_dir
     out_dir, config_hash, device, policy = files.out_dir, files.config_hash, training.device, training.policy
-    setup_tracking(config)
+    setup_tracking(config.tracking)
     run_id = checkpoint.state["mlflow_run_id"] if checkpoint.resuming else None
     with mlflow.start_run(run_id=run_id, run_name=None if run_id else "pretrain-mlm",
                           nested=mlflow.active_run() is not None) as active:
@@ -355,19 +354,19 @@ def pretrain_and_save(training: MaskedLMTraining, encoder: WordPieceEncoder, fil
             mlflow.log_params({**flat_params(config), "device": device, "precision_policy": policy,
                                "pretrain_rows": total_rows, **{f"rows_{k}": v for k, v in rows.items()},
                                "parameters": model.count_params()})
-            mlflow.set_tags(standard_tags(config, config_hash, STAGE, device=device, precision=policy))
+            mlflow.set_tags(standard_tags(config.model, config_hash, STAGE, device=device, precision=policy))
 
         def snapshot(name: str) -> None:
             folder = out_dir / BACKBONE_SNAPSHOTS_DIR / name
             folder.mkdir(parents=True, exist_ok=True)
-            save_backbone(folder, backbone_weights(model), {**spec_of(config, encoder, tokenize_dir, active.info.run_id),
-                                                            "snapshot": name, "steps": budget.steps,
-                                                            "train_minutes": round(budget.seconds() / 60, 2)})
+            save_backbone(folder, backbone_weights(model),
+                          {**spec_of(config.model, encoder, tokenize_dir, active.info.run_id), "snapshot": name,
+                           "steps": budget.steps, "train_minutes": round(budget.seconds() / 60, 2)})
 
         budget = training.budget(snapshot, lambda metrics, step: mlflow.log_metrics(metrics, step=step))
         training.fit(budget)
         history = json.loads(checkpoint.state_path.read_text())["history"]
-        spec = {**spec_of(config, encoder, tokenize_dir, active.info.run_id), "steps": budget.steps,
+        spec = {**spec_of(config.model, encoder, tokenize_dir, active.info.run_id), "steps": budget.steps,
                 "train_minutes": round(budget.seconds() / 60, 2)}
         save_backbone(out_dir, backbone_weights(model), spec)
         atomic_write_json(out_dir / HISTORY_FILE, history)
@@ -377,19 +376,20 @@ def pretrain_and_save(training: MaskedLMTraining, encoder: WordPieceEncoder, fil
         mlflow.log_metrics({"final_mlm_loss": history["loss"][-1] if history["loss"] else float("nan"),
                             "pretrain_steps": budget.steps, "pretrain_minutes": budget.seconds() / 60})
         write_manifest(out_dir, build_manifest(
-            STAGE, config_hash, files.inputs, {"model": config.backbone(), "pretrain": config.to_dict()["pretrain"]},
+            STAGE, config_hash, files.inputs,
+            {"model": config.model.backbone(), "pretrain": config.to_dict()["pretrain"]},
             mlflow_run_id=active.info.run_id, rows=rows, steps=budget.steps,
             train_minutes=round(budget.seconds() / 60, 2), device=device, precision=policy))
     return active, budget, history
 
 
-def spec_of(config: Config, encoder, tokenize_dir: Path, run_id: str) -> dict:
+def spec_of(model_config: ModelConfig, encoder, tokenize_dir: Path, run_id: str) -> dict:
     """What a saved backbone is: its shape, the vocabulary it was trained on and its MLflow run."""
-    return {"model": config.backbone(), "vocabulary_size": encoder.vocabulary_size,
+    return {"model": model_config.backbone(), "vocabulary_size": encoder.vocabulary_size,
             "vocabulary_sha256": read_manifest(tokenize_dir)["vocabulary_sha256"],
             "max_sequence_length": encoder.settings.max_sequence_length, "mlflow_run_id": run_id}
 
 
-def _backbone_hash(config: Config) -> str:
-    return sha256_text(json.dumps(config.backbone(), sort_keys=True))[:16]
+def _backbone_hash(model_config: ModelConfig) -> str:
+    return sha256_text(json.dumps(model_config.backbone(), sort_keys=True))[:16]
 

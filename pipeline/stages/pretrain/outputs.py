@@ -50,7 +50,7 @@ def resolve_pretrained(config: Config) -> Path:
 
         from pipeline.tracking import setup_tracking
 
-        setup_tracking(config)
+        setup_tracking(config.tracking)
         try:
             return Path(mlflow.artifacts.download_artifacts(source))
         except (mlflow.exceptions.MlflowException, OSError) as exc:

@@ -7,19 +7,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline.config import Config
-from pipeline.core.catalog import PSEUDO_LABELS_FILE, UNLABELED_IDS_FILE, require_output, teacher_probability_column
+from pipeline.core.catalog import PSEUDO_LABELS_FILE, UNLABELED_IDS_FILE, teacher_probability_column
 from pipeline.core.errors import InputError, MissingInputError
 from pipeline.core.files import read_manifest
 
 
-def load_pseudo_labels(config: Config, tokenize_dir: Path, num_classes: int) -> tuple[np.ndarray, np.ndarray, dict]:
-    """``(token ids, labels, manifest)`` of the pseudo-labelled reviews, for the training stage.
+def load_pseudo_labels(directory: Path, tokenize_dir: Path, num_classes: int,
+                       soft: bool) -> tuple[np.ndarray, np.ndarray, dict]:
+    """``(token ids, labels, manifest)`` of the pseudo-labelled reviews in the stage's output ``directory``, for the
+    training stage.
 
-    Labels are class indices, or with ``pseudo_label.soft`` the teacher's ``[N, k]`` probabilities.
+    Labels are class indices, or with ``soft`` (``pseudo_label.soft``) the teacher's ``[N, k]`` probabilities.
     Refuses labels made from another ingestion than the tokenized one, or for other classes.
     """
-    directory = require_output(config, "pseudo-label")
     manifest = read_manifest(directory)
     tokenized_from = read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"]
     if manifest["inputs"]["ingest_manifest_sha256"] != tokenized_from:
@@ -38,7 +38,7 @@ def load_pseudo_labels(config: Config, tokenize_dir: Path, num_classes: int) -> 
     if frame["row"].max() >= len(ids) or labels.max() >= num_classes:
         raise InputError(f"{directory / PSEUDO_LABELS_FILE}: rows or labels out of range for {unlabeled_path} "
                          f"({len(ids)} reviews, {num_classes} classes); rerun `make pseudo-label`")
-    if config.pseudo_label.soft:
+    if soft:
         columns = [teacher_probability_column(c) for c in range(num_classes)]
         missing = [c for c in columns if c not in frame.columns]
         if missing:

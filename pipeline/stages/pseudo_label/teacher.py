@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from pipeline.config import PSEUDO_LABEL_TEACHERS, Config, PseudoLabelConfig
+from pipeline.config import PSEUDO_LABEL_TEACHERS, BaselineConfig, Config, PseudoLabelConfig
 from pipeline.core.catalog import (
     PSEUDO_LABELS_FILE,
     require_output,
@@ -60,13 +60,12 @@ TEACHER_CHUNK = 2048  # reviews a logged teacher scores at a time (one progress 
 # --------------------------------------------------------------------------- pure helpers
 
 
-def fit_teacher(config: Config, train: pd.DataFrame, val: pd.DataFrame):
+def fit_teacher(settings: PseudoLabelConfig, baseline: BaselineConfig, train: pd.DataFrame, val: pd.DataFrame):
     """The teacher, fitted on the train split only: NBSVM (its C chosen on validation) or TF-IDF."""
-    if config.pseudo_label.teacher == "nbsvm":
-        settings = config.baseline
-        return nbsvm_baseline(train, val, settings.nbsvm_c, settings.ngram_max, settings.max_features,
-                              settings.seed).model
-    return tfidf_baseline(train, seed=config.pseudo_label.seed)
+    if settings.teacher == "nbsvm":
+        return nbsvm_baseline(train, val, baseline.nbsvm_c, baseline.ngram_max, baseline.max_features,
+                              baseline.seed).model
+    return tfidf_baseline(train, seed=settings.seed)
 
 
 
@@ -83,14 +82,14 @@ def model_probabilities(classifier: PipelineModel, texts: Sequence[str], desc: s
     return probabilities
 
 
-def load_teacher(config: Config, train: pd.DataFrame, val: pd.DataFrame,
+def load_teacher(settings: PseudoLabelConfig, baseline: BaselineConfig, train: pd.DataFrame, val: pd.DataFrame,
                  names: list[str]) -> Callable[[Sequence[str], str], np.ndarray]:
     """The teacher as ``(texts, description) -> [N, k]`` probabilities: NBSVM or TF-IDF fitted on the train split
     (:func:`fit_teacher`), or the logged model ``pseudo_label.teacher`` names, refused when its classes are not
     the ingested ones."""
-    teacher = config.pseudo_label.teacher
+    teacher = settings.teacher
     if teacher in PSEUDO_LABEL_TEACHERS:
-        model = fit_teacher(config, train, val)
+        model = fit_teacher(settings, baseline, train, val)
         return lambda texts, _desc: class_probabilities(model, texts, len(names))
     classifier = load_classifier(teacher)
     if list(classifier.labels) != list(names):
@@ -162,7 +161,7 @@ def stage_identity(config: Config, ingest_dir: Path, logged: bool) -> tuple[dict
     inputs = {"ingest_manifest_sha256": manifest_hash(ingest_dir)}
     teacher = config.pseudo_label.teacher
     if logged:
-        setup_tracking(config)  # a models:/ or runs:/ teacher is read from the tracking store
+        setup_tracking(config.tracking)  # a models:/ or runs:/ teacher is read from the tracking store
         inputs["teacher_model_uuid"] = teacher_identity(teacher)
     return inputs, config.section_hash("pseudo_label", *(("baseline",) if teacher == "nbsvm" else ()))
 
@@ -188,7 +187,7 @@ def pseudo_label(config: Config, force: bool = False) -> Path:
     names = load_labels(ingest_dir)
     print(f"pseudo-label: loading the teacher {settings.teacher}" if logged
           else f"pseudo-label: fitting the {settings.teacher} teacher on {len(train):,} train reviews")
-    teacher = load_teacher(config, train, val, names)
+    teacher = load_teacher(config.pseudo_label, config.baseline, train, val, names)
     val_accuracy = float((teacher(val["text"].tolist(), "teacher: val").argmax(axis=1)
                           == val["label"].to_numpy()).mean())
     probabilities = teacher(unlabeled["text"].tolist(), "teacher: unlabeled")
@@ -199,7 +198,7 @@ def pseudo_label(config: Config, force: bool = False) -> Path:
     class_counts = {names[c]: int(n) for c, n in zip(*np.unique(kept["label"], return_counts=True))}
     metrics = labelling_metrics(val_accuracy, kept, len(unlabeled))
 
-    setup_tracking(config)
+    setup_tracking(config.tracking)
     with mlflow.start_run(run_name=f"pseudo-label-{'model' if logged else settings.teacher}", nested=mlflow.active_run() is not None) as active:
         mlflow.set_tags({STAGE_TAG: PSEUDO_LABEL_STAGE, "teacher": settings.teacher,
                          "ingest_manifest": inputs["ingest_manifest_sha256"][:16]})

@@ -10,7 +10,6 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 
-from pipeline.config import Config
 from pipeline.core.catalog import METRICS_FILE, TEST_PREDICTIONS_FILE
 from pipeline.core.errors import PipelineError
 from pipeline.core.files import atomic_write_text
@@ -186,7 +185,7 @@ def run_evaluation(run_id: str) -> tuple[dict, pd.DataFrame]:
         return json.loads(files[METRICS_FILE].read_text()), pd.read_parquet(files[TEST_PREDICTIONS_FILE])
 
 
-def write_model_card(config: Config, name: str, version: str, run, candidates: int, comparison_id: str) -> Path:
+def write_model_card(reports_dir: Path, name: str, version: str, run, candidates: int, comparison_id: str) -> Path:
     """Set the version's description to its model card and write ``reports/<run_id>/model_card.md``."""
     evaluation, predictions = run_evaluation(run.info.run_id)
     probabilities = from_probability_columns(predictions, evaluation["labels"])
@@ -194,6 +193,6 @@ def write_model_card(config: Config, name: str, version: str, run, candidates: i
                                     samples=CARD_SAMPLES)
     card = model_card(name, version, run, evaluation, intervals, candidates, comparison_id)
     mlflow.tracking.MlflowClient().update_model_version(name, version, description=card)
-    return atomic_write_text(config.reports_dir / run.info.run_id / "model_card.md", card)
+    return atomic_write_text(Path(reports_dir) / run.info.run_id / "model_card.md", card)
 
 

@@ -42,26 +42,26 @@ def best_run(runs: list, candidates: dict[str, str] | None = None) -> "mlflow.en
 
 def register_champion(config: Config, force: bool = False) -> str:
     """Register the champion; returns ``models:/<name>@champion``."""
-    setup_tracking(config)
-    comparison = latest_champion_comparison(config)
+    setup_tracking(config.tracking)
+    comparison = latest_champion_comparison(config.tracking)
     members = comparison_members(comparison)
     best = best_run(members, member_candidates(comparison))
     client = mlflow.tracking.MlflowClient()
     name = config.tracking.registered_model_name
-    uri = champion_uri(config)
+    uri = champion_uri(config.tracking)
     try:
         current = client.get_model_version_by_alias(name, CHAMPION_ALIAS)
     except mlflow.exceptions.MlflowException:
         current = None
     if not force and current is not None and current.run_id == best.info.run_id:
-        card = write_model_card(config, name, current.version, best, len(members), comparison.info.run_id)
+        card = write_model_card(config.reports_dir, name, current.version, best, len(members), comparison.info.run_id)
         print(f"register: up to date, {uri} is already version {current.version} (run {best.info.run_id}); "
               f"refreshed its model card {card}")
         return uri
     version = mlflow.register_model(f"runs:/{best.info.run_id}/model", name)
     client.set_registered_model_alias(name, CHAMPION_ALIAS, version.version)
     tag_champion_version(name, version.version, best, comparison.info.run_id)
-    card = write_model_card(config, name, version.version, best, len(members), comparison.info.run_id)
+    card = write_model_card(config.reports_dir, name, version.version, best, len(members), comparison.info.run_id)
     print(f"register: read {len(members)} runs of comparison {comparison.info.run_id}; {uri} -> version "
           f"{version.version} (run {best.info.run_id}, {best.data.tags.get(VARIANT_TAG, 'transformer')}, "
           f"best_val_accuracy {best.data.metrics['best_val_accuracy']:.4f}); wrote its model card {card}")

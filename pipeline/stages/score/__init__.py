@@ -36,7 +36,7 @@ def run(config: Config, input_path: str | Path, output_path: str | Path, model_u
         raise InputError(f"{', '.join(given)} apply to --engine spark only")
     from pipeline.stages.score.csv_file import score_csv
 
-    return score_csv(config, input_path, output_path, model_uri=model_uri, **options)
+    return score_csv(config.tracking, input_path, output_path, model_uri=model_uri, **options)
 
 
 def main(config: Config, args) -> None:

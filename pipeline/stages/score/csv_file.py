@@ -32,7 +32,7 @@ import pandas as pd
 import psutil
 from tqdm.auto import tqdm
 
-from pipeline.config import Config
+from pipeline.config import TrackingConfig
 from pipeline.core.errors import InputError, MissingInputError
 from pipeline.core.files import new_file_mode
 from pipeline.model.classifiers import ERROR_COLUMN, PipelineModel, load_classifier, output_columns, output_frame
@@ -180,7 +180,8 @@ def write_scored_csv(input_path: Path, output_path: Path, classifier: PipelineMo
     return counts
 
 
-def score_csv(config: Config, input_path: str | Path, output_path: str | Path, model_uri: str | None = None,
+def score_csv(tracking: TrackingConfig, input_path: str | Path, output_path: str | Path,
+              model_uri: str | None = None,
               text_column: str = "text", encoding: str = "utf-8-sig", chunk_size: int = 2048) -> dict[str, float]:
     """Score ``input_path`` into ``output_path``; returns the summary counts."""
     from pipeline.tracking import champion_uri, setup_tracking
@@ -188,8 +189,8 @@ def score_csv(config: Config, input_path: str | Path, output_path: str | Path, m
     started = time.perf_counter()
     input_path, output_path = Path(input_path), Path(output_path)
     columns = header_columns(input_path, output_path, text_column, encoding, chunk_size)
-    setup_tracking(config)
-    model_uri = model_uri or champion_uri(config)
+    setup_tracking(tracking)
+    model_uri = model_uri or champion_uri(tracking)
     classifier = load_classifier(model_uri)
     load_seconds = time.perf_counter() - started  # header check and model load, inside this call
     startup_seconds = time.time() - psutil.Process().create_time()  # interpreter, imports and model load

@@ -29,7 +29,7 @@ import time
 import uuid
 from pathlib import Path
 
-from pipeline.config import Config
+from pipeline.config import Config, SparkConfig
 from pipeline.core.errors import InputError, MissingInputError, PipelineError
 from pipeline.model.classifiers import ERROR_COLUMN
 
@@ -114,20 +114,20 @@ def require_java() -> str:
     return java
 
 
-def spark_session(config: Config):
+def spark_session(spark: SparkConfig):
     """A Spark session on ``spark.master``; in local mode the Python workers run this interpreter."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
         raise PipelineError("Spark scoring needs pyspark: pip install -e '.[spark]' (make setup installs it)") from None
     require_java()
-    if config.spark.master.startswith("local"):  # without it the workers lack pandas and the pipeline
+    if spark.master.startswith("local"):  # without it the workers lack pandas and the pipeline
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # (a cluster sets spark.pyspark.python itself)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = (SparkSession.builder.master(config.spark.master).appName("imdb-sentiment-score")
-               .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(config.spark.batch_rows))
+    builder = (SparkSession.builder.master(spark.master).appName("imdb-sentiment-score")
+               .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(spark.batch_rows))
                .config("spark.ui.showConsoleProgress", "true"))
-    for key, value in config.spark.settings().items():
+    for key, value in spark.settings().items():
         builder = builder.config(key.strip(), value.strip())
     return builder.getOrCreate()
 
@@ -227,14 +227,14 @@ def score_table(config: Config, input_pattern: str, output_path: str | Path, mod
     output_format = output_format or config.spark.output_format
     output = Path(output_path)
     files, file_format, columns = checked_inputs(input_pattern, output, text_column, overwrite)
-    setup_tracking(config)
-    model_uri = model_uri or champion_uri(config)
+    setup_tracking(config.tracking)
+    model_uri = model_uri or champion_uri(config.tracking)
     added = output_schema(model_uri)
     clashes = [name for name, _ in added if name in columns] + ([ROW_INDEX] if ROW_INDEX in columns else [])
     if clashes:
         raise InputError(f"{files[0]}: already has output column(s) {clashes}; rename them first")
 
-    spark = spark_session(config)
+    spark = spark_session(config.spark)
     session_seconds = time.perf_counter() - started
     from pyspark.sql import functions as F
 

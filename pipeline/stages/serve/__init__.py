@@ -65,9 +65,9 @@ def main(config: Config, args) -> None:
     from pipeline.model.classifiers import check_model_uri
     from pipeline.tracking import champion_uri, tracking_uri
 
-    model_uri = check_model_uri(args.model or champion_uri(config))
-    environment = serve_environment(tracking_uri(config))
-    print(f"serve: {model_uri} from {tracking_uri(config)} at http://127.0.0.1:{args.port}/invocations "
+    model_uri = check_model_uri(args.model or champion_uri(config.tracking))
+    environment = serve_environment(tracking_uri(config.tracking))
+    print(f"serve: {model_uri} from {tracking_uri(config.tracking)} at http://127.0.0.1:{args.port}/invocations "
           f"(Ctrl-C to stop); try:\n  {curl_line(args.port)}")
     sys.stdout.flush()
     with contextlib.suppress(KeyboardInterrupt):

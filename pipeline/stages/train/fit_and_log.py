@@ -170,7 +170,8 @@ def load_training_data(config: Config, tokenize_dir: Path, replicas: int, shard:
         train_ids, train_labels = train_ids[keep], train_labels[keep]
     pseudo_rows, pseudo_run_id = 0, None
     if config.training.pseudo_labels:
-        pseudo_ids, pseudo_labels, pseudo_manifest = load_pseudo_labels(config, tokenize_dir, len(labels))
+        pseudo_ids, pseudo_labels, pseudo_manifest = load_pseudo_labels(
+            require_output(config, "pseudo-label"), tokenize_dir, len(labels), config.pseudo_label.soft)
         if pseudo_labels.ndim == 2:  # soft targets: every row a probability vector, gold rows one-hot
             train_labels, val_labels = one_hot(train_labels, len(labels)), one_hot(val_labels, len(labels))
         train_ids = np.concatenate([np.asarray(train_ids), pseudo_ids])
@@ -197,7 +198,7 @@ def starting_weights(config: Config, data: TrainingData, tokenize_dir: Path,
                      pretrained_dir: Path | None) -> tuple[StartingWeights, dict | None]:
     """What the pipeline's own encoder starts from, read from files: word2vec vectors (learned once, cached in the
     train folder) and a pretrained backbone, its vocabulary checked; and that backbone's spec."""
-    if uses_preset(config, data.encoder):
+    if uses_preset(config.model, data.encoder):
         return StartingWeights(), None
     vectors, weights, spec = None, None, None
     if config.model.token_embedding == "word2vec":
@@ -217,14 +218,15 @@ def build_and_compile(config: Config, data: TrainingData, hardware: Hardware, to
     and that backbone's spec."""
     start, spec = starting_weights(config, data, tokenize_dir, pretrained_dir)
     with hardware.strategy.scope():
-        model, loaded = assemble_classifier(config, data.encoder, len(data.labels),
+        model, loaded = assemble_classifier(config.model, config.training, data.encoder, len(data.labels),
                                             Device(on_cpu="GPU" not in hardware.device, policy=hardware.policy), start)
-        if uses_preset(config, data.encoder):
+        if uses_preset(config.model, data.encoder):
             print(f"train: fine-tuning preset {config.model.preset} ({model.count_params():,} parameters)")
         elif spec is not None:
             print(f"train: started from the pretrained backbone in {pretrained_dir}/ ({len(loaded)} layers, "
                   f"MLflow run {spec.get('mlflow_run_id')})")
-        return compile_model(model, config, data.steps_per_epoch, data.soft_targets), spec
+        return compile_model(model, config.training, config.model.starts_pretrained, data.steps_per_epoch,
+                             data.soft_targets), spec
 
 
 @contextlib.contextmanager
@@ -233,7 +235,7 @@ def start_or_resume_run(config: Config, run_dir: Path) -> Iterator[tuple[str, bo
 
     Yields ``(run_id, resumed)``; nested under the active run when there is one (a comparison).
     """
-    setup_tracking(config)
+    setup_tracking(config.tracking)
     run_id_path = run_dir / RUN_ID_FILE
     resume_run_id = run_id_path.read_text().strip() if run_id_path.is_file() and (run_dir / "backup").exists() else None
     with mlflow.start_run(run_id=resume_run_id, run_name=None if resume_run_id else run_name(config),
@@ -258,7 +260,7 @@ def log_run_inputs(config: Config, data: TrainingData, hardware: Hardware, model
                        "num_classes": len(data.labels), "class_weight": str(data.class_weight),
                        "parameters": model.count_params()})
     mlflow.log_metrics(data.padding)
-    mlflow.set_tags(standard_tags(config, config_hash, STAGE, model_kind="transformer", device=hardware.device,
+    mlflow.set_tags(standard_tags(config.model, config_hash, STAGE, model_kind="transformer", device=hardware.device,
                                   precision=hardware.policy,
                                   devices=",".join(hardware.devices),
                                   tokenize_manifest=inputs["tokenize_manifest_sha256"][:16],
@@ -333,7 +335,7 @@ def train_model(config: Config, force: bool = False,
         model, pretrained = build_and_compile(config, data, hardware, tokenize_dir, pretrained_dir)
         if scratch is not None:
             with multi_worker_fit(model, data.train, hardware.strategy):
-                result = fit(model, data, config, scratch, None, extra_callbacks)
+                result = fit(model, data, config.training, scratch, None, extra_callbacks)
             print(f"train: {hardware.device}: trained {len(result.history['loss'])} epochs with the chief; "
                   f"its run folder and MLflow run hold the result (scratch {scratch}/ removed)")
             return TrainedRun(None, run_dir, config)
@@ -341,7 +343,7 @@ def train_model(config: Config, force: bool = False,
             if not resumed:
                 log_run_inputs(config, data, hardware, model, config_hash, inputs, tokenize_dir, pretrained)
             with multi_worker_fit(model, data.train, hardware.strategy):
-                result = fit(model, data, config, run_dir, run_id, extra_callbacks)
+                result = fit(model, data, config.training, run_dir, run_id, extra_callbacks)
             save_outputs(TrainedRun(run_id, run_dir, config), model, tokenize_dir, result, hardware, config_hash,
                          inputs)
     pseudo = f" (of which {data.pseudo_label_rows:,} pseudo-labelled)" if data.pseudo_label_rows else ""

@@ -17,9 +17,9 @@ from pipeline.tracking import tracking_uri
 
 def main(config: Config, args) -> None:
     """``make ui``: print where to look, then serve the UI until Ctrl-C."""
-    comparison = latest_comparison(config)
+    comparison = latest_comparison(config.tracking)
     base = f"http://127.0.0.1:{args.port}"
-    print(f"ui: MLflow UI for {tracking_uri(config)} at {base} (Ctrl-C to stop)")
+    print(f"ui: MLflow UI for {tracking_uri(config.tracking)} at {base} (Ctrl-C to stop)")
     print(f"ui: runs table  {experiment_url(base, comparison.experiment_id)}")
     if comparison.parent_id:
         print(f"ui: latest comparison ({comparison.parent_name}, {len(comparison.child_ids)} model runs)  "
@@ -30,4 +30,4 @@ def main(config: Config, args) -> None:
     if args.print_only:
         return
     with contextlib.suppress(KeyboardInterrupt):
-        subprocess.run(server_command(tracking_uri(config), args.port), check=False)
+        subprocess.run(server_command(tracking_uri(config.tracking), args.port), check=False)

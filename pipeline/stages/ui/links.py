@@ -13,7 +13,7 @@ import sys
 import urllib.parse
 from dataclasses import dataclass
 
-from pipeline.config import Config
+from pipeline.config import TrackingConfig
 from pipeline.core.errors import PipelineError
 from pipeline.runtime.local_http import free_port, local_server
 
@@ -47,13 +47,13 @@ class Comparison:
     child_ids: tuple[str, ...]
 
 
-def latest_comparison(config: Config) -> Comparison:
+def latest_comparison(tracking: TrackingConfig) -> Comparison:
     """The experiment and its latest pooling comparison (``parent_id`` None when there is none yet)."""
     from pipeline.tracking import comparison_members, latest_champion_comparison, setup_tracking
 
-    experiment_id = setup_tracking(config)
+    experiment_id = setup_tracking(tracking)
     try:
-        parent = latest_champion_comparison(config)
+        parent = latest_champion_comparison(tracking)
         children = comparison_members(parent)
     except PipelineError:
         return Comparison(experiment_id, None, None, ())
