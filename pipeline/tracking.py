@@ -98,6 +98,10 @@ FUSION_STAGE = "fusion"                  # a fused model: a Transformer run and 
 PSEUDO_LABEL_STAGE = "pseudo_label"
 PSEUDO_LABELS_FROM_TAG = "pseudo_labels_from"  # on a classifier run: the pseudo-label run its extra data came from
 PRETRAINED_FROM_TAG = "pretrained_from"  # on a classifier run: the pretraining run its backbone came from
+# on a run fine-tuned from a model.preset checkpoint: where it came from and its licence (its licence files are
+# logged under CHECKPOINT_ARTIFACTS)
+CHECKPOINT_SOURCE_TAG, CHECKPOINT_LICENCE_TAG = "checkpoint_source", "checkpoint_licence"
+CHECKPOINT_ARTIFACTS = "checkpoint"
 # params of a fused run: its Transformer's weight (the rest is the lexical model's), the weights tried, the runs fused
 FUSION_WEIGHT_PARAM = "fusion.transformer_weight"
 FUSION_WEIGHTS_TRIED_PARAM = "fusion.weights_tried"

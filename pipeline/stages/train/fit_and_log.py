@@ -66,8 +66,11 @@ from pipeline.stages.tokenize.outputs import load_split
 from pipeline.stages.train.outputs import transformer_artifacts
 from pipeline.text.conventions import PAD_ID, load_labels
 from pipeline.text.encoder import load_text_encoder
-from pipeline.text.presets import PRESET_ASSETS_DIR
+from pipeline.text.presets import PRESET_ASSETS_DIR, checkpoint_origin
 from pipeline.tracking import (
+    CHECKPOINT_ARTIFACTS,
+    CHECKPOINT_LICENCE_TAG,
+    CHECKPOINT_SOURCE_TAG,
     PRETRAINED_FROM_TAG,
     PSEUDO_LABELS_FROM_TAG,
     TRAIN_STAGE,
@@ -254,6 +257,11 @@ def log_run_inputs(config: Config, data: TrainingData, hardware: Hardware, model
                          "pretrained_steps": str(pretrained.get("steps"))})
     if data.pseudo_label_rows:
         mlflow.set_tag(PSEUDO_LABELS_FROM_TAG, str(data.pseudo_label_run_id))
+    if config.model.preset is not None:  # where the checkpoint came from, its licence and its licence files
+        origin = checkpoint_origin(config.model.preset)
+        mlflow.set_tags({CHECKPOINT_SOURCE_TAG: origin.source, CHECKPOINT_LICENCE_TAG: origin.licence})
+        for path in origin.licence_files:
+            mlflow.log_artifact(str(path), CHECKPOINT_ARTIFACTS)
     mlflow.log_params({**flat_params(config), "device": hardware.device, "precision_policy": hardware.policy,
                        "vocabulary_size": data.encoder.vocabulary_size, "train_rows": data.train_rows,
                        "pseudo_label_rows": data.pseudo_label_rows,
