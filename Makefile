@@ -31,7 +31,7 @@ FORCE_ARG = $(if $(FORCE),--force)
 .DEFAULT_GOAL := help
 POOLING ?=
 SET_ARGS += $(if $(POOLING),--set model.pooling=$(POOLING))
-.PHONY: help setup lock setup-browser all ingest tokenize pretrain pretrain-budget pseudo-label train evaluate compare compare-tuned ablate-position register score ui ui-screenshots serve test tune bench clean FORCE
+.PHONY: help setup lock setup-browser all ingest tokenize pretrain pretrain-budget learning-curve pseudo-label train evaluate compare compare-tuned ablate-position register score ui ui-screenshots serve test tune bench clean FORCE
 RUN ?= latest
 UI_PORT ?= 5000
 SERVE_PORT ?= 5001
@@ -91,6 +91,9 @@ pretrain: $(ENV) $(DATA_DIR)/tokenize/manifest.json ## masked-LM pretraining of 
 
 pretrain-budget: $(ENV) $(DATA_DIR)/tokenize/manifest.json ##@ test accuracy vs pretraining minutes (SET='pretrain.max_minutes=40 pretrain.snapshot_minutes=[10,20]' SEEDS=1,2) -> reports/pretraining_budget.*
 	$(call STAGE,pretrain-budget) $(if $(SEEDS),--seeds $(SEEDS))
+
+learning-curve: $(ENV) $(DATA_DIR)/tokenize/manifest.json $(DATA_DIR)/ingest/manifest.json ##@ test accuracy vs labelled rows: both poolings, NBSVM, fusions (SIZES=250,1000,all SEEDS=1,2) -> reports/learning_curve.*
+	$(call STAGE,learning-curve) $(if $(SIZES),--sizes $(SIZES)) $(if $(SEEDS),--seeds $(SEEDS))
 
 pseudo-label: $(ENV) $(DATA_DIR)/ingest/manifest.json ## label the unlabeled reviews with the NBSVM teacher (soft targets), keep the sure ones -> data/pseudo_label/
 	$(call STAGE,pseudo-label) $(FORCE_ARG)

@@ -13,6 +13,16 @@ import argparse
 from pipeline.core.catalog import Stage, model_argument
 
 
+def parse_seeds(text: str | None) -> tuple[int, ...] | None:
+    """``--seeds``: comma-separated integers (None: the config's ``compare.seeds``)."""
+    from pipeline.core.errors import ConfigError
+
+    try:
+        return None if text is None else tuple(int(seed) for seed in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--seeds must be comma-separated integers, got {text!r}") from None
+
+
 def _tune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, default=None,
                         help="finished trials the study should hold (default: tune.trials)")
@@ -29,6 +39,12 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
                         help="measure only training steps, scoring, the model's scoring rate with and without "
                              "n-grams, or its training step with dense and lazy (sparse) embedding updates "
                              "(repeatable; default: everything)")
+
+
+def _curve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sizes", default="250,500,1000,2000,5000,all",
+                        help="labelled train rows per point, comma-separated; 'all' is the whole train split")
+    parser.add_argument("--seeds", default=None, help="seeds per size, comma-separated (default: compare.seeds)")
 
 
 def _screenshot_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +71,11 @@ EXPERIMENTS: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("pretrain-budget", "pipeline.experiments.pretrain_budget", "test accuracy against minutes of pretraining",
           reads=("tokenize",), runs=("pretrain", "train", "evaluate"), writes="reports/pretraining_budget.{json,md,png}",
           arguments=_budget_arguments),
+    Stage("learning-curve", "pipeline.experiments.learning_curve", "test accuracy against labelled training rows "
+          "for each pooling of the configured encoder, NBSVM and their fusions, with the paired statistics; what to "
+          "deploy at each size", reads=("tokenize", "ingest"), runs=("train", "evaluate"),
+          writes="an MLflow run per Transformer and one with reports/learning_curve.{json,md,png}",
+          arguments=_curve_arguments),
     Stage("tune", "pipeline.experiments.tune", "an Optuna study over configs/tune.yaml, every trial an MLflow run; the "
           "best parameters as a config for make compare-tuned", reads=("tokenize", "ingest"), runs=("train",),
           writes="the study in Optuna storage; a parent MLflow run with a child per trial; reports/tune/best.yaml",

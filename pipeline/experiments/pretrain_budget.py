@@ -200,10 +200,6 @@ def run(config: Config, seeds: tuple[int, ...] | None = None, baseline: float | 
 
 
 def main(config: Config, args) -> None:
-    from pipeline.core.errors import ConfigError
+    from pipeline.experiments import parse_seeds
 
-    try:
-        seeds = None if args.seeds is None else tuple(int(seed) for seed in args.seeds.split(","))
-    except ValueError:
-        raise ConfigError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
-    run(config, seeds, args.baseline)
+    run(config, parse_seeds(args.seeds), args.baseline)

@@ -1,0 +1,277 @@
+"""``make learning-curve``: test accuracy against the number of labelled training reviews, for every candidate.
+
+Reads:  ``data/ingest/`` and ``data/tokenize/`` (the configured tokenization: the pipeline's own, or a
+        ``model.preset``'s; and whatever the train and evaluate stages read).
+Writes: ``reports/learning_curve.{json,md,png}`` and an MLflow run holding them; an MLflow run per Transformer.
+
+At each size ``n`` of ``--sizes`` (``all``: every train row) and each seed of ``--seeds`` (default
+``compare.seeds``), the same ``n`` train rows (``pipeline.runtime.datasets.subsample``, seeded) train:
+
+- the configured encoder with each pooling (``first_token``, ``mean``): ``training.max_train_samples=n``, without
+  distillation (a teacher fitted on every label would leak them), evaluated on the whole validation and test splits;
+- NBSVM (its C chosen on validation), on the same rows;
+- their fusion per pooling (the Transformer's weight chosen on validation).
+
+Per size the report gives each candidate's mean test accuracy with a bootstrap interval (test rows resampled, seeds
+averaged), and three paired comparisons by the comparison's protocol (``pipeline.metrics.compare_pair``): first
+token against mean, the better pooling on validation against NBSVM, its fusion against NBSVM. What to deploy at a
+size is the candidate with the best mean validation accuracy, never test. A run with another encoder (a
+``model.preset`` config with its own data folder over the same reviews) adds its rows under its own name.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pipeline.config import POOLINGS, Config, ModelConfig
+from pipeline.core.catalog import require_output
+from pipeline.core.files import atomic_write_json, atomic_write_text, manifest_hash, read_manifest
+from pipeline.core.predictions import from_probability_columns, fuse_probabilities
+from pipeline.lexical import class_probabilities, nbsvm_baseline
+from pipeline.metrics import best_fusion_weight, compare_pair, paired_bootstrap_difference
+from pipeline.runtime.datasets import subsample
+from pipeline.stages.evaluate.scorecard import evaluate_run
+from pipeline.stages.ingest.outputs import read_split
+from pipeline.stages.train.fit_and_log import train_model
+from pipeline.text.conventions import load_labels
+
+REPORT_NAME = "learning_curve"
+NBSVM = "nbsvm"
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One candidate at one size and seed: its validation accuracy and per-row correctness on test."""
+
+    candidate: str
+    size: int
+    seed: int
+    val_accuracy: float
+    test_correct: np.ndarray
+    run_id: str | None = None
+
+
+def encoder_name(model: ModelConfig) -> str:
+    """The encoder a curve is of: a preset's folder or name, or the pipeline's own encoder's shape."""
+    if model.preset is not None:
+        return f"preset {Path(model.preset).name or model.preset}"
+    blocks = f"{model.num_layers} block" + ("s" if model.num_layers != 1 else "")
+    return f"own encoder (width {model.hidden_dim}, {blocks}, n-grams to {model.ngram_max})"
+
+
+def accuracy(labels: np.ndarray, probabilities: np.ndarray) -> float:
+    return float((probabilities.argmax(axis=1) == labels).mean())
+
+
+def lexical_and_fused(frames: dict[str, pd.DataFrame], keep: np.ndarray, config: Config, size: int, seed: int,
+                      transformers: dict[str, tuple[np.ndarray, np.ndarray]]) -> list[Scored]:
+    """NBSVM on the ``keep`` train rows, and its fusion with each pooling's ``(val, test)`` probabilities."""
+    val, test, names = frames["val"], frames["test"], frames["names"]
+    baseline = config.baseline
+    fitted = nbsvm_baseline(frames["train"].iloc[keep], val, baseline.nbsvm_c, baseline.ngram_max,
+                            baseline.max_features, baseline.seed).model
+    val_l = class_probabilities(fitted, val["text"].tolist(), len(names))
+    test_l = class_probabilities(fitted, test["text"].tolist(), len(names))
+    y_val, y_test = val["label"].to_numpy(), test["label"].to_numpy()
+    scored = [Scored(NBSVM, size, seed, accuracy(y_val, val_l), test_l.argmax(axis=1) == y_test)]
+    for pooling, (val_t, test_t) in transformers.items():
+        weight, _, honest = best_fusion_weight(val_t, val_l, y_val, config.compare.fusion_weights)
+        fused = fuse_probabilities(test_t, test_l, weight)
+        scored.append(Scored(f"{NBSVM}+{pooling}", size, seed, honest, fused.argmax(axis=1) == y_test))
+    return scored
+
+
+def transformer(config: Config, frames: dict[str, pd.DataFrame], size: int, seed: int,
+                pooling: str) -> tuple[Scored, np.ndarray, np.ndarray]:
+    """The configured encoder with ``pooling`` trained on ``size`` train rows and evaluated: its score and its
+    validation and test probabilities."""
+    child = config.replace(model={"pooling": pooling},
+                           training={"max_train_samples": size, "seed": seed, "pseudo_labels": False})
+    trained = train_model(child)
+    evaluated = evaluate_run(child, run=trained.run_id)
+    names = frames["names"]
+    val_p = from_probability_columns(evaluated.predictions("val"), names)
+    test_p = from_probability_columns(evaluated.predictions("test"), names)
+    y_val, y_test = frames["val"]["label"].to_numpy(), frames["test"]["label"].to_numpy()
+    scored = Scored(pooling, size, seed, accuracy(y_val, val_p), test_p.argmax(axis=1) == y_test, trained.run_id)
+    return scored, val_p, test_p
+
+
+def sizes_of(text: str, train_rows: int) -> list[int]:
+    """``--sizes``: comma-separated row counts and ``all``; sizes at or above the train split mean all of it."""
+    from pipeline.core.errors import ConfigError
+
+    sizes = set()
+    for item in (part.strip() for part in text.split(",") if part.strip()):
+        if item == "all":
+            sizes.add(train_rows)
+            continue
+        try:
+            value = int(item)
+        except ValueError:
+            raise ConfigError(f"--sizes: {item!r} is neither a number of rows nor 'all'") from None
+        if value < 2:
+            raise ConfigError(f"--sizes: {value} rows cannot train a classifier (at least 2)")
+        sizes.add(min(value, train_rows))
+    if not sizes:
+        raise ConfigError("--sizes names no size")
+    return sorted(sizes)
+
+
+def summarize(scores: list[Scored], samples: int) -> list[dict]:
+    """Per size and candidate: seeds, mean validation and test accuracy, and the test interval (bootstrap over
+    test rows of the seed-averaged correctness)."""
+    rows = []
+    for size in sorted({s.size for s in scores}):
+        for candidate in dict.fromkeys(s.candidate for s in scores if s.size == size):
+            mine = sorted((s for s in scores if s.size == size and s.candidate == candidate), key=lambda s: s.seed)
+            correct = np.stack([s.test_correct for s in mine])
+            interval = paired_bootstrap_difference(correct, np.zeros_like(correct), samples=samples)
+            rows.append({"size": size, "candidate": candidate, "seeds": [s.seed for s in mine],
+                         "mean_val_accuracy": float(np.mean([s.val_accuracy for s in mine])),
+                         "mean_test_accuracy": float(correct.mean()), "ci_low": interval["ci_low"],
+                         "ci_high": interval["ci_high"], "run_ids": [s.run_id for s in mine if s.run_id]})
+    return rows
+
+
+def pairs_at(scores: list[Scored], size: int, samples: int) -> dict[str, dict]:
+    """The paired comparisons at ``size``: first token against mean; the better pooling on validation against
+    NBSVM; its fusion against NBSVM."""
+    def correct(candidate: str) -> tuple[np.ndarray, list[dict]]:
+        mine = sorted((s for s in scores if s.size == size and s.candidate == candidate), key=lambda s: s.seed)
+        return np.stack([s.test_correct for s in mine]), [{"seed": s.seed} for s in mine]
+
+    def mean_val(candidate: str) -> float:
+        return float(np.mean([s.val_accuracy for s in scores if s.size == size and s.candidate == candidate]))
+
+    better = max(POOLINGS, key=mean_val)
+    questions = {"first_token - mean": ("first_token", "mean"), f"{better} - {NBSVM}": (better, NBSVM),
+                 f"{NBSVM}+{better} - {NBSVM}": (f"{NBSVM}+{better}", NBSVM)}
+    found = {}
+    for name, (a, b) in questions.items():
+        (correct_a, labels), (correct_b, _) = correct(a), correct(b)
+        found[name] = compare_pair(correct_a, correct_b, labels, samples)
+    return found
+
+
+def deploy_at(summary: list[dict]) -> dict[int, str]:
+    """Per size, the candidate with the best mean validation accuracy (what a user with that many labels deploys)."""
+    best: dict[int, dict] = {}
+    for row in summary:
+        if row["size"] not in best or row["mean_val_accuracy"] > best[row["size"]]["mean_val_accuracy"]:
+            best[row["size"]] = row
+    return {size: row["candidate"] for size, row in best.items()}
+
+
+def plot_curve(summary: list[dict], path: Path, title: str) -> Path:
+    """Mean test accuracy against labelled rows (log scale), one line per candidate, its interval as a band."""
+    from pipeline.core.plots import new_figure, save_figure
+
+    figure, axis = new_figure(7.5, 4.8)
+    for index, candidate in enumerate(dict.fromkeys(row["candidate"] for row in summary)):
+        mine = [row for row in summary if row["candidate"] == candidate]
+        sizes = [row["size"] for row in mine]
+        axis.plot(sizes, [row["mean_test_accuracy"] for row in mine], marker="o", color=f"C{index}", label=candidate)
+        axis.fill_between(sizes, [row["ci_low"] for row in mine], [row["ci_high"] for row in mine],
+                          color=f"C{index}", alpha=0.15)
+    axis.set_xscale("log")
+    axis.set(xlabel="labelled training reviews", ylabel="test accuracy", title=title)
+    axis.title.set_fontsize(9)
+    axis.legend(fontsize=7)
+    return save_figure(figure, path)
+
+
+def render_markdown(payload: dict) -> str:
+    lines = [f"# Test accuracy against labelled reviews: {payload['encoder']}", "",
+             f"Seeds {payload['seeds']}; every candidate at a size and seed trains on the same rows and is scored on "
+             f"the same {payload['val_rows']:,} validation and {payload['test_rows']:,} test reviews. What to deploy is "
+             "chosen on validation; the interval is a 95 % bootstrap over test rows.", "",
+             "| labelled rows | candidate | mean validation accuracy | mean test accuracy | 95 % interval |",
+             "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {row['size']:,} | {row['candidate']} | {row['mean_val_accuracy']:.4f} | "
+              f"{row['mean_test_accuracy']:.4f} | {row['ci_low']:.4f} to {row['ci_high']:.4f} |"
+              for row in payload["summary"]]
+    lines += ["", "| labelled rows | deploy (best on validation) | comparison | test difference | 95 % CI | "
+              "significant |", "| --- | --- | --- | --- | --- | --- |"]
+    for size, pairs in payload["pairs"].items():
+        for name, pair in pairs.items():
+            boot = pair["bootstrap"]
+            lines.append(f"| {int(size):,} | {payload['deploy'][str(size)]} | {name} | "
+                         f"{100 * pair['mean_accuracy_difference']:+.2f} points | {100 * boot['ci_low']:+.2f} to "
+                         f"{100 * boot['ci_high']:+.2f} | {'yes' if pair['significant'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def read_frames(ingest_dir: Path, tokenize_dir: Path) -> dict:
+    """The ingested splits and label names; the tokenized train rows must be the ingested ones, in order."""
+    from pipeline.core.errors import InputError
+
+    tokenized_from = read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"]
+    if tokenized_from != manifest_hash(ingest_dir):
+        raise InputError(f"{tokenize_dir}/ was tokenized from another ingestion than {ingest_dir}/: rerun "
+                         "`make tokenize`")
+    frames: dict = {split: read_split(ingest_dir, split) for split in ("train", "val", "test")}
+    frames["names"] = load_labels(ingest_dir)
+    return frames
+
+
+def run(config: Config, sizes: str = "250,500,1000,2000,5000,all", seeds: tuple[int, ...] | None = None) -> Path:
+    """The curve of the configured encoder over ``sizes`` and ``seeds``; returns the Markdown report."""
+    started = time.perf_counter()
+    frames = read_frames(require_output(config, "ingest"), require_output(config, "tokenize"))
+    seeds = tuple(config.compare.seeds) if seeds is None else seeds
+    scores: list[Scored] = []
+    for size in sizes_of(sizes, len(frames["train"])):
+        for seed in seeds:
+            transformers = {}
+            for pooling in POOLINGS:
+                scored, val_p, test_p = transformer(config, frames, size, seed, pooling)
+                scores.append(scored)
+                transformers[pooling] = (val_p, test_p)
+            keep = subsample(len(frames["train"]), size, seed)  # the rows train_model kept
+            scores += lexical_and_fused(frames, keep, config, size, seed, transformers)
+    return write_report(config, frames, scores, seeds, started)
+
+
+def write_report(config: Config, frames: dict, scores: list[Scored], seeds: tuple[int, ...], started: float) -> Path:
+    """The JSON, Markdown and plot in ``reports/``, and an MLflow run that holds them with a metric per point."""
+    import mlflow
+
+    from pipeline.tracking import STAGE_TAG, setup_tracking
+
+    samples = config.compare.bootstrap_samples
+    summary = summarize(scores, samples)
+    sizes = sorted({s.size for s in scores})
+    encoder = encoder_name(config.model)
+    payload = {"encoder": encoder, "seeds": list(seeds), "val_rows": len(frames["val"]),
+               "test_rows": len(frames["test"]), "summary": summary,
+               "pairs": {str(size): pairs_at(scores, size, samples) for size in sizes},
+               "deploy": {str(size): name for size, name in deploy_at(summary).items()}}
+    reports = config.reports_dir
+    json_path = atomic_write_json(reports / f"{REPORT_NAME}.json", payload)
+    md_path = atomic_write_text(reports / f"{REPORT_NAME}.md", render_markdown(payload))
+    png_path = plot_curve(summary, reports / f"{REPORT_NAME}.png", f"Test accuracy against labelled rows: {encoder}")
+    setup_tracking(config.tracking)
+    with mlflow.start_run(run_name=f"learning-curve {encoder}"):
+        mlflow.set_tags({STAGE_TAG: REPORT_NAME, "encoder": encoder})
+        mlflow.log_params({"sizes": ",".join(map(str, sizes)), "seeds": ",".join(map(str, seeds))})
+        for row in summary:
+            name = row["candidate"].replace("+", "-")  # MLflow names allow no "+"
+            mlflow.log_metric(f"test_accuracy.{name}", row["mean_test_accuracy"], step=row["size"])
+        for path in (json_path, md_path, png_path):
+            mlflow.log_artifact(str(path), REPORT_NAME)
+    print(f"learning-curve: {encoder}: {len(scores)} candidates scored at {len(sizes)} sizes x {len(seeds)} seeds "
+          f"on {len(frames['test']):,} test reviews; deploy {payload['deploy']}; wrote {md_path}, {json_path.name}, "
+          f"{png_path.name} in {time.perf_counter() - started:.0f}s")
+    return md_path
+
+
+def main(config: Config, args) -> None:
+    from pipeline.experiments import parse_seeds
+
+    run(config, args.sizes, parse_seeds(args.seeds))
