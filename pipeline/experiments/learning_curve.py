@@ -16,11 +16,13 @@ Per size the report gives each candidate's mean test accuracy with a bootstrap i
 averaged), and three paired comparisons by the comparison's protocol (``pipeline.metrics.compare_pair``): first
 token against mean, the better pooling on validation against NBSVM, its fusion against NBSVM. What to deploy at a
 size is the candidate with the best mean validation accuracy, never test. A run with another encoder (a
-``model.preset`` config with its own data folder over the same reviews) adds its rows under its own name.
+``model.preset`` config with its own data folder over the same ingested reviews) adds its part to the same report,
+and the choice per size is then made over every encoder.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,43 +170,81 @@ def deploy_at(summary: list[dict]) -> dict[int, str]:
     return {size: row["candidate"] for size, row in best.items()}
 
 
-def plot_curve(summary: list[dict], path: Path, title: str) -> Path:
-    """Mean test accuracy against labelled rows (log scale), one line per candidate, its interval as a band."""
+def plot_curve(encoders: dict[str, dict], path: Path) -> Path:
+    """Mean test accuracy against labelled rows (log scale): a line per candidate of every encoder (NBSVM once), its
+    interval as a band."""
     from pipeline.core.plots import new_figure, save_figure
 
-    figure, axis = new_figure(7.5, 4.8)
-    for index, candidate in enumerate(dict.fromkeys(row["candidate"] for row in summary)):
-        mine = [row for row in summary if row["candidate"] == candidate]
-        sizes = [row["size"] for row in mine]
-        axis.plot(sizes, [row["mean_test_accuracy"] for row in mine], marker="o", color=f"C{index}", label=candidate)
-        axis.fill_between(sizes, [row["ci_low"] for row in mine], [row["ci_high"] for row in mine],
-                          color=f"C{index}", alpha=0.15)
+    figure, axis = new_figure(8.5, 5.2)
+    lines = {}
+    for encoder, part in encoders.items():
+        for candidate in dict.fromkeys(row["candidate"] for row in part["summary"]):
+            label = candidate if candidate == NBSVM else f"{candidate}: {encoder}"
+            lines.setdefault(label, [row for row in part["summary"] if row["candidate"] == candidate])
+    for index, (label, rows) in enumerate(lines.items()):
+        sizes = [row["size"] for row in rows]
+        axis.plot(sizes, [row["mean_test_accuracy"] for row in rows], marker="o", color=f"C{index % 10}",
+                  linestyle="-" if index < 10 else "--", label=label)
+        axis.fill_between(sizes, [row["ci_low"] for row in rows], [row["ci_high"] for row in rows],
+                          color=f"C{index % 10}", alpha=0.12)
     axis.set_xscale("log")
-    axis.set(xlabel="labelled training reviews", ylabel="test accuracy", title=title)
+    axis.set(xlabel="labelled training reviews", ylabel="test accuracy",
+             title="Test accuracy against labelled rows (bands: 95 % bootstrap over test rows)")
     axis.title.set_fontsize(9)
-    axis.legend(fontsize=7)
+    axis.legend(fontsize=6)
     return save_figure(figure, path)
 
 
-def render_markdown(payload: dict) -> str:
-    lines = [f"# Test accuracy against labelled reviews: {payload['encoder']}", "",
-             f"Seeds {payload['seeds']}; every candidate at a size and seed trains on the same rows and is scored on "
-             f"the same {payload['val_rows']:,} validation and {payload['test_rows']:,} test reviews. What to deploy is "
-             "chosen on validation; the interval is a 95 % bootstrap over test rows.", "",
-             "| labelled rows | candidate | mean validation accuracy | mean test accuracy | 95 % interval |",
-             "| --- | --- | --- | --- | --- |"]
-    lines += [f"| {row['size']:,} | {row['candidate']} | {row['mean_val_accuracy']:.4f} | "
-              f"{row['mean_test_accuracy']:.4f} | {row['ci_low']:.4f} to {row['ci_high']:.4f} |"
-              for row in payload["summary"]]
-    lines += ["", "| labelled rows | deploy (best on validation) | comparison | test difference | 95 % CI | "
-              "significant |", "| --- | --- | --- | --- | --- | --- |"]
-    for size, pairs in payload["pairs"].items():
-        for name, pair in pairs.items():
-            boot = pair["bootstrap"]
-            lines.append(f"| {int(size):,} | {payload['deploy'][str(size)]} | {name} | "
-                         f"{100 * pair['mean_accuracy_difference']:+.2f} points | {100 * boot['ci_low']:+.2f} to "
-                         f"{100 * boot['ci_high']:+.2f} | {'yes' if pair['significant'] else 'no'} |")
+def deploy_overall(encoders: dict[str, dict]) -> dict[str, str]:
+    """Per size, over every encoder: the candidate with the best mean validation accuracy."""
+    best: dict[int, tuple[float, str]] = {}
+    for encoder, part in encoders.items():
+        for row in part["summary"]:
+            name = row["candidate"] if row["candidate"] == NBSVM else f"{row['candidate']} ({encoder})"
+            if row["size"] not in best or row["mean_val_accuracy"] > best[row["size"]][0]:
+                best[row["size"]] = (row["mean_val_accuracy"], name)
+    return {str(size): name for size, (_, name) in sorted(best.items())}
+
+
+def render_markdown(report: dict) -> str:
+    lines = ["# Test accuracy against labelled reviews", "",
+             "Every candidate at a size and seed trains on the same rows and is scored on the same validation and test "
+             "reviews. What to deploy is chosen on validation; intervals are 95 % bootstraps over test rows.", "",
+             "| labelled rows | deploy (best on validation, every encoder) |", "| --- | --- |"]
+    lines += [f"| {int(size):,} | {name} |" for size, name in report["deploy"].items()]
+    for encoder, part in report["encoders"].items():
+        lines += ["", f"## {encoder}", "", f"Seeds {part['seeds']}; {part['val_rows']:,} validation and "
+                  f"{part['test_rows']:,} test reviews.", "",
+                  "| labelled rows | candidate | mean validation accuracy | mean test accuracy | 95 % interval |",
+                  "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {row['size']:,} | {row['candidate']} | {row['mean_val_accuracy']:.4f} | "
+                  f"{row['mean_test_accuracy']:.4f} | {row['ci_low']:.4f} to {row['ci_high']:.4f} |"
+                  for row in part["summary"]]
+        lines += ["", "| labelled rows | deploy (this encoder) | comparison | test difference | 95 % CI | "
+                  "significant |", "| --- | --- | --- | --- | --- | --- |"]
+        for size, pairs in part["pairs"].items():
+            for name, pair in pairs.items():
+                boot = pair["bootstrap"]
+                lines.append(f"| {int(size):,} | {part['deploy'][size]} | {name} | "
+                             f"{100 * pair['mean_accuracy_difference']:+.2f} points | {100 * boot['ci_low']:+.2f} to "
+                             f"{100 * boot['ci_high']:+.2f} | {'yes' if pair['significant'] else 'no'} |")
     return "\n".join(lines) + "\n"
+
+
+def merged(previous_path: Path, ingest_sha256: str, encoder: str, part: dict) -> dict:
+    """This encoder's part with the other encoders' parts of an earlier report over the same ingested reviews."""
+    from pipeline.core.errors import InputError
+
+    encoders = {}
+    if previous_path.is_file():
+        try:
+            previous = json.loads(previous_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise InputError(f"{previous_path}: not a readable learning-curve report ({error}); move it away") from None
+        if isinstance(previous, dict) and previous.get("ingest_manifest_sha256") == ingest_sha256:
+            encoders = {name: other for name, other in previous.get("encoders", {}).items() if name != encoder}
+    encoders[encoder] = part
+    return {"ingest_manifest_sha256": ingest_sha256, "encoders": encoders, "deploy": deploy_overall(encoders)}
 
 
 def read_frames(ingest_dir: Path, tokenize_dir: Path) -> dict:
@@ -217,6 +257,7 @@ def read_frames(ingest_dir: Path, tokenize_dir: Path) -> dict:
                          "`make tokenize`")
     frames: dict = {split: read_split(ingest_dir, split) for split in ("train", "val", "test")}
     frames["names"] = load_labels(ingest_dir)
+    frames["ingest_manifest_sha256"] = tokenized_from
     return frames
 
 
@@ -248,14 +289,14 @@ def write_report(config: Config, frames: dict, scores: list[Scored], seeds: tupl
     summary = summarize(scores, samples)
     sizes = sorted({s.size for s in scores})
     encoder = encoder_name(config.model)
-    payload = {"encoder": encoder, "seeds": list(seeds), "val_rows": len(frames["val"]),
-               "test_rows": len(frames["test"]), "summary": summary,
-               "pairs": {str(size): pairs_at(scores, size, samples) for size in sizes},
-               "deploy": {str(size): name for size, name in deploy_at(summary).items()}}
+    part = {"seeds": list(seeds), "val_rows": len(frames["val"]), "test_rows": len(frames["test"]), "summary": summary,
+            "pairs": {str(size): pairs_at(scores, size, samples) for size in sizes},
+            "deploy": {str(size): name for size, name in deploy_at(summary).items()}}
     reports = config.reports_dir
-    json_path = atomic_write_json(reports / f"{REPORT_NAME}.json", payload)
-    md_path = atomic_write_text(reports / f"{REPORT_NAME}.md", render_markdown(payload))
-    png_path = plot_curve(summary, reports / f"{REPORT_NAME}.png", f"Test accuracy against labelled rows: {encoder}")
+    report = merged(reports / f"{REPORT_NAME}.json", frames["ingest_manifest_sha256"], encoder, part)
+    json_path = atomic_write_json(reports / f"{REPORT_NAME}.json", report)
+    md_path = atomic_write_text(reports / f"{REPORT_NAME}.md", render_markdown(report))
+    png_path = plot_curve(report["encoders"], reports / f"{REPORT_NAME}.png")
     setup_tracking(config.tracking)
     with mlflow.start_run(run_name=f"learning-curve {encoder}"):
         mlflow.set_tags({STAGE_TAG: REPORT_NAME, "encoder": encoder})
@@ -266,7 +307,7 @@ def write_report(config: Config, frames: dict, scores: list[Scored], seeds: tupl
         for path in (json_path, md_path, png_path):
             mlflow.log_artifact(str(path), REPORT_NAME)
     print(f"learning-curve: {encoder}: {len(scores)} candidates scored at {len(sizes)} sizes x {len(seeds)} seeds "
-          f"on {len(frames['test']):,} test reviews; deploy {payload['deploy']}; wrote {md_path}, {json_path.name}, "
+          f"on {len(frames['test']):,} test reviews; deploy {part['deploy']}; wrote {md_path}, {json_path.name}, "
           f"{png_path.name} in {time.perf_counter() - started:.0f}s")
     return md_path
 

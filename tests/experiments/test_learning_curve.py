@@ -7,9 +7,9 @@ import mlflow
 import numpy as np
 import pytest
 
-from pipeline.core.errors import ConfigError
+from pipeline.core.errors import ConfigError, InputError
 from pipeline.experiments import learning_curve
-from pipeline.experiments.learning_curve import Scored, deploy_at, pairs_at, sizes_of, summarize
+from pipeline.experiments.learning_curve import Scored, deploy_at, merged, pairs_at, sizes_of, summarize
 
 CANDIDATES = ["first_token", "mean", "nbsvm", "nbsvm+first_token", "nbsvm+mean"]
 
@@ -49,10 +49,30 @@ def test_the_report_chooses_on_validation_and_compares_pairs_by_the_protocol():
     assert not pairs["mean - nbsvm"]["significant"]
 
 
+def test_encoders_over_the_same_reviews_share_one_report_and_one_choice_per_size(tmp_path):
+    """A preset's curve joins the own encoder's (the same ingested reviews); over other reviews it starts a new
+    report. The choice per size is the best on validation over every encoder (NBSVM named once)."""
+    def part(val_mean: float, val_nbsvm: float) -> dict:
+        return {"summary": [{"size": 100, "candidate": "mean", "mean_val_accuracy": val_mean},
+                            {"size": 100, "candidate": "nbsvm", "mean_val_accuracy": val_nbsvm}]}
+
+    path = tmp_path / "learning_curve.json"
+    path.write_text(json.dumps(merged(path, "abc", "own encoder", part(0.80, 0.85))))
+    report = merged(path, "abc", "preset MiniLM", part(0.90, 0.85))
+    assert list(report["encoders"]) == ["own encoder", "preset MiniLM"]
+    assert report["deploy"] == {"100": "mean (preset MiniLM)"}
+    assert list(merged(path, "other reviews", "preset MiniLM", part(0.9, 0.8))["encoders"]) == ["preset MiniLM"]
+    path.write_text("{not json")
+    with pytest.raises(InputError, match="not a readable learning-curve report"):
+        merged(path, "abc", "own encoder", part(0.8, 0.85))
+
+
 def test_the_curve_trains_every_candidate_on_the_same_rows_and_reports_them(prepared_config):
     config = prepared_config.replace(model={"ngram_max": 1}, training={"epochs": 2})
     report = learning_curve.run(config, sizes="24,all", seeds=(1,))
-    payload = json.loads(report.with_suffix(".json").read_text())
+    written = json.loads(report.with_suffix(".json").read_text())
+    payload, = written["encoders"].values()
+    assert set(written["deploy"]) == {"24", "64"}
     assert [(row["size"], row["candidate"]) for row in payload["summary"]] == [
         (size, candidate) for size in (24, 64) for candidate in CANDIDATES]
     assert set(payload["pairs"]) == {"24", "64"} and set(payload["deploy"]) == {"24", "64"}
