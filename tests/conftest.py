@@ -127,8 +127,8 @@ def built_once(tmp_path_factory, name: str):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """Under `make test`'s two workers, one test that needs the shared ``comparison`` runs first and every other one
-    last.
+    """Under `make test`'s two workers, one test that needs the shared ``comparison`` runs first, then one that needs
+    the shared ``preset_comparison``, and every other one of their readers last.
 
     pytest-xdist hands each worker a run of consecutive tests, the first worker from the first test on, so that
     worker builds the comparison (the costliest fixture, about 100 s) while the other runs its own tests; the
@@ -138,11 +138,17 @@ def pytest_collection_modifyitems(session, config, items):
     A reader that also needs its module's Spark session stays among the other Spark tests: moved to the end it
     would meet a worker without one and start Spark and its model-loading Python workers a second time (40 s).
     """
-    readers = [item for item in items if {"comparison", "own_comparison"} & set(getattr(item, "fixturenames", ()))
-               and "spark_setup" not in getattr(item, "fixturenames", ())]
-    if readers:
-        others = [item for item in items if item not in readers]
-        items[:] = [readers[0], *others, *readers[1:]]
+    def readers_of(names: set[str]) -> list:
+        return [item for item in items if names & set(getattr(item, "fixturenames", ()))
+                and "spark_setup" not in getattr(item, "fixturenames", ())]
+
+    first, last = [], []
+    for shared in ({"comparison", "own_comparison"}, {"preset_comparison"}):  # the two costliest builds
+        readers = [item for item in readers_of(shared) if item not in first + last]
+        first += readers[:1]
+        last += readers[1:]
+    if first:
+        items[:] = [*first, *(item for item in items if item not in first + last), *last]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -350,7 +356,7 @@ def preset_comparison(tmp_path_factory, empty_mlflow_store, minilm_checkpoint):
             write_imdb_tree(root / "source", per_class={"train": 60, "test": 30}, seed=5)
             make_archive(root / "source", archive)
             shutil.copytree(minilm_checkpoint, preset)
-        config = fixture_config(root, archive, f"model.preset={preset}", "model.ngram_max=1", "training.epochs=2",
+        config = fixture_config(root, archive, f"model.preset={preset}", "model.ngram_max=1", "training.epochs=1",
                                 "training.fine_tune_learning_rate=0.0002", "compare.seeds=[1]",
                                 "compare.tfidf_baseline=false")
         if build:
