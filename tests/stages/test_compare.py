@@ -332,6 +332,7 @@ def test_a_fused_model_skips_a_part_whose_weight_is_zero_and_answers_the_same(co
     from pipeline.model.classifiers import FusedClassifier, load_classifier
 
     config, _ = comparison
+    mlflow.set_tracking_uri(config.tracking.tracking_uri)  # runs:/ resolves in the comparison's store
     payload = json.loads((config.reports_dir / "comparison.json").read_text())
     fused = load_classifier(f"runs:/{payload['summary'][FUSED[1]]['run_ids'][0]}/model")
     texts = ["a superb and wonderful film", "dull and awful", "the plot was a film"]
