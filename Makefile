@@ -31,13 +31,14 @@ FORCE_ARG = $(if $(FORCE),--force)
 .DEFAULT_GOAL := help
 POOLING ?=
 SET_ARGS += $(if $(POOLING),--set model.pooling=$(POOLING))
-.PHONY: help setup lock setup-browser all ingest tokenize pretrain pretrain-budget learning-curve pseudo-label train evaluate compare compare-tuned ablate-position register score ui ui-screenshots serve test tune bench clean FORCE
+.PHONY: help setup lock setup-browser all ingest tokenize pretrain pretrain-budget learning-curve pseudo-label train evaluate compare compare-tuned ablate-position register score export ui ui-screenshots serve test tune bench clean FORCE
 RUN ?= latest
 UI_PORT ?= 5000
 SERVE_PORT ?= 5001
 INPUT ?=
 OUTPUT ?=
 MODEL ?=
+CHECK_ROWS ?=
 TEXT_COLUMN ?= text
 ENGINE ?= local
 OVERWRITE ?=
@@ -121,6 +122,9 @@ score: $(ENV) ## score a CSV: make score INPUT=reviews.csv OUTPUT=scored.csv [MO
 	$(call STAGE,score) --input "$(INPUT)" --output "$(OUTPUT)" --text-column "$(TEXT_COLUMN)" $(if $(MODEL),--model "$(MODEL)") \
 	  $(if $(filter spark,$(ENGINE)),--engine spark $(if $(OVERWRITE),--overwrite))
 
+export: $(ENV) $(DATA_DIR)/ingest/manifest.json ## MODEL (default: the champion) as one TensorFlow SavedModel, raw text in, checked against make score on the test split (CHECK_ROWS=n) -> data/export/saved_model/
+	$(call STAGE,export) $(if $(MODEL),--model "$(MODEL)") $(if $(CHECK_ROWS),--check-rows $(CHECK_ROWS))
+
 ui: $(ENV) ## MLflow UI on MLFLOW_TRACKING_URI (default sqlite:///mlflow.db) at 127.0.0.1:UI_PORT; prints the latest comparison's link
 	$(call STAGE,ui) --port $(UI_PORT)
 
@@ -146,6 +150,6 @@ bench: $(ENV) $(DATA_DIR)/tokenize/manifest.json ##@ training/MLM/scoring speed 
 	$(call STAGE,bench) $(if $(MODEL),--model "$(MODEL)")
 
 clean: ## delete stage outputs in data/ (keeps data/raw) and reports/
-	rm -rf $(DATA_DIR)/ingest $(DATA_DIR)/tokenize $(DATA_DIR)/pretrain $(DATA_DIR)/pseudo_label $(DATA_DIR)/train reports
+	rm -rf $(DATA_DIR)/ingest $(DATA_DIR)/tokenize $(DATA_DIR)/pretrain $(DATA_DIR)/pseudo_label $(DATA_DIR)/train $(DATA_DIR)/export reports
 
 FORCE:

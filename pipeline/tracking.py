@@ -123,6 +123,8 @@ PARENT_RUN_TAG = "mlflow.parentRunId"    # MLflow's own: shows a run under its p
 VERSION_POOLING_TAG = "pooling"          # on a registered model version: the champion's pooling
 VERSION_KIND_TAG = "model_kind"          # on a registered model version: transformer, lexical or fusion
 VERSION_COMPARISON_TAG = "comparison_run_id"  # on a registered model version: where it was chosen
+EXPORT_ARTIFACTS = "export/saved_model"  # on a model's run: its exported TensorFlow SavedModel (make export)
+VERSION_EXPORT_TAG = "saved_model"       # on a registered model version: the URI of its exported SavedModel
 
 
 def standard_tags(model: ModelConfig, config_hash: str, stage: str, **extra: str) -> dict[str, str]:

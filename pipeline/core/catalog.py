@@ -43,6 +43,8 @@ VAL_PREDICTIONS_FILE = "val_predictions.parquet"    # evaluate -> compare (fusio
 LEXICAL_MODEL_FILE = "nbsvm.joblib"            # compare's NBSVM baseline -> its fused models
 FUSION_FILE = "fusion.json"                    # a fused model's weight
 COMPARISON_REPORT = "comparison"               # compare -> register, pretrain-budget: reports/comparison.*
+SAVED_MODEL_DIR = "saved_model"                # export -> TF Serving, any TensorFlow process: the SavedModel
+EXPORT_SETTINGS_FILE = "export.json"           # export -> bench: what was exported, its size, the identity check
 
 
 def split_table(split: str) -> str:
@@ -76,7 +78,7 @@ def token_counts_file(split: str) -> str:
 
 # stage name -> its output folder under paths.data_dir (stages without one write to MLflow or reports/)
 FOLDERS = {"ingest": "ingest", "tokenize": "tokenize", "pretrain": "pretrain", "pseudo-label": "pseudo_label",
-           "train": "train"}
+           "train": "train", "export": "export"}
 
 
 @dataclass(frozen=True)

@@ -35,9 +35,10 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     model_argument(parser)
     parser.add_argument("--rows", type=int, default=25000, help="test reviews in the small CSV")
     parser.add_argument("--repeat", type=int, default=10, help="the big CSV is the small one repeated this often")
-    parser.add_argument("--only", action="append", choices=("train", "score", "ngrams", "sparse"),
+    parser.add_argument("--only", action="append", choices=("train", "score", "ngrams", "sparse", "export"),
                         help="measure only training steps, scoring, the model's scoring rate with and without "
-                             "n-grams, or its training step with dense and lazy (sparse) embedding updates "
+                             "n-grams, its training step with dense and lazy (sparse) embedding updates, or its "
+                             "exported graph against make score "
                              "(repeatable; default: everything)")
 
 
@@ -81,7 +82,8 @@ EXPERIMENTS: dict[str, Stage] = {stage.name: stage for stage in (
           writes="the study in Optuna storage; a parent MLflow run with a child per trial; reports/tune/best.yaml",
           arguments=_tune_arguments),
     Stage("bench", "pipeline.experiments.bench", "training and scoring speed against the same run's GEMM peak; memory",
-          reads=("tokenize", "ingest", "register"), writes="reports/bench.{json,md}", arguments=_bench_arguments),
+          reads=("tokenize", "ingest", "register"), runs=("export",), writes="reports/bench.{json,md}",
+          arguments=_bench_arguments),
     Stage("ui-screenshots", "pipeline.experiments.ui_screenshots", "screenshots of the MLflow UI pages of the latest "
           "comparison", reads=("compare",), writes="reports/ui/{runs_table,comparison_run,compare_children}.png",
           arguments=_screenshot_arguments),

@@ -53,6 +53,12 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=5001, help="port on 127.0.0.1 (default 5001)")
 
 
+def _export_arguments(parser: argparse.ArgumentParser) -> None:
+    model_argument(parser)
+    parser.add_argument("--check-rows", type=int, default=None,
+                        help="test reviews the exported graph must score as make score does (default: all)")
+
+
 def _ui_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 (default 5000)")
     parser.add_argument("--print-only", action="store_true", help="print the links without starting the server")
@@ -88,6 +94,10 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("serve", "pipeline.stages.serve", "serve a model (default: the champion) over HTTP with mlflow models serve",
           reads=("register",), writes="nothing (answers POST /invocations on 127.0.0.1)",
           arguments=_serve_arguments),
+    Stage("export", "pipeline.stages.export", "a model (default: the champion) as one TensorFlow SavedModel, raw "
+          "text in, checked to answer as make score does on the test split",
+          reads=("register", "ingest"), writes="data/export/saved_model/, export.json, manifest; the SavedModel "
+          "logged on the model's run and named on its registered version", arguments=_export_arguments),
     Stage("ui", "pipeline.stages.ui", "print links to the latest comparison, then serve the MLflow UI on 127.0.0.1",
           reads=("compare",), writes="nothing (serves the tracking store)", arguments=_ui_arguments),
 )}

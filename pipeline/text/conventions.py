@@ -27,6 +27,10 @@ RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(RESERVED_TOKENS))
 REQUIRED_RESERVED = 4  # [MASK] is only needed for pretraining; older vocabularies stop at [SEP]
 
+# the reasons ``text_problem`` gives (``score_error``), the same from every scorer and the exported graph
+MISSING_TEXT = "missing or empty text"
+WHITESPACE_TEXT = "whitespace-only text"
+NUMBER_TEXT = "not text (a number)"
 NOT_UNICODE = "not valid Unicode text (unpaired surrogate characters)"
 _BREAK_RE = re.compile(r"<br\s*/?>", flags=re.IGNORECASE)
 _NUMBER_RE = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
@@ -41,15 +45,15 @@ def text_problem(value) -> str:
     not valid Unicode (unpaired surrogates, which no tokenizer can take).
     """
     if value is None or (isinstance(value, float) and value != value):  # None, NaN
-        return "missing or empty text"
+        return MISSING_TEXT
     if not isinstance(value, str):
         return f"not text (a {type(value).__name__})"
     if value == "":
-        return "missing or empty text"
+        return MISSING_TEXT
     if not value.strip():
-        return "whitespace-only text"
+        return WHITESPACE_TEXT
     if _NUMBER_RE.match(value):
-        return "not text (a number)"
+        return NUMBER_TEXT
     if not value.isascii():  # ASCII (a flag of the string) cannot hold surrogates
         try:
             value.encode("utf-8")

@@ -24,6 +24,9 @@ class TextEncoder(Protocol):
     settings: EncoderSettings
     vocabulary: list[str]
     preset: str | None  # the KerasHub preset whose tokenizer it is; None for the pipeline's own
+    tokenizer: object   # the KerasHub tokenizer layer that defines the ids (cleaned text -> ragged ids, in-graph)
+    start_id: int       # the first id of every row ([CLS])
+    end_id: int | None  # the id after the kept tokens (a preset's [SEP]); None for the pipeline's own
 
     @property
     def vocabulary_size(self) -> int: ...

@@ -194,6 +194,7 @@ class WordPieceEncoder:
     """
 
     preset = None  # the pipeline's own, not a KerasHub preset's
+    start_id, end_id = CLS_ID, None  # rows start with [CLS]; no end token
 
     def __init__(self, vocabulary: Sequence[str], settings: EncoderSettings):
         import keras_hub  # imported here so that reading settings does not load TensorFlow

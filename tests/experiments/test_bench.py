@@ -98,3 +98,23 @@ def test_sparse_updates_measures_three_optimizers_on_the_same_model_and_reports_
     assert measured["frozen_fraction_of_dense"] == frozen["ms_per_step"] / dense["ms_per_step"]
     text = bench.markdown_report({**synthetic_results(), "sparse_updates": measured})
     assert "| LazyAdamW (training.sparse_updates) |" in text and "64 n-gram buckets" in text
+
+
+def test_export_measures_the_graph_beside_make_scores_model_and_reports_both(comparison):
+    import mlflow
+    import pandas as pd
+
+    from pipeline.experiments.bench.report import export_lines
+    from pipeline.experiments.bench.scoring_speed import measure_export
+
+    config, _ = comparison
+    mlflow.set_tracking_uri(config.tracking.tracking_uri)
+    run = next(r for r in mlflow.search_runs(search_all_experiments=True, output_format="list")
+               if r.data.tags.get("model_kind") == "transformer")
+    texts = pd.Series([f"a fine film number {i}, well acted" for i in range(40)])
+    export = measure_export(f"runs:/{run.info.run_id}/model", texts, graph_rows=16, score_rows=32)
+    assert export["rows"] == 40 and export["model_kind"] == "transformer" and export["saved_model_bytes"] > 10_000
+    assert export["graph_rows_per_second"] > 0 and export["pyfunc_rows_per_second"] > 0
+    assert export["graph_fraction_of_pyfunc"] == export["graph_rows_per_second"] / export["pyfunc_rows_per_second"]
+    line = export_lines(export)[0]
+    assert f"{export['graph_rows_per_second']:,.0f} rows/s in requests of 16" in line and "chunks of 32" in line

@@ -13,7 +13,9 @@ Writes: ``reports/bench.json`` and ``reports/bench.md``:
         - the padding fraction of full-width and of length-bucketed batches;
         - scoring: the model alone (compiled, bucketed) against the eager per-batch path, tokenization
           alone, a CSV end to end, and the peak memory of ``score`` for N and 10 x N rows;
-        - n-grams: the configured encoder's model-alone scoring rate without and with hashed n-gram embeddings.
+        - n-grams: the configured encoder's model-alone scoring rate without and with hashed n-gram embeddings;
+        - export: the model's exported TensorFlow graph (``make export``) against ``make score``'s pyfunc model, side
+          by side, and its size on disk.
 
 Figures are ratios measured in one run: absolute times on these shared machines vary 2x between runs.
 The training measurements live in ``training_steps``, the scoring ones in ``scoring_speed`` and the Markdown
@@ -29,7 +31,7 @@ from pipeline.core.catalog import require_output
 from pipeline.core.errors import InputError
 from pipeline.core.files import atomic_write_json, atomic_write_text
 from pipeline.experiments.bench.report import markdown_report, utilisation_rows
-from pipeline.experiments.bench.scoring_speed import measure_ngram_scoring, measure_scoring
+from pipeline.experiments.bench.scoring_speed import measure_export, measure_ngram_scoring, measure_scoring
 from pipeline.experiments.bench.training_steps import (
     MEASURED_BATCHES,
     REFERENCE_ENCODERS,
@@ -62,7 +64,7 @@ def summary_line(results: dict, read: str, wrote: str) -> str:
 
 
 def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections: tuple[str, ...] = ("all",)) -> dict:
-    """Measure the ``sections`` asked for (``all``, ``train``, ``score``, ``sparse``, ``ngrams``) and write
+    """Measure the ``sections`` asked for (``all``, ``train``, ``score``, ``sparse``, ``ngrams``, ``export``) and write
     ``reports/bench.{json,md}``; returns the results."""
     from pipeline.tracking import champion_uri, setup_tracking
 
@@ -84,9 +86,10 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
         results.update(measure_training_steps(encoders, vocabulary_size, max_length, batches,
                                               config.pretrain.mask_rate))
     texts = read_split(ingest_dir, "test", columns=["text"])["text"].head(rows)  # what both scoring sections score
-    if everything or "score" in sections:
+    if everything or "score" in sections or "export" in sections:
         setup_tracking(config.tracking)
         model_uri = model_uri or champion_uri(config.tracking)
+    if everything or "score" in sections:
         results["scoring"] = {"model_uri": model_uri, "rows": len(texts),
                               **measure_scoring(config.tracking, model_uri, texts, repeat)}
     if everything or "sparse" in sections:
@@ -94,6 +97,8 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
     if everything or "ngrams" in sections:
         results["ngram_scoring"] = measure_ngram_scoring(config.model, vocabulary_size, max_length,
                                                          encoder.encode(texts.tolist()))
+    if everything or "export" in sections:
+        results["export"] = measure_export(model_uri, texts)
     json_path = atomic_write_json(config.reports_dir / "bench.json", results)
     md_path = atomic_write_text(config.reports_dir / "bench.md", markdown_report(results))
     read = f"{len(train_ids):,} train rows from {tokenize_dir}/ and {split_path(ingest_dir, 'test')}"

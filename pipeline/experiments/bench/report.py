@@ -117,6 +117,15 @@ def sparse_update_lines(sparse: dict) -> list[str]:
                     f"with the table frozen (no update at all) {sparse['frozen_fraction_of_dense']:.2f}x.", ""]
 
 
+def export_lines(export: dict) -> list[str]:
+    return [f"The exported graph ({export['model_kind']}, {export['saved_model_bytes'] / 1e6:.1f} MB on disk, written "
+            f"in {export['write_seconds']:.0f} s) answers {export['graph_rows_per_second']:,.0f} rows/s in requests of "
+            f"{export['graph_request_rows']:,} texts; `make score`'s pyfunc model "
+            f"{export['pyfunc_rows_per_second']:,.0f} "
+            f"rows/s in its chunks of {export['score_chunk_rows']:,} ({export['graph_fraction_of_pyfunc']:.2f}x), "
+            f"{export['rows']:,} test reviews, side by side.", ""]
+
+
 def markdown_report(results: dict) -> str:
     """The whole report as Markdown: utilisation, threads and padding, then each scoring section measured."""
     lines = utilisation_lines(results)
@@ -129,4 +138,6 @@ def markdown_report(results: dict) -> str:
         lines += ngram_lines(results["ngram_scoring"])
     if results.get("sparse_updates"):
         lines += sparse_update_lines(results["sparse_updates"])
+    if results.get("export"):
+        lines += export_lines(results["export"])
     return "\n".join(lines)

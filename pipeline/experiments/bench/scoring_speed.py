@@ -167,3 +167,38 @@ def measure_ngram_scoring(model_config: ModelConfig, vocabulary_size: int, max_l
     plain, with_ngrams = rates.values()
     return {"rows": len(ids), "buckets": model_config.ngram_buckets, "models": rates,
             "ngram_fraction_of_tokens_only": with_ngrams["rows_per_second"] / plain["rows_per_second"]}
+
+
+def measure_export(model_uri: str, texts: pd.Series, graph_rows: int = 256, score_rows: int = 2048) -> dict:
+    """The exported graph (``make export``) of the model at ``model_uri``, called with requests of ``graph_rows``
+    texts, against its pyfunc model in ``make score``'s chunks of ``score_rows``, side by side on ``texts``, each after
+    one warm-up call; the SavedModel's size on disk and the time to write it."""
+    import tensorflow as tf
+
+    from pipeline.model.classifiers import load_classifier
+    from pipeline.stages.export.check import as_bytes
+    from pipeline.stages.export.graph import SIGNATURE, write_saved_model
+
+    classifier = load_classifier(model_uri)
+    values = texts.tolist()
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        folder = write_saved_model(classifier, Path(tmp) / "saved_model")
+        write_seconds = time.perf_counter() - started
+        size = sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+        signature = tf.saved_model.load(str(folder)).signatures[SIGNATURE]
+        rates = {}
+        for name, rows, answer in (
+                ("graph", graph_rows, lambda batch: signature(text=tf.constant(as_bytes(batch), dtype=tf.string))),
+                ("pyfunc", score_rows, lambda batch: classifier.predict(None, pd.DataFrame(
+                    {"text": pd.Series(batch, dtype=object)})))):
+            chunks = [values[start:start + rows] for start in range(0, len(values), rows)]
+            answer(chunks[0])  # warm-up: traces and compiles
+            started = time.perf_counter()
+            for batch in chunks:
+                answer(batch)
+            rates[f"{name}_rows_per_second"] = len(values) / (time.perf_counter() - started)
+    return {"model_uri": model_uri, "model_kind": classifier.kind, "rows": len(values),
+            "graph_request_rows": graph_rows, "score_chunk_rows": score_rows, **rates,
+            "graph_fraction_of_pyfunc": rates["graph_rows_per_second"] / rates["pyfunc_rows_per_second"],
+            "saved_model_bytes": size, "write_seconds": write_seconds}

@@ -26,6 +26,7 @@ from pipeline.tracking import (
     MODEL_KIND_TAG,
     PRETRAINED_FROM_TAG,
     VARIANT_TAG,
+    VERSION_EXPORT_TAG,
 )
 
 CARD_SAMPLES = 500  # bootstrap resamples of the test set for the card's intervals
@@ -144,9 +145,20 @@ def use_and_limit_lines(params: dict, kind: str, weak: list[str]) -> list[str]:
     return lines
 
 
+def deployment_lines(version_tags: dict) -> list[str]:
+    """How to deploy the version: its pinned environment, and its exported graph when ``make export`` wrote one."""
+    exported = version_tags.get(VERSION_EXPORT_TAG)
+    return ["", "## Deployment", "",
+            "- MLflow model (`make score`, `make serve`, Spark): its `requirements.txt` pins every package's version.",
+            f"- TensorFlow SavedModel, raw text in, the same answers (`make export`): `{exported}`; it needs "
+            "TensorFlow and tensorflow-text only (TF Serving: docs/export.md)." if exported else
+            "- No TensorFlow SavedModel exported yet: `make export` writes one (docs/export.md)."]
+
+
 def model_card(name: str, version: str, run, evaluation: dict, intervals: dict, candidates: int,
-               comparison_id: str) -> str:
-    """The model card (Markdown) of a registered version, from its run and that run's evaluation."""
+               comparison_id: str, version_tags: dict | None = None) -> str:
+    """The model card (Markdown) of a registered version, from its run, that run's evaluation and the version's
+    tags."""
     client = mlflow.tracking.MlflowClient()
     kind, description, transformer_params = model_lines(run, client)
     metrics = run.data.metrics
@@ -177,7 +189,8 @@ def model_card(name: str, version: str, run, evaluation: dict, intervals: dict, 
              + "; reliability diagram: run artifact `evaluation/reliability.png`.",
              "", "## Behaviour tests", "", *behaviour_lines(rates)]
     weak = [c for c, rate in rates.items() if rate < WEAK_PASS_RATE]
-    return "\n".join(lines + use_and_limit_lines(transformer_params, kind, weak)) + "\n"
+    lines += use_and_limit_lines(transformer_params, kind, weak) + deployment_lines(version_tags or {})
+    return "\n".join(lines) + "\n"
 
 
 def run_evaluation(run_id: str) -> tuple[dict, pd.DataFrame]:
@@ -198,8 +211,10 @@ def write_model_card(reports_dir: Path, name: str, version: str, run, candidates
     probabilities = from_probability_columns(predictions, evaluation["labels"])
     intervals = bootstrap_intervals(predictions["label"].to_numpy(), probabilities, evaluation["labels"],
                                     samples=CARD_SAMPLES)
-    card = model_card(name, version, run, evaluation, intervals, candidates, comparison_id)
-    mlflow.tracking.MlflowClient().update_model_version(name, version, description=card)
+    client = mlflow.tracking.MlflowClient()
+    card = model_card(name, version, run, evaluation, intervals, candidates, comparison_id,
+                      client.get_model_version(name, version).tags)
+    client.update_model_version(name, version, description=card)
     return atomic_write_text(Path(reports_dir) / run.info.run_id / "model_card.md", card)
 
 

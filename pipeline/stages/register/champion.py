@@ -3,6 +3,8 @@ registration with its model card."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import mlflow
 import numpy as np
 
@@ -12,6 +14,7 @@ from pipeline.stages.register.card import write_model_card
 from pipeline.tracking import (
     CHAMPION_ALIAS,
     VARIANT_TAG,
+    VERSION_COMPARISON_TAG,
     champion_uri,
     comparison_members,
     latest_champion_comparison,
@@ -66,3 +69,14 @@ def register_champion(config: Config, force: bool = False) -> str:
           f"{version.version} (run {best.info.run_id}, {best.data.tags.get(VARIANT_TAG, 'transformer')}, "
           f"best_val_accuracy {best.data.metrics['best_val_accuracy']:.4f}); wrote its model card {card}")
     return uri
+
+
+def refresh_model_card(reports_dir: Path, name: str, version: str) -> Path:
+    """Write a registered version's model card again (after ``make export`` tagged it), from the comparison it was
+    chosen in."""
+    client = mlflow.tracking.MlflowClient()
+    model_version = client.get_model_version(name, version)
+    comparison_id = model_version.tags.get(VERSION_COMPARISON_TAG, "")
+    candidates = len(comparison_members(client.get_run(comparison_id))) if comparison_id else 0
+    return write_model_card(reports_dir, name, version, client.get_run(model_version.run_id), candidates,
+                            comparison_id)
