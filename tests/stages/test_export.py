@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.core.errors import PipelineError
+from pipeline.core.errors import InputError, PipelineError
 from pipeline.text.conventions import text_problem
 from pipeline.text.wordpiece import pad_rows, window_offsets
 
@@ -148,6 +148,8 @@ def test_make_export_writes_logs_and_names_the_graph_and_keeps_the_last_one_on_f
         export.run(config, check_rows=5)
     assert (saved_model / "saved_model.pb").read_bytes() == before
     assert not [p for p in saved_model.parent.iterdir() if p.name.startswith(".")]  # no staging left behind
+    with pytest.raises(InputError, match="not a registered version"):
+        export.run(config, model_uri="models:/smoke-sentiment@no-such-alias", check_rows=5)
 
 
 def tensorflow_only_site(folder: Path) -> Path:

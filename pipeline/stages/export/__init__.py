@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from pipeline.config import Config
-from pipeline.core.catalog import EXPORT_SETTINGS_FILE, SAVED_MODEL_DIR, stage_dir
-from pipeline.core.errors import PipelineError
+from pipeline.core.catalog import EXPORT_SETTINGS_FILE, SAVED_MODEL_DIR, require_output, stage_dir
+from pipeline.core.errors import InputError, PipelineError
 
 DEFAULT_CHECK_ROWS = None  # every test review
 
@@ -35,16 +35,20 @@ def model_source(model_uri: str) -> tuple[str | None, str | None, str | None]:
     client = mlflow.tracking.MlflowClient()
     if model_uri.startswith("runs:/"):
         return model_uri.removeprefix("runs:/").split("/")[0], None, None
-    if model_uri.startswith("models:/"):
-        reference = model_uri.removeprefix("models:/")
+    if not model_uri.startswith("models:/"):
+        return None, None, None
+    reference = model_uri.removeprefix("models:/")
+    try:
         if "@" in reference:
             name, alias = reference.split("@", 1)
             version = client.get_model_version_by_alias(name, alias)
         else:
             name, number = reference.split("/", 1)
             version = client.get_model_version(name, number)
-        return version.run_id, name, str(version.version)
-    return None, None, None
+    except (ValueError, mlflow.exceptions.MlflowException) as error:
+        raise InputError(f"--model {model_uri}: not a registered version (models:/NAME@ALIAS or models:/NAME/VERSION): "
+                         f"{str(error).splitlines()[0]}") from None
+    return version.run_id, name, str(version.version)
 
 
 def run(config: Config, model_uri: str | None = None, check_rows: int | None = DEFAULT_CHECK_ROWS) -> Path:
@@ -61,7 +65,8 @@ def run(config: Config, model_uri: str | None = None, check_rows: int | None = D
     started = time.perf_counter()
     setup_tracking(config.tracking)
     model_uri = model_uri or champion_uri(config.tracking)
-    texts = read_split(stage_dir(config, "ingest"), "test", columns=["text"])["text"].tolist()[:check_rows]
+    texts = read_split(require_output(config, "ingest"), "test", columns=["text"])["text"].tolist()[:check_rows]
+    run_id, name, version = model_source(model_uri)
     classifier = load_classifier(model_uri)
     folder = stage_dir(config, "export")
     with staged_directory(folder / SAVED_MODEL_DIR) as staging:
@@ -70,7 +75,6 @@ def run(config: Config, model_uri: str | None = None, check_rows: int | None = D
         if not check.passed:
             raise PipelineError(f"export: {check.summary()}; nothing written (a previous export is kept)")
     size = folder_bytes(folder / SAVED_MODEL_DIR)
-    run_id, name, version = model_source(model_uri)
     exported_uri = publish(config.reports_dir, folder / SAVED_MODEL_DIR, run_id, name, version)
     atomic_write_json(folder / EXPORT_SETTINGS_FILE, {
         "model_uri": model_uri, "run_id": run_id, "registered_model": name, "version": version,
