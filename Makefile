@@ -31,7 +31,7 @@ FORCE_ARG = $(if $(FORCE),--force)
 .DEFAULT_GOAL := help
 POOLING ?=
 SET_ARGS += $(if $(POOLING),--set model.pooling=$(POOLING))
-.PHONY: help setup lock setup-browser all ingest tokenize pretrain pretrain-budget learning-curve pseudo-label train evaluate compare compare-tuned ablate-position register score export ui ui-screenshots serve test tune bench clean FORCE
+.PHONY: help setup lock setup-browser all ingest tokenize pretrain pretrain-budget learning-curve short-reviews pseudo-label train evaluate compare compare-tuned ablate-position register score export ui ui-screenshots serve test tune bench clean FORCE
 RUN ?= latest
 UI_PORT ?= 5000
 SERVE_PORT ?= 5001
@@ -39,6 +39,7 @@ INPUT ?=
 OUTPUT ?=
 MODEL ?=
 CHECK_ROWS ?=
+MAX_WORDS ?=
 TEXT_COLUMN ?= text
 ENGINE ?= local
 OVERWRITE ?=
@@ -95,6 +96,9 @@ pretrain-budget: $(ENV) $(DATA_DIR)/tokenize/manifest.json ##@ test accuracy vs 
 
 learning-curve: $(ENV) $(DATA_DIR)/tokenize/manifest.json $(DATA_DIR)/ingest/manifest.json ##@ test accuracy vs labelled rows: both poolings, NBSVM, fusions (SIZES=250,1000,all SEEDS=1,2) -> reports/learning_curve.*
 	$(call STAGE,learning-curve) $(if $(SIZES),--sizes $(SIZES)) $(if $(SEEDS),--seeds $(SEEDS))
+
+short-reviews: $(ENV) $(DATA_DIR)/ingest/manifest.json ##@ the short-text set: ingested reviews of at most MAX_WORDS=80 words with their splits -> data/short_reviews/reviews.parquet (read it with data.source=table)
+	$(call STAGE,short-reviews) $(if $(MAX_WORDS),--max-words $(MAX_WORDS))
 
 pseudo-label: $(ENV) $(DATA_DIR)/ingest/manifest.json ## label the unlabeled reviews with the NBSVM teacher (soft targets), keep the sure ones -> data/pseudo_label/
 	$(call STAGE,pseudo-label) $(FORCE_ARG)

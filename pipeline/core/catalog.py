@@ -44,6 +44,7 @@ LEXICAL_MODEL_FILE = "nbsvm.joblib"            # compare's NBSVM baseline -> its
 FUSION_FILE = "fusion.json"                    # a fused model's weight
 COMPARISON_REPORT = "comparison"               # compare -> register, pretrain-budget: reports/comparison.*
 SAVED_MODEL_DIR = "saved_model"                # export -> TF Serving, any TensorFlow process: the SavedModel
+SHORT_REVIEWS_TABLE = "reviews.parquet"        # short-reviews -> ingest (data.source: table)
 EXPORT_SETTINGS_FILE = "export.json"           # export -> bench: what was exported, its size, the identity check
 
 
@@ -78,7 +79,7 @@ def token_counts_file(split: str) -> str:
 
 # stage name -> its output folder under paths.data_dir (stages without one write to MLflow or reports/)
 FOLDERS = {"ingest": "ingest", "tokenize": "tokenize", "pretrain": "pretrain", "pseudo-label": "pseudo_label",
-           "train": "train", "export": "export"}
+           "train": "train", "export": "export", "short-reviews": "short_reviews"}
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,10 @@ def _curve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", default=None, help="seeds per size, comma-separated (default: compare.seeds)")
 
 
+def _short_reviews_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-words", type=int, default=80, help="keep reviews of at most this many words")
+
+
 def _screenshot_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", default=None, help="folder for the PNGs (default: <reports>/ui)")
 
@@ -77,6 +81,9 @@ EXPERIMENTS: dict[str, Stage] = {stage.name: stage for stage in (
           "deploy at each size", reads=("tokenize", "ingest"), runs=("train", "evaluate"),
           writes="an MLflow run per Transformer and one with reports/learning_curve.{json,md,png}",
           arguments=_curve_arguments),
+    Stage("short-reviews", "pipeline.experiments.short_reviews", "IMDB's reviews of at most --max-words words, as "
+          "a table with their splits: the short-text set for the learning curve", reads=("ingest",),
+          writes="data/short_reviews/reviews.parquet", arguments=_short_reviews_arguments),
     Stage("tune", "pipeline.experiments.tune", "an Optuna study over configs/tune.yaml, every trial an MLflow run; the "
           "best parameters as a config for make compare-tuned", reads=("tokenize", "ingest"), runs=("train",),
           writes="the study in Optuna storage; a parent MLflow run with a child per trial; reports/tune/best.yaml",
