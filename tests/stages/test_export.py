@@ -150,6 +150,8 @@ def test_make_export_writes_logs_and_names_the_graph_and_keeps_the_last_one_on_f
     assert not [p for p in saved_model.parent.iterdir() if p.name.startswith(".")]  # no staging left behind
     with pytest.raises(InputError, match="not a registered version"):
         export.run(config, model_uri="models:/smoke-sentiment@no-such-alias", check_rows=5)
+    with pytest.raises(InputError, match="--check-rows must be 0 or more"):
+        export.run(config, check_rows=-1)
 
 
 def tensorflow_only_site(folder: Path) -> Path:

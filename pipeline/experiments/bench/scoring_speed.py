@@ -176,6 +176,7 @@ def measure_export(model_uri: str, texts: pd.Series, graph_rows: int = 256, scor
     import tensorflow as tf
 
     from pipeline.model.classifiers import load_classifier
+    from pipeline.stages.export import folder_bytes
     from pipeline.stages.export.check import as_bytes
     from pipeline.stages.export.graph import SIGNATURE, write_saved_model
 
@@ -185,7 +186,7 @@ def measure_export(model_uri: str, texts: pd.Series, graph_rows: int = 256, scor
         started = time.perf_counter()
         folder = write_saved_model(classifier, Path(tmp) / "saved_model")
         write_seconds = time.perf_counter() - started
-        size = sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+        size = folder_bytes(folder)
         signature = tf.saved_model.load(str(folder)).signatures[SIGNATURE]
         rates = {}
         for name, rows, answer in (

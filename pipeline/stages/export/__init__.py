@@ -62,6 +62,8 @@ def run(config: Config, model_uri: str | None = None, check_rows: int | None = D
     from pipeline.stages.ingest.outputs import read_split
     from pipeline.tracking import champion_uri, setup_tracking
 
+    if check_rows is not None and check_rows < 0:
+        raise InputError(f"--check-rows must be 0 or more (the test reviews to check), got {check_rows}")
     started = time.perf_counter()
     setup_tracking(config.tracking)
     model_uri = model_uri or champion_uri(config.tracking)

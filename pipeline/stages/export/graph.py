@@ -47,9 +47,7 @@ def lexical_weights(lexical: LexicalClassifier) -> LexicalWeights:
             or vectorizer.tokenizer or vectorizer.strip_accents or vectorizer.stop_words:
         raise InputError("export: the lexical model is not the pipeline's NBSVM (binary word n-grams, token pattern "
                          f"{NBSVM_TOKEN_PATTERN!r}): only that one has a graph form")
-    features = [""] * len(vectorizer.vocabulary_)
-    for feature, column in vectorizer.vocabulary_.items():
-        features[column] = feature
+    features = vectorizer.get_feature_names_out().tolist()  # in column order
     weights = np.stack([ratio.astype(np.float64) * regression.coef_[0].astype(np.float64)
                         for ratio, regression in zip(model.ratios_, model.regressions_)], axis=1)
     intercepts = np.array([regression.intercept_[0] for regression in model.regressions_], dtype=np.float64)
@@ -157,9 +155,12 @@ def scoring_parts(classifier: PipelineModel) -> tuple[list, object]:
         if weight < 1:
             part_tracked, lexical = scoring_parts(classifier.lexical)
             tracked, parts = tracked + part_tracked, parts + [lexical]
-        first, last = parts[0], parts[-1]
-        return tracked, lambda texts: fuse(first(texts) if weight > 0 else last(texts),
-                                           last(texts) if weight < 1 else first(texts), weight)
+
+        def fused(texts):  # one part alone (a weight of 0 or 1) is run once and fused with itself, as the pyfunc does
+            first = parts[0](texts)
+            return fuse(first, parts[-1](texts) if len(parts) > 1 else first, weight)
+
+        return tracked, fused
     raise InputError(f"export: no graph form for a {type(classifier).__name__}")
 
 
