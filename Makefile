@@ -153,7 +153,9 @@ tune: $(ENV) $(DATA_DIR)/tokenize/manifest.json ##@ Optuna study over configs/tu
 bench: $(ENV) $(DATA_DIR)/tokenize/manifest.json ##@ training/MLM/scoring speed vs the same run's GEMM peak, padding, threads, memory -> reports/bench.{json,md}
 	$(call STAGE,bench) $(if $(MODEL),--model "$(MODEL)")
 
-clean: ## delete stage outputs in data/ (keeps data/raw) and reports/
-	rm -rf $(DATA_DIR)/ingest $(DATA_DIR)/tokenize $(DATA_DIR)/pretrain $(DATA_DIR)/pseudo_label $(DATA_DIR)/train $(DATA_DIR)/export reports
+# every stage's output folder (pipeline.core.catalog.FOLDERS; tests/core/test_catalog.py holds them equal)
+STAGE_FOLDERS := ingest tokenize pretrain pseudo_label train export short_reviews
+clean: ## delete stage outputs in data/ (keeps data/raw and data/examples) and reports/
+	rm -rf $(addprefix $(DATA_DIR)/,$(STAGE_FOLDERS)) $(REPORTS)
 
 FORCE:

@@ -35,7 +35,7 @@ def build_from(path: Path, num_classes: int = 3, vocabulary_size: int = 300):
 
         import keras_hub
 
-        from pipeline.model.presets import build_preset_model, load_preset_backbone
+        from pipeline.model.preset_classifier import build_preset_model, load_preset_backbone
         from tests.tiny_preset import write_tiny_preset
 
         assert config.model.preset in keras_hub.models.Backbone.presets

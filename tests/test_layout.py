@@ -44,6 +44,7 @@ PATH_PROPERTIES = {"data_dir", "reports_dir"}  # Config's shortcuts to the paths
 PATH_FUNCTIONS = {"stage_dir", "require_output"}  # pipeline.core.catalog: read config.data_dir alone
 WHOLE_CONFIG_LIBRARY = {"pipeline.tracking.flat_params"}  # logs every resolved value
 ENTRY_POINTS = {"run", "main"}
+SHARED_MODULE_NAMES = {"outputs", "report"}  # declared conventions: a stage's readers of its outputs; a report
 
 
 def module_name(path: Path) -> str:
@@ -196,6 +197,30 @@ def names_of_one_idea(modules: list[str]) -> dict[str, list[str]]:
     return {stem: sorted(names) for stem, names in by_stem.items() if len(names) > 1}
 
 
+def repeated_module_names(modules: list[str]) -> dict[str, list[str]]:
+    """Module names (last part) that two packages both hold, the declared conventions aside: one idea, one name
+    (``text/presets.py`` beside ``model/presets.py`` splits one feature under a name that says neither half)."""
+    by_name: dict[str, list[str]] = {}
+    for module in modules:
+        by_name.setdefault(module.rsplit(".", 1)[-1], []).append(module)
+    return {name: sorted(where) for name, where in by_name.items()
+            if len(where) > 1 and name not in SHARED_MODULE_NAMES}
+
+
+def entry_point_violations(modules: dict[str, str], table: dict) -> list[str]:
+    """Functions and classes a stage's ``__init__`` defines besides its entry points (``run``, ``main``): the
+    package's ``__init__`` is its entry point, its work lives in the package's modules or a library."""
+    found = []
+    for stage in table.values():
+        source = modules.get(stage.module)
+        if source is None:
+            continue
+        for node in ast.parse(source).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name not in ENTRY_POINTS:
+                found.append(f"{stage.module}.{node.name}")
+    return found
+
+
 def string_literals(source: str) -> list[str]:
     return [node.value for node in ast.walk(ast.parse(source))
             if isinstance(node, ast.Constant) and isinstance(node.value, str)]
@@ -284,18 +309,20 @@ def whole_config_violations(modules: dict[str, str]) -> list[str]:
 
 
 def unmirrored_tests(test_files: list[Path]) -> list[str]:
-    """Test files under ``tests/`` whose folder is not a folder of ``pipeline/``, or whose name (``test_<name>`` or
-    ``test_<name>_<topic>``) names no module or package in it (at the root: directly in it)."""
+    """Test files whose path does not mirror the package's: ``tests/<path>/test_<name>.py`` (or
+    ``test_<name>_<topic>.py``) needs ``pipeline/<path>/<name>.py`` or the package ``pipeline/<path>/<name>/``, in
+    that very folder (a test of ``stages/ingest/tables.py`` lives in ``tests/stages/ingest/``)."""
     found = []
     for path in test_files:
         relative = path.relative_to(TESTS)
         if relative.stem in CROSS_CUTTING:
             continue
         folder = PACKAGE.joinpath(*relative.parts[:-1])
-        entries = (folder.rglob("*") if relative.parent.parts else folder.iterdir()) if folder.is_dir() else []
-        names = {entry.stem for entry in entries if entry.suffix == ".py" or entry.is_dir()}
+        entries = folder.iterdir() if folder.is_dir() else []
+        names = {entry.stem for entry in entries
+                 if (entry.suffix == ".py" or (entry / "__init__.py").is_file()) and entry.stem != "__init__"}
         topic = relative.stem.removeprefix("test_")
-        if not any(topic == name or topic.startswith(name + "_") for name in names - {"__init__", "__pycache__"}):
+        if not any(topic == name or topic.startswith(name + "_") for name in names):
             found.append(relative.as_posix())
     return sorted(found)
 
@@ -375,11 +402,29 @@ def test_the_config_check_catches_a_whole_config_where_a_section_would_do():
 
 
 def test_the_mirror_check_catches_a_test_of_nothing_and_one_in_the_wrong_folder():
-    assert unmirrored_tests([TESTS / "stages" / "test_train.py", TESTS / "stages" / "test_tables.py",
-                             TESTS / "test_metrics.py", TESTS / "stages" / "test_score_legacy_models.py"]) == []
+    assert unmirrored_tests([TESTS / "stages" / "test_train.py", TESTS / "stages" / "ingest" / "test_tables.py",
+                             TESTS / "test_metrics.py", TESTS / "stages" / "test_score_legacy_models.py",
+                             TESTS / "text" / "test_wordpiece.py"]) == []
     assert unmirrored_tests([TESTS / "stages" / "test_nothing.py", TESTS / "model" / "test_train.py",
-                             TESTS / "test_tables.py", TESTS / "elsewhere" / "test_train.py"]) == [
-        "elsewhere/test_train.py", "model/test_train.py", "stages/test_nothing.py", "test_tables.py"]
+                             TESTS / "test_tables.py", TESTS / "elsewhere" / "test_train.py",
+                             TESTS / "stages" / "test_tables.py", TESTS / "test_wordpiece.py"]) == [
+        "elsewhere/test_train.py", "model/test_train.py", "stages/test_nothing.py", "stages/test_tables.py",
+        "test_tables.py", "test_wordpiece.py"]
+
+
+def test_the_name_check_catches_one_module_name_in_two_packages_but_not_the_conventions():
+    assert repeated_module_names(["pipeline.text.presets", "pipeline.model.presets", "pipeline.model.fit"]) == {
+        "presets": ["pipeline.model.presets", "pipeline.text.presets"]}
+    assert repeated_module_names(["pipeline.stages.train.outputs", "pipeline.stages.ingest.outputs",
+                                  "pipeline.stages.compare.report", "pipeline.experiments.bench.report"]) == {}
+    assert repeated_module_names(["pipeline.stages.serve", "pipeline.experiments.serve"]) == {
+        "serve": ["pipeline.experiments.serve", "pipeline.stages.serve"]}
+
+
+def test_the_entry_point_check_catches_work_in_a_stage_init():
+    worked = {"pipeline.stages.export": "def run(config):\n    pass\n\ndef folder_bytes(folder):\n    return 0\n",
+              "pipeline.stages.train": "X = 1\n\ndef run(config):\n    pass\n\ndef main(config, args):\n    pass\n"}
+    assert entry_point_violations(worked, STAGES) == ["pipeline.stages.export.folder_bytes"]
 
 
 def files_folders() -> dict[str, str]:
@@ -424,6 +469,11 @@ def test_the_makefile_and_the_stage_table_agree():
 
 def test_one_name_per_idea():
     assert names_of_one_idea(list(sources())) == {}
+    assert repeated_module_names(list(sources())) == {}
+
+
+def test_a_stage_init_holds_its_entry_point_only():
+    assert entry_point_violations(sources(), STAGES) == []
 
 
 def test_every_file_name_of_the_catalog_is_written_once():

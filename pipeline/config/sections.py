@@ -115,12 +115,12 @@ class ModelConfig:
     intermediate_dim: int = 128
     dropout: float = 0.2
     classifier_dropout: float = 0.3
-    init: str = "scratch"           # scratch | pretrained (`make pretrain`'s backbone; -1.04 points here: docs/results.md)
+    init: str = "scratch"           # scratch | pretrained (`make pretrain`'s backbone; worse here: docs/results.md)
     pretrained: str | None = None   # a pretrain output folder or runs:/<run_id>/backbone; default data/pretrain
     token_embedding: str = "random"  # random | word2vec (vectors learned on train + unlabeled, pipeline.model.word_vectors)
-    ngram_max: int = 3              # 1: tokens alone; 3: + hashed 2- and 3-grams (+0.86 points, significant: docs/results.md)
+    ngram_max: int = 3              # 1: tokens alone; 3: + hashed 2- and 3-grams (significantly better: docs/results.md)
     ngram_buckets: int = 262_144    # rows of the hashed n-gram table shared by every n (2^18)
-    ngram_dropout: float = 0.3      # drop whole n-gram vectors while training (0.0 stopped a run at epoch 1)
+    ngram_dropout: float = 0.3      # drop whole n-gram vectors while training (without: over-fits, docs/results.md)
     # A pretrained KerasHub encoder to fine-tune instead (a preset name, or a folder save_to_preset wrote): its own
     # tokenizer and backbone, the pipeline's pooling and head; the shape keys above then do not apply
     preset: str | None = None
@@ -195,14 +195,14 @@ class TrainingConfig:
     max_train_samples: int | None = None
     length_multiple: int = 16  # batches are trimmed to their longest review rounded up to this
     class_weights: bool = False
-    fine_tune_learning_rate: float = 1e-3  # instead of learning_rate when model.init is pretrained (3e-4: 1.1-1.9 points worse)
+    fine_tune_learning_rate: float = 1e-3  # instead of learning_rate when model.init is pretrained (3e-4 was worse: docs/results.md)
     fine_tune_warmup_fraction: float = 0.1
-    # distillation: also train on pseudo_label.max_rows unlabeled reviews with the teacher's probabilities (+1.00
-    # points, significant: docs/results.md); made first when missing; off by itself when nothing is unlabeled
+    # distillation: also train on pseudo_label.max_rows unlabeled reviews with the teacher's probabilities
+    # (significantly better: docs/results.md); made first when missing; off by itself when nothing is unlabeled
     pseudo_labels: bool = True
     freeze_backbone_epochs: int = 0  # model.preset: train the new head alone first, the pretrained backbone frozen
     # Embedding rows a batch did not read keep their weights and moments (pipeline.model.optimizers.LazyAdamW): the
-    # n-gram table's dense AdamW update was most of a CPU step (0.78x the epoch time, accuracy +0.14 n.s.)
+    # n-gram table's dense AdamW update was most of a CPU step (the epoch times and accuracies: docs/throughput.md)
     sparse_updates: bool = True
     # adversarial training (Miyato et al. 2017): also the loss of every review with its normalised embeddings moved
     # this far along the loss gradient (pipeline.model.adversarial); 0: off. The pipeline's own encoder only

@@ -36,6 +36,7 @@ PSEUDO_LABELS_FILE = "pseudo_labels.parquet"   # pseudo-label -> train
 KERAS_MODEL_FILE = "model.keras"               # train -> evaluate, the pyfunc model
 MODEL_SETTINGS_FILE = "model_settings.json"    # train -> every scorer: how the model reads a review (long_reviews)
 TOKENIZER_DIR = "tokenizer"                    # train: the tokenizer files carried with the model
+BACKUP_DIR = "backup"                          # train, pretrain: the state a killed fit resumes from
 HISTORY_FILE = "history.json"                  # train, pretrain: per-epoch (per-period) curves
 METRICS_FILE = "metrics.json"                  # evaluate -> compare, register, pretrain-budget
 TEST_PREDICTIONS_FILE = "test_predictions.parquet"  # evaluate, compare's baselines -> compare, register

@@ -14,7 +14,8 @@ class PipelineError(ValueError):
 
 
 class ConfigError(PipelineError):
-    """A config file or ``--set`` override that is not valid: unknown key, wrong type, bad value."""
+    """A setting that is not valid: a config file's key, a ``--set`` override or a command-line option (``--seeds``,
+    ``--check-rows``, ...): unknown key, wrong type, bad value."""
 
 
 class InputError(PipelineError):

@@ -139,6 +139,11 @@ def staged_directory(final_dir: str | Path) -> Iterator[Path]:
     shutil.rmtree(backup, ignore_errors=True)
 
 
+def folder_bytes(folder: Path) -> int:
+    """The bytes of every file under ``folder``."""
+    return sum(path.stat().st_size for path in Path(folder).rglob("*") if path.is_file())
+
+
 def read_manifest(stage_dir: str | Path) -> dict[str, Any] | None:
     path = Path(stage_dir) / MANIFEST_NAME
     if not path.is_file():

@@ -17,6 +17,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+FUSION_EPS = 1e-7   # fuse_probabilities clips each model's probabilities to [FUSION_EPS, 1]: no sure model vetoes
+WINDOW_EPS = 1e-12  # pool_windows clips a window's probabilities to [WINDOW_EPS, 1] before their log
+
 
 def as_class_probabilities(raw) -> np.ndarray:
     """A model's output as float32 ``[N, k]``; a legacy one-unit sigmoid ``p`` becomes ``[1 - p, p]``."""
@@ -90,15 +93,15 @@ def fuse_probabilities(transformer: np.ndarray, lexical: np.ndarray, weight: flo
     if transformer.shape[1] == 2:  # from the positive class's probability, as scored tables store it
         transformer = np.stack([1.0 - transformer[:, 1], transformer[:, 1]], axis=1)
         lexical = np.stack([1.0 - lexical[:, 1], lexical[:, 1]], axis=1)
-    eps = 1e-7
-    logits = weight * np.log(np.clip(transformer, eps, 1.0)) + (1.0 - weight) * np.log(np.clip(lexical, eps, 1.0))
+    logits = (weight * np.log(np.clip(transformer, FUSION_EPS, 1.0))
+              + (1.0 - weight) * np.log(np.clip(lexical, FUSION_EPS, 1.0)))
     logits -= logits.max(axis=1, keepdims=True)
     fused = np.exp(logits)
     return (fused / fused.sum(axis=1, keepdims=True)).astype(np.float32)
 
 
 def pool_windows(probabilities: np.ndarray, owner: np.ndarray) -> np.ndarray:
-    """``[texts, k]`` from the ``[rows, k]`` probabilities of every text's rows (``WordPieceEncoder.encode_windows``: each
+    """``[texts, k]`` from the ``[rows, k]`` probabilities of every text's rows (``WordPieceTextTokenizer.encode_windows``: each
     text's own row first, in order, then its windows; ``owner`` the text of each row): the softmax of the mean
     log-probability over a text's rows (for two classes, the mean logit); a text of one row keeps that row's."""
     probabilities, owner = np.asarray(probabilities), np.asarray(owner, dtype=np.int64)
@@ -108,7 +111,7 @@ def pool_windows(probabilities: np.ndarray, owner: np.ndarray) -> np.ndarray:
     many = counts > 1
     if many.any():
         sums = np.zeros((texts, probabilities.shape[1]))
-        np.add.at(sums, owner, np.log(np.clip(probabilities.astype(np.float64), 1e-12, 1.0)))
+        np.add.at(sums, owner, np.log(np.clip(probabilities.astype(np.float64), WINDOW_EPS, 1.0)))
         mean = sums[many] / counts[many, None]
         exp = np.exp(mean - mean.max(axis=1, keepdims=True))
         pooled[many] = exp / exp.sum(axis=1, keepdims=True)

@@ -2,8 +2,9 @@
 
 Each is a ``make`` target and a ``python -m pipeline`` sub-command like a stage, declared in
 :data:`EXPERIMENTS` (same :class:`pipeline.core.catalog.Stage` entries), and like a stage it calls the
-libraries in ``pipeline/`` and never imports a stage. Their outputs are reports (``reports/``), an
-Optuna study, screenshots; what a user deploys comes from the stages alone.
+libraries in ``pipeline/`` and the stages it reads or runs (declared in its entry: ``reads``, ``runs``), never one
+downstream of those. Their outputs are reports (``reports/``), an Optuna study, screenshots; what a user deploys
+comes from the stages alone.
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ from __future__ import annotations
 import argparse
 
 from pipeline.core.catalog import Stage, model_argument
+
+# the defaults of the experiments' options, one definition each (their runners' defaults too)
+DEFAULT_SIZES = "250,500,1000,2000,5000,all"  # learning-curve: labelled train rows per point; all: the whole split
+DEFAULT_MAX_WORDS = 80                         # short-reviews: at 80 words a review fits a 128-token encoder whole
 
 
 def parse_seeds(text: str | None) -> tuple[int, ...] | None:
@@ -43,13 +48,14 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _curve_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sizes", default="250,500,1000,2000,5000,all",
+    parser.add_argument("--sizes", default=DEFAULT_SIZES,
                         help="labelled train rows per point, comma-separated; 'all' is the whole train split")
     parser.add_argument("--seeds", default=None, help="seeds per size, comma-separated (default: compare.seeds)")
 
 
 def _short_reviews_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-words", type=int, default=80, help="keep reviews of at most this many words")
+    parser.add_argument("--max-words", type=int, default=DEFAULT_MAX_WORDS,
+                        help="keep reviews of at most this many words")
 
 
 def _screenshot_arguments(parser: argparse.ArgumentParser) -> None:

@@ -5,7 +5,7 @@ Reads:  ``data/ingest/`` and ``data/tokenize/`` (the configured tokenization: th
 Writes: ``reports/learning_curve.{json,md,png}`` and an MLflow run holding them; an MLflow run per Transformer.
 
 At each size ``n`` of ``--sizes`` (``all``: every train row) and each seed of ``--seeds`` (default
-``compare.seeds``), the same ``n`` train rows (``pipeline.runtime.datasets.subsample``, seeded) train:
+``compare.seeds``), the same ``n`` train rows (the rows ``train_model`` reports it kept, seeded) train:
 
 - the configured encoder with each pooling (``first_token``, ``mean``): ``training.max_train_samples=n``, without
   distillation (a teacher fitted on every label would leak them), evaluated on the whole validation and test splits;
@@ -28,19 +28,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from pipeline.config import POOLINGS, Config, ModelConfig
 from pipeline.core.catalog import require_output
-from pipeline.core.files import atomic_write_json, atomic_write_text, manifest_hash, read_manifest
+from pipeline.core.errors import PipelineError
+from pipeline.core.files import atomic_write_json, atomic_write_text
 from pipeline.core.predictions import from_probability_columns, fuse_probabilities
+from pipeline.experiments import DEFAULT_SIZES
 from pipeline.lexical import class_probabilities, nbsvm_baseline
 from pipeline.metrics import best_fusion_weight, compare_pair, paired_bootstrap_difference
-from pipeline.runtime.datasets import subsample
 from pipeline.stages.evaluate.scorecard import evaluate_run
-from pipeline.stages.ingest.outputs import read_split
+from pipeline.stages.tokenize.outputs import IngestedRows, read_ingested_rows
 from pipeline.stages.train.fit_and_log import train_model
-from pipeline.text.conventions import load_labels
 
 REPORT_NAME = "learning_curve"
 NBSVM = "nbsvm"
@@ -70,12 +69,12 @@ def accuracy(labels: np.ndarray, probabilities: np.ndarray) -> float:
     return float((probabilities.argmax(axis=1) == labels).mean())
 
 
-def lexical_and_fused(frames: dict[str, pd.DataFrame], keep: np.ndarray, config: Config, size: int, seed: int,
+def lexical_and_fused(frames: IngestedRows, keep: np.ndarray, config: Config, size: int, seed: int,
                       transformers: dict[str, tuple[np.ndarray, np.ndarray]]) -> list[Scored]:
     """NBSVM on the ``keep`` train rows, and its fusion with each pooling's ``(val, test)`` probabilities."""
-    val, test, names = frames["val"], frames["test"], frames["names"]
+    val, test, names = frames.val, frames.test, frames.labels
     baseline = config.baseline
-    fitted = nbsvm_baseline(frames["train"].iloc[keep], val, baseline.nbsvm_c, baseline.ngram_max,
+    fitted = nbsvm_baseline(frames.train.iloc[keep], val, baseline.nbsvm_c, baseline.ngram_max,
                             baseline.max_features, baseline.seed).model
     val_l = class_probabilities(fitted, val["text"].tolist(), len(names))
     test_l = class_probabilities(fitted, test["text"].tolist(), len(names))
@@ -88,20 +87,20 @@ def lexical_and_fused(frames: dict[str, pd.DataFrame], keep: np.ndarray, config:
     return scored
 
 
-def transformer(config: Config, frames: dict[str, pd.DataFrame], size: int, seed: int,
-                pooling: str) -> tuple[Scored, np.ndarray, np.ndarray]:
-    """The configured encoder with ``pooling`` trained on ``size`` train rows and evaluated: its score and its
-    validation and test probabilities."""
+def transformer(config: Config, frames: IngestedRows, size: int, seed: int,
+                pooling: str) -> tuple[Scored, np.ndarray, np.ndarray, np.ndarray]:
+    """The configured encoder with ``pooling`` trained on ``size`` train rows and evaluated: its score, its
+    validation and test probabilities, and the train rows it learned from."""
     child = config.replace(model={"pooling": pooling},
                            training={"max_train_samples": size, "seed": seed, "pseudo_labels": False})
     trained = train_model(child)
     evaluated = evaluate_run(child, run=trained.run_id)
-    names = frames["names"]
+    names = frames.labels
     val_p = from_probability_columns(evaluated.predictions("val"), names)
     test_p = from_probability_columns(evaluated.predictions("test"), names)
-    y_val, y_test = frames["val"]["label"].to_numpy(), frames["test"]["label"].to_numpy()
+    y_val, y_test = frames.val["label"].to_numpy(), frames.test["label"].to_numpy()
     scored = Scored(pooling, size, seed, accuracy(y_val, val_p), test_p.argmax(axis=1) == y_test, trained.run_id)
-    return scored, val_p, test_p
+    return scored, val_p, test_p, trained.train_rows
 
 
 def sizes_of(text: str, train_rows: int) -> list[int]:
@@ -247,39 +246,28 @@ def merged(previous_path: Path, ingest_sha256: str, encoder: str, part: dict) ->
     return {"ingest_manifest_sha256": ingest_sha256, "encoders": encoders, "deploy": deploy_overall(encoders)}
 
 
-def read_frames(ingest_dir: Path, tokenize_dir: Path) -> dict:
-    """The ingested splits and label names; the tokenized train rows must be the ingested ones, in order."""
-    from pipeline.core.errors import InputError
-
-    tokenized_from = read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"]
-    if tokenized_from != manifest_hash(ingest_dir):
-        raise InputError(f"{tokenize_dir}/ was tokenized from another ingestion than {ingest_dir}/: rerun "
-                         "`make tokenize`")
-    frames: dict = {split: read_split(ingest_dir, split) for split in ("train", "val", "test")}
-    frames["names"] = load_labels(ingest_dir)
-    frames["ingest_manifest_sha256"] = tokenized_from
-    return frames
-
-
-def run(config: Config, sizes: str = "250,500,1000,2000,5000,all", seeds: tuple[int, ...] | None = None) -> Path:
+def run(config: Config, sizes: str = DEFAULT_SIZES, seeds: tuple[int, ...] | None = None) -> Path:
     """The curve of the configured encoder over ``sizes`` and ``seeds``; returns the Markdown report."""
     started = time.perf_counter()
-    frames = read_frames(require_output(config, "ingest"), require_output(config, "tokenize"))
+    frames = read_ingested_rows(require_output(config, "ingest"), require_output(config, "tokenize"))
     seeds = tuple(config.compare.seeds) if seeds is None else seeds
     scores: list[Scored] = []
-    for size in sizes_of(sizes, len(frames["train"])):
+    for size in sizes_of(sizes, len(frames.train)):
         for seed in seeds:
-            transformers = {}
+            transformers, kept = {}, []
             for pooling in POOLINGS:
-                scored, val_p, test_p = transformer(config, frames, size, seed, pooling)
+                scored, val_p, test_p, rows = transformer(config, frames, size, seed, pooling)
                 scores.append(scored)
                 transformers[pooling] = (val_p, test_p)
-            keep = subsample(len(frames["train"]), size, seed)  # the rows train_model kept
-            scores += lexical_and_fused(frames, keep, config, size, seed, transformers)
+                kept.append(rows)
+            if any(not np.array_equal(kept[0], rows) for rows in kept):
+                raise PipelineError(f"learning-curve: the poolings at {size} rows, seed {seed} learned from other rows")
+            scores += lexical_and_fused(frames, kept[0], config, size, seed, transformers)  # the rows training kept
     return write_report(config, frames, scores, seeds, started)
 
 
-def write_report(config: Config, frames: dict, scores: list[Scored], seeds: tuple[int, ...], started: float) -> Path:
+def write_report(config: Config, frames: IngestedRows, scores: list[Scored], seeds: tuple[int, ...],
+                 started: float) -> Path:
     """The JSON, Markdown and plot in ``reports/``, and an MLflow run that holds them with a metric per point."""
     import mlflow
 
@@ -289,11 +277,11 @@ def write_report(config: Config, frames: dict, scores: list[Scored], seeds: tupl
     summary = summarize(scores, samples)
     sizes = sorted({s.size for s in scores})
     encoder = encoder_name(config.model)
-    part = {"seeds": list(seeds), "val_rows": len(frames["val"]), "test_rows": len(frames["test"]), "summary": summary,
+    part = {"seeds": list(seeds), "val_rows": len(frames.val), "test_rows": len(frames.test), "summary": summary,
             "pairs": {str(size): pairs_at(scores, size, samples) for size in sizes},
             "deploy": {str(size): name for size, name in deploy_at(summary).items()}}
     reports = config.reports_dir
-    report = merged(reports / f"{REPORT_NAME}.json", frames["ingest_manifest_sha256"], encoder, part)
+    report = merged(reports / f"{REPORT_NAME}.json", frames.ingest_manifest_sha256, encoder, part)
     json_path = atomic_write_json(reports / f"{REPORT_NAME}.json", report)
     md_path = atomic_write_text(reports / f"{REPORT_NAME}.md", render_markdown(report))
     png_path = plot_curve(report["encoders"], reports / f"{REPORT_NAME}.png")
@@ -307,7 +295,7 @@ def write_report(config: Config, frames: dict, scores: list[Scored], seeds: tupl
         for path in (json_path, md_path, png_path):
             mlflow.log_artifact(str(path), REPORT_NAME)
     print(f"learning-curve: {encoder}: {len(scores)} candidates scored at {len(sizes)} sizes x {len(seeds)} seeds "
-          f"on {len(frames['test']):,} test reviews; deploy {part['deploy']}; wrote {md_path}, {json_path.name}, "
+          f"on {len(frames.test):,} test reviews; deploy {part['deploy']}; wrote {md_path}, {json_path.name}, "
           f"{png_path.name} in {time.perf_counter() - started:.0f}s")
     return md_path
 

@@ -19,19 +19,18 @@ import pandas as pd
 
 from pipeline.config import Config
 from pipeline.core.catalog import SHORT_REVIEWS_TABLE, SPLITS, require_output, stage_dir
-from pipeline.core.errors import InputError
+from pipeline.core.errors import ConfigError, InputError
 from pipeline.core.files import atomic_write_parquet
+from pipeline.experiments import DEFAULT_MAX_WORDS
 from pipeline.stages.ingest.outputs import read_split
 from pipeline.text.conventions import load_labels
-
-DEFAULT_MAX_WORDS = 80
 
 
 def short_reviews(splits: dict[str, pd.DataFrame], names: list[str], max_words: int) -> pd.DataFrame:
     """The reviews of at most ``max_words`` words of every split, as a table with ``text``, ``label`` (the class
     name) and ``split``."""
     if max_words < 1:
-        raise InputError(f"--max-words must be positive, got {max_words}")
+        raise ConfigError(f"--max-words must be positive, got {max_words}")
     parts = []
     for split in SPLITS:
         frame = splits[split]

@@ -12,9 +12,9 @@ import numpy as np
 from pipeline.config import ModelConfig, TrainingConfig
 from pipeline.core.errors import ConfigError
 from pipeline.model.adversarial import AdversarialClassifier
-from pipeline.model.presets import preset_classifier
+from pipeline.model.preset_classifier import preset_classifier
 from pipeline.model.transformer import build_model, load_backbone_weights
-from pipeline.text.encoder import TextEncoder
+from pipeline.text.text_tokenizer import TextTokenizer
 
 
 @dataclass(frozen=True)
@@ -34,12 +34,12 @@ class Device:
     policy: str
 
 
-def uses_preset(model_config: ModelConfig, encoder: TextEncoder) -> bool:
+def uses_preset(model_config: ModelConfig, encoder: TextTokenizer) -> bool:
     """Whether the classifier is a preset's backbone: configured, or the ids were made by a preset's tokenizer."""
     return model_config.preset is not None or encoder.preset is not None
 
 
-def assemble_classifier(model_config: ModelConfig, training: TrainingConfig, encoder: TextEncoder, num_classes: int,
+def assemble_classifier(model_config: ModelConfig, training: TrainingConfig, encoder: TextTokenizer, num_classes: int,
                         device: Device, start: StartingWeights = StartingWeights()):
     """The uncompiled classifier; ``(model, names of the backbone layers loaded)``.
 

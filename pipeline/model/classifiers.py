@@ -1,6 +1,6 @@
 """Turning raw texts into class probabilities: the pyfunc models this pipeline logs and loads.
 
-``TextEncoder.encode`` (``pipeline.text.encoder``) then ``predict_ids`` (``pipeline.model.forward``) is the single
+``TextTokenizer.encode`` (``pipeline.text.text_tokenizer``) then ``predict_ids`` (``pipeline.model.forward``) is the single
 scoring path used by evaluation, batch scoring and the MLflow pyfunc model (``predict_probabilities`` chains the
 two), so the same review gets the same probability from all three. It returns ``[N, k]`` class probabilities
 (``pipeline.core.predictions``). Every pyfunc model the pipeline logs (:class:`PipelineModel`: the
@@ -42,7 +42,7 @@ from pipeline.core.predictions import (
 )
 from pipeline.model.forward import predict_ids
 from pipeline.text.conventions import load_labels, text_problem
-from pipeline.text.encoder import load_text_encoder
+from pipeline.text.text_tokenizer import load_text_tokenizer
 
 ERROR_COLUMN = "score_error"  # why a row got no score ("" when it was scored)
 ARTIFACT_KERAS_MODEL = "keras_model"  # names of the pyfunc models' artifacts (Transformers logged so far use the
@@ -118,7 +118,7 @@ def _load_parts(keras_model: Path, tokenizer: Path):
         key = (_checksum(keras_model), _checksum(tokenizer / TOKENIZER_SETTINGS_FILE), _checksum(tokenizer / LABELS_FILE))
         parts = _LOADED.get(key)
         if parts is None:
-            parts = load_text_encoder(tokenizer), load_labels(tokenizer), load_keras_model(keras_model)
+            parts = load_text_tokenizer(tokenizer), load_labels(tokenizer), load_keras_model(keras_model)
             _LOADED[key] = parts
             while len(_LOADED) > _LOADED_MAX:
                 _LOADED.popitem(last=False)
@@ -230,7 +230,7 @@ class SentimentClassifier(PipelineModel):
 
     def prepare(self, texts: Sequence[str]):
         """The texts' ids; when it :attr:`reads_windows`, (ids, owner): each text's row and the windows of those
-        longer than the limit (``WordPieceEncoder.encode_windows``)."""
+        longer than the limit (``WordPieceTextTokenizer.encode_windows``)."""
         if self.reads_windows:
             return self.encoder.encode_windows(list(texts))
         return self.encoder.encode(list(texts))

@@ -18,16 +18,17 @@ import numpy as np
 import tensorflow as tf
 
 from pipeline.config import TrainingConfig
+from pipeline.core.catalog import BACKUP_DIR
 from pipeline.core.errors import ConfigError
 from pipeline.model.optimizers import LazyAdamW
-from pipeline.model.presets import preset_backbone_of
-from pipeline.text.encoder import TextEncoder
+from pipeline.model.preset_classifier import preset_backbone_of
+from pipeline.text.text_tokenizer import TextTokenizer
 from pipeline.tracking import MLflowEpochLogger
 
 
 @dataclass(frozen=True)
 class TrainingData:
-    encoder: TextEncoder
+    encoder: TextTokenizer
     labels: list[str]
     train_rows: int             # including pseudo-labelled rows
     val_rows: int
@@ -149,7 +150,7 @@ def fit(model: keras.Model, data: TrainingData, training: TrainingConfig, run_di
     takes part in each step) but logs nothing.
     """
     callbacks = [
-        keras.callbacks.BackupAndRestore(str(run_dir / "backup"), delete_checkpoint=True),
+        keras.callbacks.BackupAndRestore(str(run_dir / BACKUP_DIR), delete_checkpoint=True),
         keras.callbacks.EarlyStopping(monitor="val_loss", patience=training.early_stopping_patience,
                                       restore_best_weights=True),
         *([MLflowEpochLogger(data.tokens_per_epoch)] if run_id else []),

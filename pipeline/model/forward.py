@@ -1,6 +1,6 @@
 """The classifier's forward pass over encoded rows: batched by length, compiled with XLA once a shape recurs.
 
-``TextEncoder.encode`` then :func:`predict_ids` is the single scoring path of evaluation, batch scoring and the
+``TextTokenizer.encode`` then :func:`predict_ids` is the single scoring path of evaluation, batch scoring and the
 MLflow pyfunc models (``pipeline.model.classifiers``), so the same review gets the same probability from all three.
 """
 
@@ -16,13 +16,13 @@ import numpy as np
 from pipeline.core.predictions import as_class_probabilities
 from pipeline.runtime.batching import SCORING_LENGTH_MULTIPLE, batch_width, bucketed_batches
 from pipeline.text.conventions import PAD_ID
-from pipeline.text.encoder import TextEncoder
+from pipeline.text.text_tokenizer import TextTokenizer
 
 _COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 # model -> Counter of batches scored per (batch size, width): what ``predict_ids`` compiles for
 _SHAPE_BATCHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 # a batch shape is compiled once this many of its batches were asked of a model (in one call or over several):
-# an XLA compile costs a few eager batches (about 0.5 s a shape for the default model), so a shape met once or
+# an XLA compile costs a few eager batches (docs/throughput.md), so a shape met once or
 # twice (a few rows, a tiny split) runs eagerly, and one a long input or a server meets again gets compiled
 COMPILE_AFTER_BATCHES = 3
 
@@ -96,5 +96,5 @@ def predict_ids(model, ids: np.ndarray, batch_size: int = 256, compiled: bool | 
     return probabilities
 
 
-def predict_probabilities(model, encoder: TextEncoder, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
+def predict_probabilities(model, encoder: TextTokenizer, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
     return predict_ids(model, encoder.encode(list(texts)), batch_size)

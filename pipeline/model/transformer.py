@@ -276,7 +276,7 @@ def last_block_attention(model: keras.Model, token_ids):
         # The block was called with padding_mask as a tensor argument, so its recorded input is
         # [hidden states, padding mask].
         hidden, mask = keras.Model(model.input, last.input)(token_ids)
-    else:  # a preset's backbone (pipeline.model.presets): its own last block, given what the classifier gives it
+    else:  # a preset's backbone (pipeline.model.preset_classifier): its own last block, given what the classifier gives it
         last = encoder_blocks(backbone)[-1]
         ids = ops.convert_to_numpy(token_ids)
         inputs = {"token_ids": ids, "padding_mask": (ids != PAD_ID).astype("int32")}

@@ -304,9 +304,8 @@ def choose_hardware(precision: str, hidden_dim: int = 0) -> tuple["tf.distribute
     strategy, device = choose_strategy()
     gpus = tf.config.list_physical_devices("GPU")
     if precision == "auto":
-        # Measured with `make bench` on this project's 2-core AVX512_BF16/AMX CPU: mixed_bfloat16 is
-        # slower than float32 for the width-64 default (164 vs 148 ms per classifier step) and faster
-        # from width 256 (1148 vs 1403 ms), where the matrix products dominate.
+        # On a CPU with bfloat16 units, mixed_bfloat16 pays only where the matrix products dominate: slower
+        # than float32 for the narrow default, faster from BFLOAT16_MIN_WIDTH (`make bench`: docs/throughput.md)
         if gpus:
             policy = "mixed_float16"
         elif hidden_dim >= BFLOAT16_MIN_WIDTH and cpu_has_bfloat16():

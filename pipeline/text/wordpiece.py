@@ -1,6 +1,6 @@
 """The WordPiece tokenizer: raw review text -> fixed-length token ids, with the saved vocabulary.
 
-:class:`WordPieceEncoder` is the one path from raw text to model input; training, evaluation,
+:class:`WordPieceTextTokenizer` is the one path from raw text to model input; training, evaluation,
 scoring and the MLflow pyfunc model all use it with the vocabulary the tokenize stage
 learned (``pipeline/stages/tokenize/vocabulary.py``). It saves itself as ``vocabulary.txt`` and
 ``tokenizer.json`` (encoding settings and the vocabulary checksum) and loads back from them.
@@ -30,7 +30,7 @@ from pipeline.text.conventions import CLS_ID, MASK_ID, PAD_ID, REQUIRED_RESERVED
 SETTINGS_FORMAT = "pipeline-wordpiece v1"
 _ENCODE_BATCH = 2048
 _FAST_PATH_CHECKED: dict[str, bool] = {}  # the fast-path check's answers in this process (_check_fast_path)
-# A text takes the fast path (see ``WordPieceEncoder``) when it holds only printable ASCII, tab, line feed,
+# A text takes the fast path (see ``WordPieceTextTokenizer``) when it holds only printable ASCII, tab, line feed,
 # carriage return and the Latin letters below; any other character sends it through KerasHub.
 _ASCII_TEXT_BYTES = bytes([9, 10, 13, *range(0x20, 0x7F)])
 
@@ -127,7 +127,7 @@ def window_offsets(lengths: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarr
     return np.concatenate(offsets), np.concatenate(owners)
 
 
-def kept_ends(settings: "EncoderSettings") -> tuple[int, int]:
+def kept_ends(settings: "TokenizationSettings") -> tuple[int, int]:
     """(tokens kept from a long text's start, tokens kept from its end) under the truncation setting."""
     budget = settings.max_sequence_length - 1
     return {"head": (budget, 0), "tail": (0, budget),
@@ -150,16 +150,8 @@ def text_ends(text: str, head_chars: int, tail_chars: int) -> tuple[str, str] | 
     return text[:a], text[b + 1:]
 
 
-def truncate_and_pad(token_ids: Sequence[int], max_sequence_length: int, truncation: str,
-                     head_tokens: int) -> np.ndarray:
-    """One row of :func:`truncate_and_pad_rows`."""
-    token_ids = np.asarray(token_ids, dtype=np.int32)
-    return truncate_and_pad_rows(token_ids, np.array([0, len(token_ids)]), max_sequence_length, truncation,
-                                 head_tokens)[0]
-
-
 @dataclass(frozen=True)
-class EncoderSettings:
+class TokenizationSettings:
     """Everything besides the vocabulary that decides how text becomes ids."""
 
     lowercase: bool
@@ -168,11 +160,11 @@ class EncoderSettings:
     head_tokens: int
 
     @classmethod
-    def from_config(cls, config: TokenizerConfig) -> "EncoderSettings":
+    def from_config(cls, config: TokenizerConfig) -> "TokenizationSettings":
         return cls(config.lowercase, config.max_sequence_length, config.truncation, config.head_tokens)
 
 
-class WordPieceEncoder:
+class WordPieceTextTokenizer:
     """Raw review text -> ``[CLS]``-prefixed, padded WordPiece ids, with a saved vocabulary.
 
     KerasHub's ``WordPieceTokenizer`` defines the ids. Two exact shortcuts make ``encode`` faster
@@ -181,7 +173,7 @@ class WordPieceEncoder:
     - **ASCII texts** (only printable ASCII, tab, line feed, carriage return: 91 % of IMDB reviews), also
       with Latin letters that case folding leaves whole (:func:`on_fast_path`; 96 % of IMDB reviews), go
       through tensorflow-text's ``FastWordpieceTokenizer`` in end-to-end mode after ``str.lower()``,
-      about 2x faster. On such text KerasHub's steps (spaces around CJK characters, a split at
+      faster (docs/throughput.md). On such text KerasHub's steps (spaces around CJK characters, a split at
       whitespace, control characters and punctuation that keeps the punctuation, Unicode case folding,
       word pieces) come down to ASCII lowercasing and BERT's split at whitespace and punctuation, which
       that tokenizer does in one pass. KerasHub's learner keeps a few vocabulary entries that hold a
@@ -196,7 +188,7 @@ class WordPieceEncoder:
     preset = None  # the pipeline's own, not a KerasHub preset's
     start_id, end_id = CLS_ID, None  # rows start with [CLS]; no end token
 
-    def __init__(self, vocabulary: Sequence[str], settings: EncoderSettings):
+    def __init__(self, vocabulary: Sequence[str], settings: TokenizationSettings):
         import keras_hub  # imported here so that reading settings does not load TensorFlow
         import tensorflow as tf
         import tensorflow_text as tf_text
@@ -215,7 +207,7 @@ class WordPieceEncoder:
             no_pretokenization=False, support_detokenization=False,
         )
         # each tokenizer as one tf.function, traced once per encoder (any batch size): a ``tf.data`` map would
-        # trace it again on every call, about 0.25 s each, more than a chunked reader's (make score) tokenizing
+        # trace it again on every call, which costs more than a chunked reader's (make score) tokenizing
         spec = [tf.TensorSpec([None], tf.string)]
         self._tokenize = tf.function(self.tokenizer, input_signature=spec)
         self._tokenize_fast = tf.function(self.fast_tokenizer.tokenize, input_signature=spec)
@@ -366,7 +358,7 @@ class WordPieceEncoder:
         atomic_write_json(directory / TOKENIZER_SETTINGS_FILE, payload)
 
     @classmethod
-    def load(cls, directory: str | Path) -> "WordPieceEncoder":
+    def load(cls, directory: str | Path) -> "WordPieceTextTokenizer":
         """Load a saved encoder; a vocabulary edited or truncated since saving is an error."""
         directory = Path(directory)
         settings_path, vocabulary_path = directory / TOKENIZER_SETTINGS_FILE, directory / VOCABULARY_FILE
@@ -386,5 +378,5 @@ class WordPieceEncoder:
         vocabulary = vocabulary_text.split("\n")[:-1]
         if len(vocabulary) != payload["vocabulary_size"]:
             raise InputError(f"{vocabulary_path}: {len(vocabulary)} tokens, expected {payload['vocabulary_size']}")
-        settings = EncoderSettings(**{k: payload[k] for k in EncoderSettings.__dataclass_fields__ if k in payload})
+        settings = TokenizationSettings(**{k: payload[k] for k in TokenizationSettings.__dataclass_fields__ if k in payload})
         return cls(vocabulary, settings)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from pipeline.core.errors import InputError
+from pipeline.core.errors import ConfigError, InputError
 
 
 def test_keeps_the_short_reviews_of_every_split_with_their_names_and_splits():
@@ -19,7 +19,7 @@ def test_keeps_the_short_reviews_of_every_split_with_their_names_and_splits():
     assert table.to_dict("records") == [
         {"text": "one two", "label": "positive", "split": "train"}, {"text": "good", "label": "negative", "split": "train"},
         {"text": "fine", "label": "positive", "split": "val"}, {"text": "bad  film\n", "label": "negative", "split": "test"}]
-    with pytest.raises(InputError, match="--max-words"):
+    with pytest.raises(ConfigError, match="--max-words"):
         short_reviews(splits, ["negative", "positive"], max_words=0)
 
 

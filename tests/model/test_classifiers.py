@@ -179,10 +179,10 @@ def test_a_wrong_shape_is_an_error_not_a_reshape():
 def test_compiled_scoring_gives_the_eager_probabilities():
     from pipeline.model.classifiers import load_keras_model
     from pipeline.model.forward import predict_ids
-    from pipeline.text.wordpiece import WordPieceEncoder
+    from pipeline.text.wordpiece import WordPieceTextTokenizer
 
     model = load_keras_model(LEGACY / "model.keras")
-    encoder = WordPieceEncoder.load(LEGACY / "tokenizer")
+    encoder = WordPieceTextTokenizer.load(LEGACY / "tokenizer")
     rng = np.random.default_rng(0)
     words = ["superb", "awful", "the", "movie", "dull", "wonderful", "plot"]
     ids = encoder.encode([" ".join(rng.choice(words, rng.integers(1, 60))) for _ in range(300)])
@@ -279,10 +279,10 @@ def test_loading_a_logged_model_does_not_put_its_code_copy_on_sys_path(trained_r
 def test_small_inputs_are_padded_to_a_power_of_two_and_score_like_eager():
     from pipeline.model.classifiers import load_keras_model
     from pipeline.model.forward import predict_ids
-    from pipeline.text.wordpiece import WordPieceEncoder
+    from pipeline.text.wordpiece import WordPieceTextTokenizer
 
     model = load_keras_model(LEGACY / "model.keras")
-    ids = WordPieceEncoder.load(LEGACY / "tokenizer").encode(["superb", "awful and dull", "the movie plot was fine"])
+    ids = WordPieceTextTokenizer.load(LEGACY / "tokenizer").encode(["superb", "awful and dull", "the movie plot was fine"])
     for rows in (1, 2, 3):
         np.testing.assert_allclose(predict_ids(model, ids[:rows], compiled=True),
                                    predict_ids(model, ids[:rows], compiled=False), atol=1e-5)
@@ -292,10 +292,10 @@ def test_a_shape_is_compiled_once_it_recurs_and_a_rare_one_runs_eagerly():
     """By default a batch shape met once or twice runs eagerly (no XLA compile for a few rows); met a third time,
     in one call or over several (a server), it is compiled, and the answers do not change."""
     from pipeline.model import classifiers, forward
-    from pipeline.text.wordpiece import WordPieceEncoder
+    from pipeline.text.wordpiece import WordPieceTextTokenizer
 
     model = classifiers.load_keras_model(LEGACY / "model.keras")
-    ids = WordPieceEncoder.load(LEGACY / "tokenizer").encode(["superb", "awful and dull", "the movie plot was fine"])
+    ids = WordPieceTextTokenizer.load(LEGACY / "tokenizer").encode(["superb", "awful and dull", "the movie plot was fine"])
 
     def traces() -> int:
         compiled = forward._COMPILED.get(model)
@@ -384,7 +384,7 @@ def test_a_model_reading_windows_scores_a_long_review_whole_and_a_short_one_as_b
 
     from pipeline.model.classifiers import SentimentClassifier
     from pipeline.model.forward import predict_ids
-    from pipeline.text.wordpiece import WordPieceEncoder
+    from pipeline.text.wordpiece import WordPieceTextTokenizer
 
     tokenizer = tmp_path / "tokenizer"
     shutil.copytree(LEGACY / "tokenizer", tokenizer)
@@ -396,7 +396,7 @@ def test_a_model_reading_windows_scores_a_long_review_whole_and_a_short_one_as_b
     texts = ["superb", long, "the movie plot was fine"]
     a, b = windows.probabilities(texts), truncate.probabilities(texts)
     np.testing.assert_array_equal(a[[0, 2]], b[[0, 2]])  # short reviews: the one row, as before
-    ids, owner = WordPieceEncoder.load(tokenizer).encode_windows([long])
+    ids, owner = WordPieceTextTokenizer.load(tokenizer).encode_windows([long])
     assert len(ids) > 2
     rows = predict_ids(windows.model, ids, compiled=False)
     logit = np.mean(np.log(rows[:, 1]) - np.log(rows[:, 0]))

@@ -46,9 +46,9 @@ def test_training_with_word2vec_starts_from_the_cached_vectors(trained_run, tmp_
     config = config.replace(paths={"data_dir": str(tmp_path / "data")})
     tokenize_dir = config.data_dir / "tokenize"
     cache = tmp_path / "vectors"
-    from pipeline.text.wordpiece import WordPieceEncoder
+    from pipeline.text.wordpiece import WordPieceTextTokenizer
 
-    size = WordPieceEncoder.load(tokenize_dir).vocabulary_size
+    size = WordPieceTextTokenizer.load(tokenize_dir).vocabulary_size
     path = word_vectors.cached_embedding(tokenize_dir, cache, vocabulary_size=size, dimension=16, seed=0)
     assert word_vectors.cached_embedding(tokenize_dir, cache, size, 16, 0) == path  # cached, not learned again
     matrix = np.load(path)

@@ -12,6 +12,7 @@ from pipeline.stages.compare import effects, report
 from pipeline.stages.compare.candidates import Candidate, fusion_candidate
 from pipeline.stages.compare.designs import Design, design_for, variant_config
 from pipeline.stages.compare.runner import comparison_key
+from tests.served_model import invoke, model_server
 
 VARIANTS = ["first_token", "mean"]
 FUSED = [f"nbsvm+{name}" for name in VARIANTS]
@@ -292,7 +293,7 @@ def test_fusing_models_of_other_label_sets_is_refused_naming_both(tmp_path, smok
 
 
 def test_every_kind_of_candidate_gives_the_same_row_errors_through_make_score_and_serve(comparison, tmp_path):
-    from pipeline.stages import score, serve
+    from pipeline.stages import score
     from pipeline.text.conventions import text_problem
 
     config, _ = comparison
@@ -307,8 +308,8 @@ def test_every_kind_of_candidate_gives_the_same_row_errors_through_make_score_an
         assert answers[name]["score_error"].tolist() == [text_problem(text) for text in rows], name
         assert list(answers[name].columns) == ["text", "positive_probability", "predicted_label", "score_error"]
     fused_uri = f"runs:/{payload['summary'][FUSED[0]]['run_ids'][0]}/model"
-    with serve.model_server(fused_uri, config.tracking.tracking_uri) as base:
-        served = serve.invoke(base, [{"text": text} for text in rows])
+    with model_server(fused_uri, config.tracking.tracking_uri) as base:
+        served = invoke(base, [{"text": text} for text in rows])
     for got, want in zip(served, answers[FUSED[0]].to_dict("records")):
         assert got["score_error"] == want["score_error"] and got["predicted_label"] == want["predicted_label"]
         if want["positive_probability"]:

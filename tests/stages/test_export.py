@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.core.errors import InputError, PipelineError
+from pipeline.core.errors import ConfigError, InputError, PipelineError
 from pipeline.text.conventions import text_problem
 from pipeline.text.wordpiece import pad_rows, window_offsets
 
@@ -148,9 +148,26 @@ def test_make_export_writes_logs_and_names_the_graph_and_keeps_the_last_one_on_f
         export.run(config, check_rows=5)
     assert (saved_model / "saved_model.pb").read_bytes() == before
     assert not [p for p in saved_model.parent.iterdir() if p.name.startswith(".")]  # no staging left behind
+    monkeypatch.undo()
+
+    # the tracking store fails while the new graph is logged: the folder, export.json and the manifest all still
+    # describe the previous export (its check of 40 rows), none the one that was never logged
+    from pipeline.stages.export import publish
+
+    def store_down(*args):
+        raise mlflow.exceptions.MlflowException("tracking store unreachable")
+
+    manifest_before = (saved_model.parent / "manifest.json").read_text()
+    monkeypatch.setattr(publish, "publish", store_down)
+    with pytest.raises(mlflow.exceptions.MlflowException, match="unreachable"):
+        export.run(config, check_rows=5)
+    assert json.loads((saved_model.parent / "export.json").read_text()) == payload
+    assert (saved_model.parent / "manifest.json").read_text() == manifest_before
+    assert (saved_model / "saved_model.pb").read_bytes() == before
+    assert not [p for p in saved_model.parent.iterdir() if p.name.startswith(".")]
     with pytest.raises(InputError, match="not a registered version"):
         export.run(config, model_uri="models:/smoke-sentiment@no-such-alias", check_rows=5)
-    with pytest.raises(InputError, match="--check-rows must be 0 or more"):
+    with pytest.raises(ConfigError, match="--check-rows must be 0 or more"):
         export.run(config, check_rows=-1)
 
 

@@ -13,7 +13,7 @@ from pipeline.stages import ingest, pretrain, tokenize, train
 from pipeline.stages.pretrain import masked_lm as pretraining
 from pipeline.stages.pretrain import masking as backbone
 from pipeline.text.conventions import MASK_ID
-from pipeline.text.wordpiece import WordPieceEncoder
+from pipeline.text.wordpiece import WordPieceTextTokenizer
 from tests.conftest import PREPARED_UNLABELED, make_archive, write_imdb_tree
 
 
@@ -30,7 +30,7 @@ def test_unlabeled_reviews_are_ingested_and_tokenized_for_pretraining_only(prepa
     assert manifest["unlabeled_rows"] == PREPARED_UNLABELED
     assert (config.data_dir / "tokenize" / "unlabeled_ids.npy").is_file()
     assert not (config.data_dir / "tokenize" / "unlabeled_labels.npy").exists()
-    encoder = WordPieceEncoder.load(config.data_dir / "tokenize")
+    encoder = WordPieceTextTokenizer.load(config.data_dir / "tokenize")
     assert encoder.can_mask and encoder.vocabulary[MASK_ID] == "[MASK]"
     # the copy in this test's folder is a prepared data folder of its own: neither stage runs again there
     ingest.run(config)

@@ -26,8 +26,9 @@ import pandas as pd
 import pytest
 
 from pipeline.model.classifiers import load_classifier
-from pipeline.stages import score, serve
+from pipeline.stages import score
 from tests.conftest import PROJECT_ROOT
+from tests.served_model import invoke, model_server
 
 DATA = PROJECT_ROOT / "tests" / "data"
 PACKAGE = (PROJECT_ROOT / "pipeline").resolve()
@@ -152,6 +153,6 @@ def test_a_registered_champion_logged_before_the_upgrade_is_still_the_default_mo
 
 
 def test_mlflow_models_serve_answers_like_the_code_that_logged_it(legacy, smoke_config):
-    with serve.model_server(str(legacy.path), f"sqlite:///{smoke_config.data_dir.parent / 'serve.db'}") as base:
-        answer = serve.invoke(base, [{"text": text} for text in legacy.texts])
+    with model_server(str(legacy.path), f"sqlite:///{smoke_config.data_dir.parent / 'serve.db'}") as base:
+        answer = invoke(base, [{"text": text} for text in legacy.texts])
     assert_rows(answer, legacy.rows())

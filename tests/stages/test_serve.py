@@ -9,7 +9,8 @@ import mlflow
 import pandas as pd
 import pytest
 
-from pipeline.stages import score, serve
+from pipeline.stages import score
+from tests.served_model import invoke, model_server
 
 # what a user may send: reviews, and values that cannot be scored
 ROWS = ["A superb, wonderful film.", "", "   ", "42", "Awful and dull from start to end.", "7 Samurai is a classic"]
@@ -49,9 +50,9 @@ def test_make_score_flags_the_unscorable_rows(make_score_answer):
 
 def test_mlflow_models_serve_answers_like_make_score(logged_model, make_score_answer):
     config, model_uri = logged_model
-    with serve.model_server(model_uri, config.tracking.tracking_uri) as base:
-        answer = serve.invoke(base, [{"text": text} for text in ROWS])
-        missing = serve.invoke(base, [{"text": None}, {"text": "A superb, wonderful film."}])
+    with model_server(model_uri, config.tracking.tracking_uri) as base:
+        answer = invoke(base, [{"text": text} for text in ROWS])
+        missing = invoke(base, [{"text": None}, {"text": "A superb, wonderful film."}])
     assert_same_rows(answer, make_score_answer)
     assert missing[0]["score_error"] == "missing or empty text" and missing[0]["predicted_label"] == ""
     assert missing[1] == answer[0]

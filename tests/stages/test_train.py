@@ -10,7 +10,7 @@ from pipeline.model.classifiers import load_keras_model
 from pipeline.model.forward import predict_probabilities
 from pipeline.stages import train
 from pipeline.stages.train import fit_and_log as training
-from pipeline.text.wordpiece import WordPieceEncoder
+from pipeline.text.wordpiece import WordPieceTextTokenizer
 
 
 def test_tiny_model_learns_separable_task(trained_run):
@@ -55,7 +55,7 @@ def test_pyfunc_model_scores_raw_strings(trained_run):
     assert scored["predicted_label"].tolist() == ["positive", "negative", ""]
     assert scored["score_error"].tolist() == ["", "", "missing or empty text"]
     assert scored["positive_probability"].iloc[2] is None
-    direct = predict_probabilities(load_keras_model(run_dir / "model.keras"), WordPieceEncoder.load(run_dir / "tokenizer"),
+    direct = predict_probabilities(load_keras_model(run_dir / "model.keras"), WordPieceTextTokenizer.load(run_dir / "tokenizer"),
                                    texts[:2])
     np.testing.assert_allclose(scored["positive_probability"].iloc[:2].astype(float), direct[:, 1], atol=1e-6)
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from pipeline.config import Config
 from pipeline.core.catalog import require_output
-from pipeline.core.errors import InputError
+from pipeline.core.errors import ConfigError
 from pipeline.core.files import atomic_write_json, atomic_write_text
 from pipeline.experiments.bench.report import markdown_report, utilisation_rows
 from pipeline.experiments.bench.scoring_speed import measure_export, measure_ngram_scoring, measure_scoring
@@ -44,7 +44,7 @@ from pipeline.experiments.bench.training_steps import (
 )
 from pipeline.stages.ingest.outputs import read_split, split_path
 from pipeline.stages.tokenize.outputs import load_split
-from pipeline.text.wordpiece import WordPieceEncoder
+from pipeline.text.wordpiece import WordPieceTextTokenizer
 
 __all__ = ["REFERENCE_ENCODERS", "main", "markdown_report", "measure_ngram_scoring", "measure_sparse_updates",
            "measured_encoders", "run", "sample_batches", "utilisation_rows"]
@@ -69,11 +69,11 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
     from pipeline.tracking import champion_uri, setup_tracking
 
     if rows < 1 or repeat < 1:
-        raise InputError(f"--rows and --repeat must be positive, got {rows} and {repeat}")
+        raise ConfigError(f"--rows and --repeat must be positive, got {rows} and {repeat}")
     tokenize_dir = require_output(config, "tokenize")
     ingest_dir = require_output(config, "ingest")
     everything = "all" in sections
-    encoder = WordPieceEncoder.load(tokenize_dir)
+    encoder = WordPieceTextTokenizer.load(tokenize_dir)
     train_ids = np.asarray(load_split(tokenize_dir, "train")[0])
     vocabulary_size, max_length = encoder.vocabulary_size, encoder.settings.max_sequence_length
     encoders = measured_encoders(config.model)

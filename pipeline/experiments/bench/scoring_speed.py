@@ -175,8 +175,8 @@ def measure_export(model_uri: str, texts: pd.Series, graph_rows: int = 256, scor
     one warm-up call; the SavedModel's size on disk and the time to write it."""
     import tensorflow as tf
 
+    from pipeline.core.files import folder_bytes
     from pipeline.model.classifiers import load_classifier
-    from pipeline.stages.export import folder_bytes
     from pipeline.stages.export.check import as_bytes
     from pipeline.stages.export.graph import SIGNATURE, write_saved_model
 

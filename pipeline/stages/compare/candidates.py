@@ -43,6 +43,7 @@ from pipeline.stages.evaluate.scorecard import (
     evaluate_run,
     log_evaluation,
 )
+from pipeline.stages.tokenize.outputs import IngestedRows
 from pipeline.stages.tokenize.vocabulary import own_tokenization
 from pipeline.stages.train.fit_and_log import train_model
 from pipeline.stages.train.outputs import transformer_artifacts
@@ -151,7 +152,7 @@ def transformer_candidate(config: Config, design: Design, variant: dict[str, Any
 # --------------------------------------------------------------------------- the lexical models
 
 
-def nbsvm_candidate(config: Config, key: str, frames: dict[str, pd.DataFrame], names: list[str], ingest_sha256: str,
+def nbsvm_candidate(config: Config, key: str, frames: IngestedRows, names: list[str], ingest_sha256: str,
                     force: bool) -> Candidate:
     """Fit NBSVM (C chosen on validation), log it as a child run with its pyfunc model, or reuse a finished one."""
     out_dir = config.reports_dir / f"baseline-{NBSVM}-{key}"
@@ -161,9 +162,9 @@ def nbsvm_candidate(config: Config, key: str, frames: dict[str, pd.DataFrame], n
         return Candidate(NBSVM, "lexical", None, existing.info.run_id, summary_metrics(existing.data.metrics),
                          pd.read_parquet(files[0]), pd.read_parquet(files[1]), folder=out_dir)
     settings = config.baseline
-    print(f"compare: fitting NBSVM on {len(frames['train']):,} train reviews, C from {list(settings.nbsvm_c)} "
+    print(f"compare: fitting NBSVM on {len(frames.train):,} train reviews, C from {list(settings.nbsvm_c)} "
           "on validation ...", flush=True)
-    fitted = nbsvm_baseline(frames["train"], frames["val"], settings.nbsvm_c, settings.ngram_max,
+    fitted = nbsvm_baseline(frames.train, frames.val, settings.nbsvm_c, settings.ngram_max,
                             settings.max_features, settings.seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_dump(fitted.model, out_dir / LEXICAL_MODEL_FILE)
@@ -175,8 +176,8 @@ def nbsvm_candidate(config: Config, key: str, frames: dict[str, pd.DataFrame], n
         mlflow.log_metrics({**{f"val_accuracy_C_{c:g}": a for c, a in fitted.val_accuracy_by_c.items()},
                             "val_accuracy_chosen_c": fitted.val_accuracy,
                             "best_val_accuracy": fitted.val_accuracy_cross_fitted, "train_seconds": fitted.fit_seconds})
-        evaluation = evaluate_model(classifier, frames["test"], frames["val"], out_dir, "NBSVM baseline",
-                                    ReviewLengths(frames.get("test_token_counts"),
+        evaluation = evaluate_model(classifier, frames.test, frames.val, out_dir, "NBSVM baseline",
+                                    ReviewLengths(frames.test_token_counts,
                                                   config.tokenizer.max_sequence_length - 1))
         log_evaluation(evaluation, out_dir)
         log_pipeline_model(LexicalClassifier(), LexicalClassifier.artifacts(out_dir / LEXICAL_MODEL_FILE, out_dir),
@@ -192,7 +193,7 @@ def nbsvm_candidate(config: Config, key: str, frames: dict[str, pd.DataFrame], n
                      evaluation.val_predictions, folder=out_dir)
 
 
-def tfidf_candidate(config: Config, key: str, frames: dict[str, pd.DataFrame], names: list[str],
+def tfidf_candidate(config: Config, key: str, frames: IngestedRows, names: list[str],
                     force: bool) -> Candidate:
     """The TF-IDF + logistic regression reference row (no model logged: it is not a candidate to deploy)."""
     out_dir = config.reports_dir / f"baseline-{TFIDF}-{key}"
@@ -201,13 +202,13 @@ def tfidf_candidate(config: Config, key: str, frames: dict[str, pd.DataFrame], n
     if existing is not None and predictions_path.is_file():
         return Candidate(TFIDF, "reference", None, existing.info.run_id, summary_metrics(existing.data.metrics),
                          pd.read_parquet(predictions_path))
-    test = frames["test"]
+    test = frames.test
     with mlflow.start_run(run_name="baseline-tfidf-logreg", nested=True) as child:
         started = time.perf_counter()
-        model = tfidf_baseline(frames["train"], seed=config.data.seed)
+        model = tfidf_baseline(frames.train, seed=config.data.seed)
         probabilities = class_probabilities(model, test["text"].tolist(), len(names))
-        val_accuracy = float((class_probabilities(model, frames["val"]["text"].tolist(), len(names)).argmax(axis=1)
-                              == frames["val"]["label"].to_numpy()).mean())
+        val_accuracy = float((class_probabilities(model, frames.val["text"].tolist(), len(names)).argmax(axis=1)
+                              == frames.val["label"].to_numpy()).mean())
         seconds = time.perf_counter() - started
         metrics = {f"test_{k}": v for k, v in classification_metrics(test["label"].to_numpy(), probabilities,
                                                                       names).items()}
@@ -232,7 +233,7 @@ def tfidf_candidate(config: Config, key: str, frames: dict[str, pd.DataFrame], n
 # --------------------------------------------------------------------------- fusions
 
 
-def fusion_candidate(config: Config, key: str, child: Candidate, lexical: Candidate, frames: dict[str, pd.DataFrame],
+def fusion_candidate(config: Config, key: str, child: Candidate, lexical: Candidate, frames: IngestedRows,
                      names: list[str], force: bool) -> Candidate:
     """Fuse one Transformer run with NBSVM: the weight chosen on validation, one pyfunc artifact, its own run."""
     name = fused_name(child.name)
@@ -251,7 +252,7 @@ def fusion_candidate(config: Config, key: str, child: Candidate, lexical: Candid
         if not getattr(child, split)["source_file"].equals(getattr(lexical, split)["source_file"]):
             raise InputError(f"cannot fuse run {child.run_id} with run {lexical.run_id}: they were evaluated "
                              f"on different {rows} rows (other splits); rerun `make compare FORCE=1`")
-    val_labels = frames["val"]["label"].to_numpy()
+    val_labels = frames.val["label"].to_numpy()
     val_t, val_l = (from_probability_columns(child.val_predictions, names),
                     from_probability_columns(lexical.val_predictions, names))
     weight, by_weight, honest = best_fusion_weight(val_t, val_l, val_labels, config.compare.fusion_weights)
@@ -270,8 +271,8 @@ def fusion_candidate(config: Config, key: str, child: Candidate, lexical: Candid
         mlflow.log_params({FUSION_WEIGHT_PARAM: weight, FUSION_WEIGHTS_TRIED_PARAM: config.compare.fusion_weights,
                            FUSION_TRANSFORMER_RUN_PARAM: child.run_id, FUSION_LEXICAL_RUN_PARAM: lexical.run_id,
                            "training.seed": child.seed, **{f"fused.{k}": v for k, v in child.settings.items()}})
-        evaluation = evaluate_model(classifier, frames["test"], frames["val"], out_dir, f"{name}, seed {child.seed}",
-                                    ReviewLengths(frames.get("test_token_counts"),
+        evaluation = evaluate_model(classifier, frames.test, frames.val, out_dir, f"{name}, seed {child.seed}",
+                                    ReviewLengths(frames.test_token_counts,
                                                   child.max_tokens or config.tokenizer.max_sequence_length - 1),
                                     given=GivenProbabilities(test_probabilities, val_probabilities))
         # what `make register` compares: the weight's choice is not scored on its own rows

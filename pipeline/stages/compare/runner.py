@@ -25,11 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
-import numpy as np
-import pandas as pd
 
 from pipeline.config import Config
-from pipeline.core.catalog import require_output, stage_dir, token_counts_file
+from pipeline.core.catalog import require_output, stage_dir
 from pipeline.core.errors import InputError
 from pipeline.core.files import manifest_hash, read_manifest
 from pipeline.stages.compare import effects
@@ -44,10 +42,9 @@ from pipeline.stages.compare.candidates import (
 )
 from pipeline.stages.compare.designs import Design, design_for, level_name, variant_config, variant_name, variants
 from pipeline.stages.compare.report import parent_description, verdict, write_reports
-from pipeline.stages.ingest.outputs import read_split
 from pipeline.stages.pretrain.masked_lm import pretrain
 from pipeline.stages.pseudo_label.teacher import with_pseudo_labels
-from pipeline.text.conventions import load_labels
+from pipeline.stages.tokenize.outputs import read_ingested_rows
 from pipeline.tracking import (
     FUSION_WEIGHT_PARAM,
     comparison_tags,
@@ -75,27 +72,6 @@ def comparison_key(config: Config, design_name: str, design: Design | None = Non
         overlays = json.dumps(design.overlays, sort_keys=True, default=list).encode()
         key += f"-{hashlib.sha256(overlays).hexdigest()[:8]}"
     return key
-
-
-def check_same_split(ingest_dir: Path, tokenize_dir: Path) -> str:
-    """The ingest manifest checksum the tokenize stage (every Transformer) was built from; an error naming both
-    stages when the ingest folder has changed since (a model would be fused with one trained on other splits)."""
-    ingest_sha256 = manifest_hash(ingest_dir)
-    tokenized_from = read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"]
-    if tokenized_from != ingest_sha256:
-        raise InputError(f"{tokenize_dir}/ was tokenized from another ingestion ({tokenized_from[:12]}) than "
-                         f"{ingest_dir}/ ({ingest_sha256[:12]}): the Transformers and the lexical "
-                         "models would be trained on different splits; rerun `make tokenize`")
-    return ingest_sha256
-
-
-def read_frames(ingest_dir: Path, tokenize_dir: Path) -> tuple[dict[str, pd.DataFrame], list[str]]:
-    """The ingested splits (and the test split's token counts, when the tokenize stage wrote them) and labels."""
-    frames = {split: read_split(ingest_dir, split) for split in ("train", "val", "test")}
-    counts = tokenize_dir / token_counts_file("test")
-    if counts.is_file():
-        frames["test_token_counts"] = np.load(counts)
-    return frames, load_labels(ingest_dir)
 
 
 @dataclass(frozen=True)
@@ -197,8 +173,8 @@ def run_comparison(config: Config, design_name: str = "main", force: bool = Fals
         # made once here for every variant, or said missing
         with_pseudo_labels(config.replace(training={"pseudo_labels": True}), stage="compare")
     ingest_dir = require_output(config, "ingest")
-    ingest_sha256 = check_same_split(ingest_dir, tokenize_dir)
-    frames, labels = read_frames(ingest_dir, tokenize_dir)
+    frames = read_ingested_rows(ingest_dir, tokenize_dir)
+    ingest_sha256, labels = frames.ingest_manifest_sha256, frames.labels
     setup_tracking(config.tracking)
     key = comparison_key(config, design_name, design)
     parent_id = find_comparison_run_id(config.tracking, key)
@@ -221,7 +197,7 @@ def run_comparison(config: Config, design_name: str = "main", force: bool = Fals
         references = ([tfidf_candidate(config, f"{ingest_sha256[:8]}-{config.data.seed}", frames, labels, force)]
                       if with_lexical and config.compare.tfidf_baseline else [])
         pool = CandidatePool(transformers, lexical, fused, references)
-        payload = comparison_payload(config, design_name, design, pool, parent_id, len(frames["val"]))
+        payload = comparison_payload(config, design_name, design, pool, parent_id, len(frames.val))
         json_path, md_path, png_path = write_reports(payload, config.reports_dir, design.report_name)
         for path in (json_path, md_path, png_path):
             mlflow.log_artifact(str(path), "comparison")

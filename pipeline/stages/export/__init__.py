@@ -19,51 +19,25 @@ from pathlib import Path
 
 from pipeline.config import Config
 from pipeline.core.catalog import EXPORT_SETTINGS_FILE, SAVED_MODEL_DIR, require_output, stage_dir
-from pipeline.core.errors import InputError, PipelineError
+from pipeline.core.errors import ConfigError, PipelineError
 
 DEFAULT_CHECK_ROWS = None  # every test review
-
-
-def folder_bytes(folder: Path) -> int:
-    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
-
-
-def model_source(model_uri: str) -> tuple[str | None, str | None, str | None]:
-    """(run id, registered name, version) behind ``model_uri``; None where it has none (a folder has neither)."""
-    import mlflow
-
-    client = mlflow.tracking.MlflowClient()
-    if model_uri.startswith("runs:/"):
-        return model_uri.removeprefix("runs:/").split("/")[0], None, None
-    if not model_uri.startswith("models:/"):
-        return None, None, None
-    reference = model_uri.removeprefix("models:/")
-    try:
-        if "@" in reference:
-            name, alias = reference.split("@", 1)
-            version = client.get_model_version_by_alias(name, alias)
-        else:
-            name, number = reference.split("/", 1)
-            version = client.get_model_version(name, number)
-    except (ValueError, mlflow.exceptions.MlflowException) as error:
-        raise InputError(f"--model {model_uri}: not a registered version (models:/NAME@ALIAS or models:/NAME/VERSION): "
-                         f"{str(error).splitlines()[0]}") from None
-    return version.run_id, name, str(version.version)
 
 
 def run(config: Config, model_uri: str | None = None, check_rows: int | None = DEFAULT_CHECK_ROWS) -> Path:
     """Export ``model_uri`` (default the champion) into ``data/export/``; returns the SavedModel's folder."""
     import tensorflow as tf
 
-    from pipeline.core.files import atomic_write_json, staged_directory
+    from pipeline.core.files import atomic_write_json, folder_bytes, staged_directory
     from pipeline.model.classifiers import load_classifier
     from pipeline.stages.export.check import identity_check
     from pipeline.stages.export.graph import INPUT, SIGNATURE, write_saved_model
+    from pipeline.stages.export.publish import model_source, publish, write_export_manifest
     from pipeline.stages.ingest.outputs import read_split
     from pipeline.tracking import champion_uri, setup_tracking
 
     if check_rows is not None and check_rows < 0:
-        raise InputError(f"--check-rows must be 0 or more (the test reviews to check), got {check_rows}")
+        raise ConfigError(f"--check-rows must be 0 or more (the test reviews to check), got {check_rows}")
     started = time.perf_counter()
     setup_tracking(config.tracking)
     model_uri = model_uri or champion_uri(config.tracking)
@@ -76,8 +50,10 @@ def run(config: Config, model_uri: str | None = None, check_rows: int | None = D
         check = identity_check(tf.saved_model.load(str(staging)).signatures[SIGNATURE], classifier, texts)
         if not check.passed:
             raise PipelineError(f"export: {check.summary()}; nothing written (a previous export is kept)")
-    size = folder_bytes(folder / SAVED_MODEL_DIR)
-    exported_uri = publish(config.reports_dir, folder / SAVED_MODEL_DIR, run_id, name, version)
+        size = folder_bytes(staging)
+        # logged before it replaces the previous export: a failed MLflow call leaves saved_model/, export.json and
+        # the manifest all describing the previous model
+        exported_uri = publish(config.reports_dir, staging, run_id, name, version)
     atomic_write_json(folder / EXPORT_SETTINGS_FILE, {
         "model_uri": model_uri, "run_id": run_id, "registered_model": name, "version": version,
         "model_kind": classifier.kind, "labels": classifier.labels, "signature": SIGNATURE, "input": INPUT,
@@ -88,35 +64,6 @@ def run(config: Config, model_uri: str | None = None, check_rows: int | None = D
           f"{folder / SAVED_MODEL_DIR} ({size / 1e6:.1f} MB){logged}; "
           f"{check.summary()}; {time.perf_counter() - started:.0f}s")
     return folder / SAVED_MODEL_DIR
-
-
-def publish(reports_dir: Path, saved_model: Path, run_id: str | None, name: str | None,
-            version: str | None) -> str | None:
-    """Log the SavedModel on the model's run, tag the registered version with its URI and refresh the version's
-    model card; returns the URI (None for a model folder, which has no run)."""
-    if run_id is None:
-        return None
-    import mlflow
-
-    from pipeline.stages.register.champion import refresh_model_card
-    from pipeline.tracking import EXPORT_ARTIFACTS, VERSION_EXPORT_TAG
-
-    client = mlflow.tracking.MlflowClient()
-    client.log_artifacts(run_id, str(saved_model), EXPORT_ARTIFACTS)
-    exported_uri = f"runs:/{run_id}/{EXPORT_ARTIFACTS}"
-    if name is not None:
-        client.set_model_version_tag(name, version, VERSION_EXPORT_TAG, exported_uri)
-        refresh_model_card(reports_dir, name, version)
-    return exported_uri
-
-
-def write_export_manifest(folder: Path, model_uri: str, check_rows: int | None) -> None:
-    from pipeline.core.files import build_manifest, sha256_file, write_manifest
-
-    outputs = {str(path.relative_to(folder)): sha256_file(path)
-               for path in sorted((folder / SAVED_MODEL_DIR).rglob("*")) if path.is_file()}
-    write_manifest(folder, build_manifest("export", "", {"model": model_uri}, {"check_rows": check_rows},
-                                          outputs=outputs))
 
 
 def main(config: Config, args) -> None:

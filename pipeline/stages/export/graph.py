@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.core.errors import InputError
+from pipeline.core.predictions import FUSION_EPS
 from pipeline.lexical import NBSVM_TOKEN_PATTERN, NaiveBayesLogisticRegression
 from pipeline.model.classifiers import FusedClassifier, LexicalClassifier, PipelineModel, SentimentClassifier
 from pipeline.stages.export.text_ops import clean_texts, padded_rows, pool_windows, text_errors, window_rows
 
 SIGNATURE = "serving_default"
 INPUT = "text"
-FUSION_EPS = 1e-7  # pipeline.core.predictions.fuse_probabilities clips probabilities to this
 
 
 @dataclass(frozen=True)

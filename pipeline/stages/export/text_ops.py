@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 
+from pipeline.core.predictions import WINDOW_EPS
 from pipeline.text.conventions import MISSING_TEXT, NOT_UNICODE, NUMBER_TEXT, PAD_ID, WHITESPACE_TEXT
 
 
@@ -113,7 +114,7 @@ def pool_windows(rows, windows, owner):
     import tensorflow as tf
 
     texts = tf.shape(rows, out_type=tf.int64)[0]
-    logs = tf.math.log(tf.clip_by_value(tf.cast(tf.concat([rows, windows], 0), tf.float64), 1e-12, 1.0))
+    logs = tf.math.log(tf.clip_by_value(tf.cast(tf.concat([rows, windows], 0), tf.float64), WINDOW_EPS, 1.0))
     owners = tf.concat([tf.range(texts, dtype=tf.int64), owner], axis=0)
     sums = tf.math.unsorted_segment_sum(logs, owners, texts)
     counts = tf.math.unsorted_segment_sum(tf.ones_like(owners, tf.float64), owners, texts)

@@ -38,6 +38,7 @@ from pipeline.core.catalog import (
     BACKBONE_SNAPSHOTS_DIR,
     BACKBONE_SPEC_FILE,
     BACKBONE_WEIGHTS_FILE,
+    BACKUP_DIR,
     HISTORY_FILE,
     UNLABELED_IDS_FILE,
     ids_file,
@@ -59,7 +60,7 @@ from pipeline.runtime.hardware import any_worker, choose_hardware, cluster_from_
 from pipeline.stages.pretrain.masking import masked_lm_dataset
 from pipeline.stages.pretrain.outputs import save_backbone
 from pipeline.text.conventions import PAD_ID
-from pipeline.text.wordpiece import WordPieceEncoder
+from pipeline.text.wordpiece import WordPieceTextTokenizer
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -231,16 +232,16 @@ class MaskedLMTraining:
         """Train until ``budget`` stops it; a single process backs up every period, so a killed run resumes."""
         settings = self.config.pretrain
         epochs = math.ceil(settings.max_steps / settings.log_every_steps) if settings.max_steps else 10**6
-        backups = str(self.checkpoint.folder / "backup")
+        backups = str(self.checkpoint.folder / BACKUP_DIR)
         callbacks = [keras.callbacks.BackupAndRestore(backups, delete_checkpoint=False)] if self.agree is None else []
         with multi_worker_fit(self.model, self.dataset, self.strategy):
             self.model.fit(self.dataset, epochs=epochs, steps_per_epoch=settings.log_every_steps, verbose=2,
                            callbacks=[*callbacks, budget, *self.extra_callbacks])
 
 
-def maskable_encoder(tokenize_dir: Path) -> WordPieceEncoder:
+def maskable_encoder(tokenize_dir: Path) -> WordPieceTextTokenizer:
     """The tokenize stage's encoder, refused when its vocabulary has no ``[MASK]`` token to pretrain with."""
-    encoder = WordPieceEncoder.load(tokenize_dir)
+    encoder = WordPieceTextTokenizer.load(tokenize_dir)
     if not encoder.can_mask:
         raise InputError(f"{tokenize_dir}: the vocabulary has no [MASK] token (learned before pretraining existed): "
                          "rerun `make tokenize FORCE=1`")
@@ -254,14 +255,14 @@ def open_checkpoint(files: StageFiles, scratch: Path | None, resumable: bool) ->
     state_path = folder / STATE_FILE
     state = json.loads(state_path.read_text()) if state_path.is_file() else {}
     resuming = (resumable and state.get("config_hash") == files.config_hash
-                and state.get("inputs") == files.inputs and (folder / "backup").is_dir())
+                and state.get("inputs") == files.inputs and (folder / BACKUP_DIR).is_dir())
     if not resuming and scratch is None:
         shutil.rmtree(files.out_dir, ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
     return Checkpoint(folder, state, resuming, int(state.get("steps", 0)) if resuming else 0)
 
 
-def compile_masked_lm(config: Config, encoder: WordPieceEncoder, strategy: tf.distribute.Strategy) -> keras.Model:
+def compile_masked_lm(config: Config, encoder: WordPieceTextTokenizer, strategy: tf.distribute.Strategy) -> keras.Model:
     """The masked LM, compiled under ``strategy`` with AdamW on :func:`learning_rate_schedule`, optimizer built."""
     from pipeline.model.transformer import build_masked_lm
 
@@ -332,7 +333,7 @@ def pretrain(config: Config, force: bool = False, extra_callbacks: Sequence = ()
     return out_dir
 
 
-def pretrain_and_save(training: MaskedLMTraining, encoder: WordPieceEncoder, files: StageFiles, rows: dict[str, int],
+def pretrain_and_save(training: MaskedLMTraining, encoder: WordPieceTextTokenizer, files: StageFiles, rows: dict[str, int],
                       total_rows: int):
     """The chief's (or single process's) part: the MLflow run, checkpoints, snapshots and the stage folder."""
     import mlflow

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.config import Config
-from pipeline.core.errors import InputError
+from pipeline.core.errors import ConfigError, InputError
 
 ENGINES = ("local", "spark")
 SPARK_ONLY = ("overwrite", "keep_row_index", "output_format")
@@ -30,7 +30,7 @@ def run(config: Config, input_path: str | Path, output_path: str | Path, model_u
 
         return score_table(config, str(input_path), output_path, model_uri=model_uri, **options)
     if engine != "local":
-        raise InputError(f"--engine: {engine!r} is not one of {list(ENGINES)}")
+        raise ConfigError(f"--engine: {engine!r} is not one of {list(ENGINES)}")
     given = [f"--{name.replace('_', '-')}" for name in SPARK_ONLY if options.pop(name, None)]
     if given:
         raise InputError(f"{', '.join(given)} apply to --engine spark only")

@@ -33,7 +33,7 @@ import psutil
 from tqdm.auto import tqdm
 
 from pipeline.config import TrackingConfig
-from pipeline.core.errors import InputError, MissingInputError
+from pipeline.core.errors import ConfigError, InputError, MissingInputError
 from pipeline.core.files import new_file_mode
 from pipeline.model.classifiers import ERROR_COLUMN, PipelineModel, load_classifier, output_columns, output_frame
 from pipeline.text.conventions import NOT_UNICODE, text_problem
@@ -125,7 +125,7 @@ def header_columns(input_path: Path, output_path: Path, text_column: str, encodi
     if output_path.resolve() == input_path.resolve():
         raise InputError(f"refusing to overwrite the input {input_path}: choose another OUTPUT")
     if chunk_size < 1:
-        raise InputError("--chunk-size must be positive")
+        raise ConfigError("--chunk-size must be positive")
     try:
         header = pd.read_csv(input_path, nrows=0, encoding=encoding, encoding_errors="surrogateescape")
     except (pd.errors.EmptyDataError, pd.errors.ParserError, LookupError) as exc:

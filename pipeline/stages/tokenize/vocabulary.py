@@ -43,11 +43,12 @@ from pipeline.core.files import (
     staged_directory,
     write_manifest,
 )
-from pipeline.model.presets import preset_encoder
+from pipeline.model.preset_classifier import load_preset_backbone
 from pipeline.stages.ingest.outputs import read_split, read_unlabeled
 from pipeline.text.conventions import RESERVED_TOKENS, percentiles
-from pipeline.text.encoder import TextEncoder
-from pipeline.text.wordpiece import EncoderSettings, WordPieceEncoder
+from pipeline.text.preset_tokenizer import preset_text_tokenizer
+from pipeline.text.text_tokenizer import TextTokenizer
+from pipeline.text.wordpiece import TokenizationSettings, WordPieceTextTokenizer
 
 STAGE = "tokenize"
 
@@ -102,7 +103,7 @@ def plot_token_lengths(counts: dict[str, np.ndarray], cutoff: int, path: Path) -
 # --------------------------------------------------------------------------- stage entry point
 
 
-def write_encoded_splits(encoder: TextEncoder, frames: dict[str, pd.DataFrame], max_tokens: int,
+def write_encoded_splits(encoder: TextTokenizer, frames: dict[str, pd.DataFrame], max_tokens: int,
                          staging: Path) -> tuple[dict[str, dict], dict[str, np.ndarray]]:
     """Write every split's token ids, labels (not for the unlabeled reviews) and token counts into ``staging``;
     returns the manifest's statistics by split (unknown-token rate, fraction longer than ``max_tokens``, length
@@ -136,8 +137,11 @@ def tokenize(config: Config, force: bool = False) -> Path:
         print(f"tokenize: up to date, nothing to do ({out_dir}/ with config {config_hash})")
         return out_dir
 
-    settings = EncoderSettings.from_config(config.tokenizer)
-    preset = None if config.model.preset is None else preset_encoder(config.model.preset, settings)  # checked first
+    settings = TokenizationSettings.from_config(config.tokenizer)
+    preset = None
+    if config.model.preset is not None:  # checked first; the backbone without weights gives its limits
+        backbone = load_preset_backbone(config.model.preset, load_weights=False)
+        preset = preset_text_tokenizer(config.model.preset, settings, backbone)
     frames = {split: read_split(ingest_dir, split) for split in SPLITS}
     unlabeled = read_unlabeled(ingest_dir)
     if unlabeled is not None:  # for pretraining; never validation or test texts
@@ -152,7 +156,7 @@ def tokenize(config: Config, force: bool = False) -> Path:
     else:
         print(f"tokenize: learning a {config.tokenizer.vocabulary_size:,}-token WordPiece vocabulary "
               f"from {len(corpus):,} texts ...", flush=True)
-        encoder = WordPieceEncoder(learn_vocabulary(corpus, config.tokenizer), settings)
+        encoder = WordPieceTextTokenizer(learn_vocabulary(corpus, config.tokenizer), settings)
     learn_seconds = time.perf_counter() - learn_started
 
     max_tokens = config.tokenizer.max_sequence_length - 1

@@ -28,9 +28,10 @@ import mlflow
 import numpy as np
 import tensorflow as tf
 
-from pipeline.config import Config
+from pipeline.config import Config, TrainingConfig
 from pipeline.core.catalog import (
     BACKBONE_WEIGHTS_FILE,
+    BACKUP_DIR,
     HISTORY_FILE,
     KERAS_MODEL_FILE,
     LABELS_FILE,
@@ -43,6 +44,7 @@ from pipeline.core.catalog import (
     require_output,
     stage_dir,
 )
+from pipeline.core.checkpoints import checkpoint_origin
 from pipeline.core.files import (
     atomic_write_json,
     build_manifest,
@@ -65,8 +67,8 @@ from pipeline.stages.pseudo_label.teacher import one_hot, with_pseudo_labels
 from pipeline.stages.tokenize.outputs import load_split
 from pipeline.stages.train.outputs import transformer_artifacts
 from pipeline.text.conventions import PAD_ID, load_labels
-from pipeline.text.encoder import load_text_encoder
-from pipeline.text.presets import PRESET_ASSETS_DIR, checkpoint_origin
+from pipeline.text.preset_tokenizer import PRESET_ASSETS_DIR
+from pipeline.text.text_tokenizer import load_text_tokenizer
 from pipeline.tracking import (
     CHECKPOINT_ARTIFACTS,
     CHECKPOINT_LICENCE_TAG,
@@ -110,15 +112,25 @@ def plot_training_curves(history: dict[str, list[float]], path: Path, title: str
 
 @dataclass(frozen=True)
 class TrainedRun:
-    """What training hands on: the MLflow run (None on a cluster's non-chief worker), its folder and config."""
+    """What training hands on: the MLflow run (None on a cluster's non-chief worker), its folder and config, and the
+    tokenized train rows it learned from (indices; pseudo-labelled rows aside)."""
 
     run_id: str | None
     run_dir: Path
     config: Config
+    train_rows: np.ndarray
 
     @classmethod
-    def of(cls, run_dir: Path, config: Config) -> "TrainedRun":
-        return cls(read_manifest(run_dir)["mlflow_run_id"], run_dir, config)
+    def of(cls, run_dir: Path, config: Config, train_rows: np.ndarray) -> "TrainedRun":
+        return cls(read_manifest(run_dir)["mlflow_run_id"], run_dir, config, train_rows)
+
+
+def kept_train_rows(training: TrainingConfig, train_rows: int) -> np.ndarray:
+    """The indices of the tokenized train rows a run learns from: all of them, or ``training.max_train_samples``
+    drawn with ``training.seed``."""
+    if training.max_train_samples:
+        return subsample(train_rows, training.max_train_samples, training.seed)
+    return np.arange(train_rows)
 
 
 @dataclass(frozen=True)
@@ -147,7 +159,7 @@ def run_directory(config: Config, tokenize_dir: Path, pretrained_dir: Path | Non
 
 def prepare_run_directory(run_dir: Path, force: bool) -> None:
     """Start clean when forced, unless a killed run left a backup to resume from."""
-    if force and not (run_dir / "backup").exists():
+    if force and not (run_dir / BACKUP_DIR).exists():
         shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -169,7 +181,7 @@ def load_training_data(config: Config, tokenize_dir: Path, replicas: int, shard:
     train_ids, train_labels = load_split(tokenize_dir, "train")
     val_ids, val_labels = load_split(tokenize_dir, "val")
     if config.training.max_train_samples:
-        keep = subsample(len(train_ids), config.training.max_train_samples, config.training.seed)
+        keep = kept_train_rows(config.training, len(train_ids))
         train_ids, train_labels = train_ids[keep], train_labels[keep]
     pseudo_rows, pseudo_run_id = 0, None
     if config.training.pseudo_labels:
@@ -182,7 +194,7 @@ def load_training_data(config: Config, tokenize_dir: Path, replicas: int, shard:
         pseudo_rows, pseudo_run_id = len(pseudo_labels), pseudo_manifest.get("mlflow_run_id")
     batch_size = config.training.batch_size * replicas
     return TrainingData(
-        encoder=load_text_encoder(tokenize_dir), labels=labels, train_rows=len(train_ids), val_rows=len(val_ids),
+        encoder=load_text_tokenizer(tokenize_dir), labels=labels, train_rows=len(train_ids), val_rows=len(val_ids),
         pseudo_label_rows=pseudo_rows, pseudo_label_run_id=pseudo_run_id,
         train=make_dataset(train_ids, train_labels, batch_size, config.training.seed, config.training.length_multiple,
                            shard=shard),
@@ -240,7 +252,7 @@ def start_or_resume_run(config: Config, run_dir: Path) -> Iterator[tuple[str, bo
     """
     setup_tracking(config.tracking)
     run_id_path = run_dir / RUN_ID_FILE
-    resume_run_id = run_id_path.read_text().strip() if run_id_path.is_file() and (run_dir / "backup").exists() else None
+    resume_run_id = run_id_path.read_text().strip() if run_id_path.is_file() and (run_dir / BACKUP_DIR).exists() else None
     with mlflow.start_run(run_id=resume_run_id, run_name=None if resume_run_id else run_name(config),
                           nested=mlflow.active_run() is not None) as active:
         run_id_path.write_text(active.info.run_id)
@@ -331,9 +343,10 @@ def train_model(config: Config, force: bool = False,
     config = with_pseudo_labels(config, make=cluster is None)  # a cluster's workers read them, made before
     pretrained_dir = resolve_pretrained(config) if config.model.init == "pretrained" else None
     run_dir, config_hash, inputs = run_directory(config, tokenize_dir, pretrained_dir)
+    train_rows = kept_train_rows(config.training, len(load_split(tokenize_dir, "train")[1]))
     if cluster is None and not force and is_up_to_date(run_dir, config_hash, inputs, [KERAS_MODEL_FILE]):
         print(f"train: up to date, nothing to do ({run_dir}/, MLflow run {read_manifest(run_dir)['mlflow_run_id']})")
-        return TrainedRun.of(run_dir, config)
+        return TrainedRun.of(run_dir, config, train_rows)
     with worker_role(cluster, STAGE) as role:  # in a cluster nobody skips: every step needs every worker
         scratch = role.scratch
         if scratch is None:
@@ -346,18 +359,18 @@ def train_model(config: Config, force: bool = False,
                 result = fit(model, data, config.training, scratch, None, extra_callbacks)
             print(f"train: {hardware.device}: trained {len(result.history['loss'])} epochs with the chief; "
                   f"its run folder and MLflow run hold the result (scratch {scratch}/ removed)")
-            return TrainedRun(None, run_dir, config)
+            return TrainedRun(None, run_dir, config, train_rows)
         with start_or_resume_run(config, run_dir) as (run_id, resumed):
             if not resumed:
                 log_run_inputs(config, data, hardware, model, config_hash, inputs, tokenize_dir, pretrained)
             with multi_worker_fit(model, data.train, hardware.strategy):
                 result = fit(model, data, config.training, run_dir, run_id, extra_callbacks)
-            save_outputs(TrainedRun(run_id, run_dir, config), model, tokenize_dir, result, hardware, config_hash,
-                         inputs)
+            save_outputs(TrainedRun(run_id, run_dir, config, train_rows), model, tokenize_dir, result, hardware,
+                         config_hash, inputs)
     pseudo = f" (of which {data.pseudo_label_rows:,} pseudo-labelled)" if data.pseudo_label_rows else ""
     print(f"train: read {data.train_rows:,} train{pseudo} / {data.val_rows:,} val rows from {tokenize_dir}/; wrote "
           f"{run_dir}/{KERAS_MODEL_FILE} and MLflow run {run_id}: val_accuracy {result.val_accuracy:.4f} after "
           f"{len(result.history['loss'])} epochs in {time.perf_counter() - started:.0f}s on {hardware.device} "
           f"({hardware.policy})")
-    return TrainedRun(run_id, run_dir, config)
+    return TrainedRun(run_id, run_dir, config, train_rows)
 

@@ -18,7 +18,6 @@ from pipeline.core.errors import PipelineError
 from pipeline.runtime.local_http import free_port, local_server
 
 WORKFLOW_QUERY = "workflowType=machine_learning"  # the model-training side of the UI, not GenAI
-GENAI_OVERVIEW_MARKERS = ("No data available for the selected time range", "Detect Issues")
 
 
 # --------------------------------------------------------------------------- links

@@ -1,6 +1,6 @@
-"""Pretrained KerasHub encoders (``model.preset``) as the pipeline's model: the preset's backbone, checked, and
-the classifier put on it; the tokenize stage's encoder for a preset (its tokenizer checked against the backbone's
-limits). Pure construction; the stages do the file and MLflow I/O. The preset's tokenizer: ``pipeline.text.presets``.
+"""A pretrained KerasHub encoder network (``model.preset``) as the pipeline's model: the preset's backbone, checked,
+and the classifier put on it. Pure construction; the stages do the file and MLflow I/O. The preset's tokenizer:
+``pipeline.text.preset_tokenizer``; where a preset lives: ``pipeline.core.checkpoints``.
 
 The train stage puts the pipeline's pooling and classifier head on the preset's backbone. The saved ``.keras`` model
 holds the fine-tuned backbone and the run's tokenizer folder holds the tokenizer, so a trained model never needs the
@@ -10,14 +10,8 @@ preset again.
 from __future__ import annotations
 
 from pipeline.config import ModelConfig
+from pipeline.core.checkpoints import check_preset_location, hub_access, load_failed
 from pipeline.core.errors import ConfigError, InputError
-from pipeline.text.presets import (
-    PresetTextEncoder,
-    check_preset_location,
-    hub_access,
-    load_failed,
-    load_preset_tokenizer,
-)
 
 
 def load_preset_backbone(preset: str, load_weights: bool = True, dtype: str | None = None):
@@ -40,21 +34,6 @@ def check_text_backbone(backbone, preset: str) -> None:
     if not {"token_ids", "padding_mask"} <= set(inputs):
         raise InputError(f"model.preset: {preset!r} holds a {type(backbone).__name__}, not a text encoder (it takes "
                          f"{sorted(inputs) or 'one tensor'}, not token_ids and padding_mask)")
-
-
-def preset_encoder(preset: str, settings) -> PresetTextEncoder:
-    """The text encoder of ``preset`` for the tokenize stage: its tokenizer, checked, with the pipeline's length
-    and truncation settings (``tokenizer.max_sequence_length`` at most the backbone's own limit)."""
-    backbone = load_preset_backbone(preset, load_weights=False)  # its kind and limits; the weights at training
-    tokenizer = load_preset_tokenizer(preset)
-    limit = getattr(backbone, "max_sequence_length", None)
-    if limit is not None and settings.max_sequence_length > limit:
-        raise ConfigError(f"tokenizer.max_sequence_length is {settings.max_sequence_length}, but {preset!r} takes "
-                          f"at most {limit} tokens")
-    if backbone.vocabulary_size != tokenizer.vocabulary_size():
-        raise InputError(f"model.preset: {preset!r}'s tokenizer has {tokenizer.vocabulary_size()} tokens, its "
-                         f"backbone {backbone.vocabulary_size}")
-    return PresetTextEncoder(tokenizer, settings, preset)
 
 
 # --------------------------------------------------------------------------- the classifier on the preset's backbone

@@ -16,10 +16,10 @@ import pytest
 from pipeline.__main__ import main as cli_main
 from pipeline.core.errors import ConfigError, InputError
 from pipeline.model.classifiers import load_keras_model
-from pipeline.stages import score, serve
-from pipeline.text.presets import PRESET_ASSETS_DIR, PRESET_FORMAT
-from pipeline.text.wordpiece import pad_rows
+from pipeline.stages import score
+from pipeline.text.preset_tokenizer import PRESET_ASSETS_DIR, PRESET_FORMAT
 from tests.core.test_errors import SMOKE, one_error_line
+from tests.served_model import invoke, model_server
 from tests.tiny_preset import write_tiny_preset
 
 POOLINGS = ["first_token", "mean"]
@@ -27,16 +27,6 @@ POOLINGS = ["first_token", "mean"]
 
 def comparison_payload(config) -> dict:
     return json.loads((config.reports_dir / "comparison.json").read_text())
-
-
-def test_rows_hold_the_start_token_the_kept_tokens_and_the_end_token():
-    flat = np.arange(10, 30)  # two texts: 12 tokens (10..21) and 3 tokens (22..24); the rest unused
-    starts, lengths = np.array([0, 12]), np.array([12, 3])
-    rows = pad_rows(flat, starts, lengths, 8, "head_tail", 2, start_id=101, end_id=102)
-    assert rows.tolist() == [[101, 10, 11, 18, 19, 20, 21, 102],  # head 2, tail 4: 6 = 8 - start - end
-                             [101, 22, 23, 24, 102, 0, 0, 0]]
-    no_end = pad_rows(flat, starts, lengths, 8, "head", 2, start_id=7, end_id=None)
-    assert no_end.tolist() == [[7, 10, 11, 12, 13, 14, 15, 16], [7, 22, 23, 24, 0, 0, 0, 0]]
 
 
 def test_tokenize_uses_the_presets_own_tokenizer_and_keeps_it_beside_the_ids(preset_comparison):
@@ -68,7 +58,7 @@ def assert_fine_tuned_from(backbone, checkpoint) -> None:
 
 def test_both_poolings_fine_tune_the_preset_in_the_comparison_and_register_chooses_on_validation(preset_comparison,
                                                                                                 minilm_checkpoint):
-    from pipeline.model.presets import load_preset_backbone
+    from pipeline.model.preset_classifier import load_preset_backbone
 
     config = preset_comparison
     checkpoint = load_preset_backbone(str(minilm_checkpoint))
@@ -119,8 +109,8 @@ def test_a_model_fine_tuned_from_a_preset_scores_without_it_through_make_score_a
     pd.DataFrame({"text": rows}).to_csv(tmp_path / "few.csv", index=False)
     score.run(config, tmp_path / "few.csv", tmp_path / "few_out.csv", model_uri=f"runs:/{run_id}/model")
     expected = pd.read_csv(tmp_path / "few_out.csv", keep_default_na=False, dtype=str)
-    with serve.model_server(f"runs:/{run_id}/model", config.tracking.tracking_uri) as base:
-        answer = serve.invoke(base, [{"text": text} for text in rows])
+    with model_server(f"runs:/{run_id}/model", config.tracking.tracking_uri) as base:
+        answer = invoke(base, [{"text": text} for text in rows])
     from tests.stages.test_serve import assert_same_rows
 
     assert_same_rows(answer, expected)
@@ -165,7 +155,6 @@ def test_a_bad_preset_is_one_error_line_before_tokenize_writes_anything(prepared
 
 def test_training_refuses_ids_from_another_tokenizer_and_a_preset_too_large_for_a_cpu(preset_comparison,
                                                                                      prepared_config, tmp_path):
-    from pipeline.core.errors import InputError
     from pipeline.stages import train
 
     preset = write_tiny_preset(tmp_path / "preset")
@@ -209,7 +198,7 @@ def test_the_head_trains_alone_first_while_the_pretrained_backbone_stays_as_it_w
 
     import keras
 
-    from pipeline.model.presets import load_preset_backbone, preset_backbone_of
+    from pipeline.model.preset_classifier import load_preset_backbone, preset_backbone_of
     from pipeline.stages.train.fit_and_log import train_model
 
     shared = preset_comparison
@@ -236,56 +225,6 @@ def test_the_head_trains_alone_first_while_the_pretrained_backbone_stays_as_it_w
     assert len(history) == 2
 
 
-# --------------------------------------------------------------------------- every way a user names a checkpoint
-
-
-@pytest.mark.parametrize("handle", ["hf://sentence-transformers/all-MiniLM-L6-v2",
-                                    "kaggle://keras/bert/keras/bert_tiny_en_uncased/2"])
-def test_a_handle_reaches_kerashub_as_the_string_it_is(handle, monkeypatch):
-    """Not taken for a folder (``Path`` would make ``hf:/...`` of it): KerasHub's from_preset gets it unchanged."""
-    from pipeline.model.presets import load_preset_backbone
-    from pipeline.text import presets
-
-    asked = []
-
-    def from_preset(preset, **kwargs):
-        asked.append(preset)
-        raise RuntimeError("stubbed download")
-
-    monkeypatch.setattr(presets, "host_reachable", lambda host, **kwargs: True)
-    monkeypatch.setattr(keras_hub.models.Backbone, "from_preset", from_preset)
-    with pytest.raises(InputError, match=f"could not load the backbone of '{handle}' \\(stubbed download\\)"):
-        load_preset_backbone(handle)
-    assert asked == [handle]
-
-
-def test_a_handle_whose_hub_cannot_be_reached_is_one_error_naming_it_at_once(monkeypatch, tmp_path):
-    import time
-
-    from pipeline.model.presets import load_preset_backbone
-    from pipeline.text import presets
-
-    monkeypatch.setattr(presets, "host_reachable", lambda host, **kwargs: False)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-cache"))  # nothing cached
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    started = time.perf_counter()
-    with pytest.raises(InputError, match="could not load the backbone of 'hf://sentence-transformers/all-MiniLM-L6-v2'"
-                                         ": its hub cannot be reached from here"):
-        load_preset_backbone("hf://sentence-transformers/all-MiniLM-L6-v2", load_weights=False)
-    assert time.perf_counter() - started < 10  # no retries for minutes
-    assert "HF_HUB_OFFLINE" not in __import__("os").environ  # the client's offline switch is put back
-
-
-def test_a_hugging_face_folder_of_an_architecture_kerashub_cannot_convert_is_one_error_naming_it(tmp_path):
-    from pipeline.text.presets import check_preset_location
-
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt_neo", "architectures": ["GPTNeoModel"]}))
-    with pytest.raises(InputError, match=r"model_type 'gpt_neo', which KerasHub cannot convert; it converts .*bert"):
-        check_preset_location(str(tmp_path))
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
-    check_preset_location(str(tmp_path))  # an architecture KerasHub converts passes
-
-
 # --------------------------------------------------------------------------- real weights, offline
 
 REFERENCE = Path(__file__).resolve().parents[1] / "data" / "all_minilm_l6_v2_reference.json"
@@ -295,14 +234,14 @@ def test_a_real_checkpoint_folder_converts_to_the_embeddings_its_authors_library
     """all-MiniLM-L6-v2's mean-pooled, normalised sentence vectors through KerasHub's conversion and the pipeline's
     preset tokenizer equal the reference computed with Hugging Face transformers on PyTorch (tests/data; how it was
     made: docs/presets.md): a converted model that dropped a layer norm would not."""
-    from pipeline.model.presets import load_preset_backbone
-    from pipeline.text.presets import PresetTextEncoder, load_preset_tokenizer
-    from pipeline.text.wordpiece import EncoderSettings
+    from pipeline.model.preset_classifier import load_preset_backbone
+    from pipeline.text.preset_tokenizer import PresetTextTokenizer, load_preset_tokenizer
+    from pipeline.text.wordpiece import TokenizationSettings
 
     reference = json.loads(REFERENCE.read_text())
     backbone = load_preset_backbone(str(minilm_checkpoint))
     assert type(backbone).__name__ == "BertBackbone" and backbone.count_params() == 22_713_216
-    encoder = PresetTextEncoder(load_preset_tokenizer(str(minilm_checkpoint)), EncoderSettings(True, 32, "head", 0),
+    encoder = PresetTextTokenizer(load_preset_tokenizer(str(minilm_checkpoint)), TokenizationSettings(True, 32, "head", 0),
                                 str(minilm_checkpoint))
     ids = encoder.encode(reference["sentences"])
     assert [row[row != 0].tolist() for row in ids] == reference["token_ids"]  # [CLS] ... [SEP], the same WordPieces
@@ -312,24 +251,3 @@ def test_a_real_checkpoint_folder_converts_to_the_embeddings_its_authors_library
     vectors = pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
     np.testing.assert_allclose(vectors[:, :8], reference["first_dimensions"], atol=5e-4)
     np.testing.assert_allclose(vectors @ vectors.T, reference["cosine_similarities"], atol=1e-3)
-
-
-def test_the_checkpoint_origin_names_its_kind_and_the_licence_its_folder_states(tmp_path):
-    """A Hugging Face folder's model card front matter wins over its LICENSE file; a KerasHub preset folder says so;
-    names and handles point at where their licence is published; a folder that states none says that."""
-    from pipeline.text.presets import checkpoint_origin
-
-    folder = tmp_path / "hf"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
-    (folder / "LICENSE").write_text("\n   MIT License\n\nCopyright (c) someone\n")
-    origin = checkpoint_origin(str(folder))
-    assert origin.source.startswith("a Hugging Face checkpoint folder (bert architecture")
-    assert origin.licence == "MIT License Copyright (c) someone" and origin.licence_files == (folder / "LICENSE",)
-    (folder / "README.md").write_text("---\nlanguage: en\nlicense: apache-2.0\n---\n# A model\n")
-    assert checkpoint_origin(str(folder)).licence == "apache-2.0"
-    preset = write_tiny_preset(tmp_path / "keras_hub_preset", with_tokenizer=False)
-    assert checkpoint_origin(str(preset)).source == "a KerasHub preset folder"
-    assert checkpoint_origin(str(preset)).licence == "not stated in the folder"
-    assert "Kaggle model page" in checkpoint_origin("bert_tiny_en_uncased").licence
-    assert checkpoint_origin("hf://sentence-transformers/all-MiniLM-L6-v2").source.startswith("the hub handle hf://")

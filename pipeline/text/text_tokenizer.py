@@ -1,8 +1,9 @@
-"""What a text encoder is (:class:`TextEncoder`) and reading whichever one the tokenize stage saved.
+"""What a text tokenizer is (:class:`TextTokenizer`: raw text -> padded token ids, saved beside them) and reading
+whichever one the tokenize stage saved.
 
-Two implement it: the pipeline's own WordPiece encoder (``pipeline.text.wordpiece.WordPieceEncoder``) and a
-pretrained preset's tokenizer (``pipeline.text.presets.PresetTextEncoder``). Training, evaluation and every scorer
-take either through this protocol.
+Two implement it: the pipeline's own WordPiece tokenizer (``pipeline.text.wordpiece.WordPieceTextTokenizer``) and a
+pretrained preset's tokenizer (``pipeline.text.preset_tokenizer.PresetTextTokenizer``). Training, evaluation and every
+scorer take either through this protocol.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from pipeline.core.catalog import TOKENIZER_SETTINGS_FILE
-from pipeline.text.presets import PRESET_FORMAT, PresetTextEncoder
-from pipeline.text.wordpiece import EncoderSettings, WordPieceEncoder
+from pipeline.text.preset_tokenizer import PRESET_FORMAT, PresetTextTokenizer
+from pipeline.text.wordpiece import TokenizationSettings, WordPieceTextTokenizer
 
 
-class TextEncoder(Protocol):
+class TextTokenizer(Protocol):
     """Raw review text -> fixed-length token ids ``[N, settings.max_sequence_length]``, start token first."""
 
-    settings: EncoderSettings
+    settings: TokenizationSettings
     vocabulary: list[str]
     preset: str | None  # the KerasHub preset whose tokenizer it is; None for the pipeline's own
     tokenizer: object   # the KerasHub tokenizer layer that defines the ids (cleaned text -> ragged ids, in-graph)
@@ -48,12 +49,12 @@ class TextEncoder(Protocol):
     def save(self, directory: Path) -> None: ...
 
 
-def load_text_encoder(directory: str | Path) -> TextEncoder:
+def load_text_tokenizer(directory: str | Path) -> TextTokenizer:
     """The text encoder saved in ``directory``: the pipeline's own WordPiece encoder, or a pretrained preset's
     tokenizer, whichever the tokenize stage wrote."""
     settings_path = Path(directory) / TOKENIZER_SETTINGS_FILE
     if settings_path.is_file():
         payload = json.loads(settings_path.read_text())
         if payload.get("format") == PRESET_FORMAT:
-            return PresetTextEncoder.load(directory, payload)
-    return WordPieceEncoder.load(directory)
+            return PresetTextTokenizer.load(directory, payload)
+    return WordPieceTextTokenizer.load(directory)

@@ -1,0 +1,23 @@
+"""A model served by ``make serve``'s command for a ``with`` block, and a request to it: what the serving tests
+share (the stage itself runs the server in the foreground until Ctrl-C)."""
+
+import json
+import urllib.request
+
+from pipeline.runtime.local_http import free_port, local_server
+from pipeline.stages.serve.command import serve_command, serve_environment
+
+
+def model_server(model_uri: str, tracking_uri: str, port: int | None = None, timeout: float = 240.0):
+    """``mlflow models serve`` of ``model_uri`` on 127.0.0.1 for a ``with`` block; yields its base URL once it answers."""
+    port = port or free_port()
+    return local_server(serve_command(model_uri, port), port, "/ping", f"mlflow models serve of {model_uri}",
+                        env=serve_environment(tracking_uri), timeout=timeout)
+
+
+def invoke(base: str, records: list[dict]) -> list[dict]:
+    """POST ``records`` to ``/invocations``; the model's answer, one dict per record."""
+    body = json.dumps({"dataframe_records": records}).encode()
+    request = urllib.request.Request(f"{base}/invocations", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.loads(response.read())["predictions"]
