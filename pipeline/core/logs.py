@@ -88,6 +88,8 @@ def quiet_third_party(environ=os.environ) -> None:
     environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     ignore_known_warnings()
     with captured_stderr():
-        import tensorflow as tf
-
+        try:
+            import tensorflow as tf
+        except ImportError:  # a machine without TensorFlow (Keras on JAX): nothing of it to quiet
+            return
         tf.config.list_physical_devices()

@@ -13,7 +13,6 @@ classifier: only ``AdversarialClassifier.classifier`` is saved.
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
 
 EMBEDDING_OUTPUT_LAYER = "embedding_norm"
 
@@ -42,7 +41,10 @@ class AdversarialClassifier(keras.Model):
 
     def perturbed_loss(self, x, y, sample_weight=None):
         """The loss of ``x`` with its embeddings moved ``epsilon`` along the loss gradient (that direction held
-        constant: ``stop_gradient``, as in the paper)."""
+        constant: ``stop_gradient``, as in the paper). TensorFlow only (``pipeline.runtime.backend`` refuses it
+        elsewhere before anything is built)."""
+        import tensorflow as tf
+
         embed, head = self._parts
         embedded, mask = embed(x, training=True)
         with tf.GradientTape() as tape:

@@ -14,6 +14,7 @@ from pipeline.core.errors import ConfigError
 from pipeline.model.adversarial import AdversarialClassifier
 from pipeline.model.preset_classifier import preset_classifier
 from pipeline.model.transformer import build_model, load_backbone_weights
+from pipeline.runtime.backend import check_training_settings
 from pipeline.text.text_tokenizer import TextTokenizer
 
 
@@ -57,5 +58,6 @@ def assemble_classifier(model_config: ModelConfig, training: TrainingConfig, enc
     if start.backbone is not None:
         loaded = load_backbone_weights(model, start.backbone, start.backbone_source)
     if training.adversarial_epsilon:
+        check_training_settings(training.adversarial_epsilon)
         model = AdversarialClassifier(model, training.adversarial_epsilon)
     return model, loaded

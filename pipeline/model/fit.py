@@ -15,13 +15,13 @@ from typing import Sequence
 import keras
 import mlflow
 import numpy as np
-import tensorflow as tf
 
 from pipeline.config import TrainingConfig
 from pipeline.core.catalog import BACKUP_DIR
 from pipeline.core.errors import ConfigError
 from pipeline.model.optimizers import LazyAdamW
 from pipeline.model.preset_classifier import preset_backbone_of
+from pipeline.runtime.backend import is_out_of_memory, uses_tensorflow
 from pipeline.text.text_tokenizer import TextTokenizer
 from pipeline.tracking import MLflowEpochLogger
 
@@ -34,8 +34,8 @@ class TrainingData:
     val_rows: int
     pseudo_label_rows: int
     pseudo_label_run_id: str | None
-    train: tf.data.Dataset
-    val: tf.data.Dataset
+    train: object  # pipeline.runtime.datasets.make_dataset's: tf.data on TensorFlow, a PyDataset elsewhere
+    val: object
     steps_per_epoch: int
     class_weight: dict[int, float] | None
     tokens_per_epoch: int       # non-padding tokens in one pass over train
@@ -75,7 +75,8 @@ def compile_model(model: keras.Model, training: TrainingConfig, pretrained: bool
     any number of classes: sparse on class indices, categorical on soft targets (a teacher's probabilities; gold
     labels then one-hot).
 
-    ``jit_compile`` stays off: `make bench` measured XLA training steps about 10x slower on this CPU.
+    ``jit_compile`` stays off on TensorFlow (`make bench` measured its XLA training steps slower on a CPU:
+    docs/throughput.md); on JAX a step is always one XLA program (off would run it op by op).
     """
     adamw = LazyAdamW if training.sparse_updates else keras.optimizers.AdamW
     optimizer = adamw(learning_rate=learning_rate_schedule(training, pretrained, steps_per_epoch, epochs),
@@ -84,7 +85,7 @@ def compile_model(model: keras.Model, training: TrainingConfig, pretrained: bool
         loss, accuracy = "categorical_crossentropy", keras.metrics.CategoricalAccuracy(name="accuracy")
     else:
         loss, accuracy = "sparse_categorical_crossentropy", keras.metrics.SparseCategoricalAccuracy(name="accuracy")
-    model.compile(optimizer=optimizer, loss=loss, metrics=[accuracy], jit_compile=False)
+    model.compile(optimizer=optimizer, loss=loss, metrics=[accuracy], jit_compile=not uses_tensorflow())
     return build_optimizer(model)
 
 
@@ -92,7 +93,11 @@ def build_optimizer(model: keras.Model) -> keras.Model:
     """Create a compiled model's optimizer slots now, not inside the first traced step: TensorFlow traces a step
     that creates variables twice (seconds a run, the same numbers). Keras does this itself only under a
     distribution strategy of its own (built under one, ``model`` is left to it)."""
-    own_strategy = tf.distribute.has_strategy() or model.distribute_strategy is not tf.distribute.get_strategy()
+    own_strategy = False
+    if uses_tensorflow():
+        import tensorflow as tf
+
+        own_strategy = tf.distribute.has_strategy() or model.distribute_strategy is not tf.distribute.get_strategy()
     if model.built and not model.optimizer.built and not own_strategy:
         model.optimizer.build(model.trainable_variables)
     return model
@@ -161,9 +166,11 @@ def fit(model: keras.Model, data: TrainingData, training: TrainingConfig, run_di
         frozen = fit_head_first(model, data, training, run_id)
         keras_history = model.fit(data.train, validation_data=data.val, epochs=training.epochs,
                                   initial_epoch=frozen, callbacks=callbacks, class_weight=data.class_weight,
-                                  shuffle=False,  # data.train is shuffled by tf.data
+                                  shuffle=False,  # data.train is shuffled by make_dataset
                                   verbose=1 if os.environ.get("PIPELINE_QUIET") is None else 2)
-    except tf.errors.ResourceExhaustedError:  # the device's memory: the user's setting to change, not a bug
+    except Exception as error:  # the device's memory: the user's setting to change, not a bug
+        if not is_out_of_memory(error):
+            raise
         raise ConfigError(f"out of memory training with training.batch_size={training.batch_size} and "
                           f"tokenizer.max_sequence_length={data.encoder.settings.max_sequence_length}: lower "
                           "training.batch_size (or the sequence length, or use a smaller model.preset)") from None

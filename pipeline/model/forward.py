@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from pipeline.core.predictions import as_class_probabilities
+from pipeline.runtime.backend import keras_backend
 from pipeline.runtime.batching import SCORING_LENGTH_MULTIPLE, batch_width, bucketed_batches
 from pipeline.text.conventions import PAD_ID
 from pipeline.text.text_tokenizer import TextTokenizer
@@ -42,7 +43,11 @@ def compiled_forward(model):
     each new shape compiles once, in well under a second for the default model here.
     """
     forward = _COMPILED.get(model)
-    if forward is None:
+    if forward is None and keras_backend() != "tensorflow":  # Keras compiles predict_on_batch with XLA (jax.jit)
+        reference = weakref.ref(model)
+        forward = lambda ids: reference().predict_on_batch(pack_input(reference(), ids))  # noqa: E731
+        _COMPILED[model] = forward
+    elif forward is None:
         import tensorflow as tf
 
         logging.getLogger("tensorflow").addFilter(_expected_retracing)
@@ -55,9 +60,14 @@ def compiled_forward(model):
 def forward_pass(model, ids):
     """``model(ids, training=False)``, the ids given in the structure the model was built or loaded with: a model
     loaded from a ``.keras`` file expects a list of its one input, and Keras warns at every other call shape."""
+    return model(pack_input(model, ids), training=False)
+
+
+def pack_input(model, ids):
+    """``ids`` in the structure ``model`` was built or loaded with (a list of its one input after a load)."""
     import keras
 
-    return model(keras.tree.pack_sequence_as(model.input, [ids]), training=False)
+    return keras.tree.pack_sequence_as(model.input, [ids])
 
 
 def predict_ids(model, ids: np.ndarray, batch_size: int = 256, compiled: bool | None = None) -> np.ndarray:

@@ -7,19 +7,24 @@ updates only the rows read, as TensorFlow Addons' ``LazyAdam`` did: a row's mome
 the row is used. A row read several times in a batch gets the sum of its gradients, as the dense gradient holds
 (Keras' Adam given the sparse gradient squares each occurrence apart for its second moment). Every dense gradient
 gets Keras' AdamW unchanged.
+
+Off TensorFlow (JAX), a look-up's gradient is dense: there every embedding table (a variable named ``embeddings``)
+gets the same rule as a dense update masked to the rows whose gradient is not zero, the rows a batch read (a row
+read whose gradient sums to exactly zero also stays): the same arithmetic, without the saving in time.
 """
 
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from pipeline.model.transformer import PACKAGE
 
 
-def summed_rows(gradient: tf.IndexedSlices) -> tf.IndexedSlices:
-    """The same gradient with every row index once (the values of a repeated index summed)."""
+def summed_rows(gradient):
+    """The same ``tf.IndexedSlices`` gradient with every row index once (the values of a repeated index summed)."""
+    import tensorflow as tf
+
     rows, position = tf.unique(gradient.indices)
     values = tf.math.unsorted_segment_sum(gradient.values, position, tf.shape(rows)[0])
     return tf.IndexedSlices(values, rows, gradient.dense_shape)
@@ -27,13 +32,22 @@ def summed_rows(gradient: tf.IndexedSlices) -> tf.IndexedSlices:
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class LazyAdamW(keras.optimizers.AdamW):
-    """``keras.optimizers.AdamW`` with lazy updates of variables whose gradient is sparse (TensorFlow backend)."""
+    """``keras.optimizers.AdamW`` with lazy updates of variables whose gradient is sparse (TensorFlow backend), or
+    of embedding tables (any other backend)."""
 
     def _backend_apply_gradients(self, grads, trainable_variables):
-        # decoupled weight decay of a sparse-gradient variable happens row by row in update_step, not for every row
-        self._sparse_keys = {self._var_key(v) for g, v in zip(grads, trainable_variables)
-                             if isinstance(g, tf.IndexedSlices)}
+        # decoupled weight decay of a lazily updated variable happens row by row in update_step, not for every row
+        self._sparse_keys = {self._var_key(v) for g, v in zip(grads, trainable_variables) if self._lazy(g, v)}
         return super()._backend_apply_gradients(grads, trainable_variables)
+
+    @staticmethod
+    def _is_sparse(gradient) -> bool:
+        return type(gradient).__name__ == "IndexedSlices"
+
+    def _lazy(self, gradient, variable) -> bool:
+        if keras.backend.backend() == "tensorflow":
+            return self._is_sparse(gradient)
+        return variable.path.rsplit("/", 1)[-1] == "embeddings" and len(variable.shape) == 2
 
     def _use_weight_decay(self, variable):
         if self._var_key(variable) in getattr(self, "_sparse_keys", ()):
@@ -41,14 +55,20 @@ class LazyAdamW(keras.optimizers.AdamW):
         return super()._use_weight_decay(variable)
 
     def _clip_by_norm(self, values, axes=None):
-        if not isinstance(values, tf.IndexedSlices):
+        if not self._is_sparse(values):
             return super()._clip_by_norm(values, axes)
+        import tensorflow as tf
+
         rows = summed_rows(values)  # the norm of the dense gradient is the norm of its summed rows
         return tf.IndexedSlices(super()._clip_by_norm(rows.values), rows.indices, rows.dense_shape)
 
     def update_step(self, gradient, variable, learning_rate):
-        if not isinstance(gradient, tf.IndexedSlices):
+        if not self._is_sparse(gradient):
+            if self._var_key(variable) in getattr(self, "_sparse_keys", ()):
+                return self._masked_update(gradient, variable, learning_rate)
             return super().update_step(gradient, variable, learning_rate)
+        import tensorflow as tf
+
         rows = summed_rows(gradient)
         index, grad = rows.indices, ops.cast(rows.values, variable.dtype)
         lr = ops.cast(learning_rate, variable.dtype)
@@ -67,3 +87,23 @@ class LazyAdamW(keras.optimizers.AdamW):
         if self.weight_decay and super()._use_weight_decay(variable):  # AdamW's decay, for the rows used
             change = change + tf.gather(variable, index) * ops.cast(self.weight_decay, variable.dtype) * lr
         self.assign_sub(variable, tf.IndexedSlices(change, index, rows.dense_shape))
+
+    def _masked_update(self, gradient, variable, learning_rate):
+        """The lazy rule on a dense gradient: rows whose gradient is zero (not read) keep their weights and moments."""
+        grad = ops.cast(gradient, variable.dtype)
+        used = ops.any(ops.not_equal(grad, 0), axis=-1, keepdims=True)
+        lr = ops.cast(learning_rate, variable.dtype)
+        step = ops.cast(self.iterations + 1, variable.dtype)
+        beta_1, beta_2 = ops.cast(self.beta_1, variable.dtype), ops.cast(self.beta_2, variable.dtype)
+        alpha = lr * ops.sqrt(1 - ops.power(beta_2, step)) / (1 - ops.power(beta_1, step))
+        m = self._momentums[self._get_variable_index(variable)]
+        v = self._velocities[self._get_variable_index(variable)]
+        m_value, v_value = m.value, v.value
+        new_m = ops.where(used, m_value + (grad - m_value) * (1 - beta_1), m_value)
+        new_v = ops.where(used, v_value + (ops.square(grad) - v_value) * (1 - beta_2), v_value)
+        self.assign(m, new_m)
+        self.assign(v, new_v)
+        change = new_m * alpha / (ops.sqrt(new_v) + self.epsilon)
+        if self.weight_decay and super()._use_weight_decay(variable):  # AdamW's decay, for the rows used
+            change = change + variable.value * ops.cast(self.weight_decay, variable.dtype) * lr
+        self.assign_sub(variable, ops.where(used, change, ops.zeros_like(change)))

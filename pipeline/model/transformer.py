@@ -87,23 +87,51 @@ POOLING_LAYERS = {"first_token": FirstTokenPooling, "mean": MaskedMeanPooling}
 NGRAM_HASH_MULTIPLIERS = (1_000_003, 998_244_353, 1_000_000_007, 754_974_721, 167_772_161, 469_762_049, 1_004_535_809)
 
 
+MAX_NGRAM_BUCKETS = 2**28  # the int32-safe hash below needs 4 * buckets <= 2^31 with one bit of headroom
+
+
+def multiply_mod(values, multiplier: int, buckets: int):
+    """``(values * multiplier) % buckets`` for int32 ``values`` in ``[0, buckets)``, in int32 without overflow on any
+    backend (Keras runs int64 as int32 under JAX and torch): the multiplier's base-``2^c`` digits, most significant
+    first, by Horner's rule, reduced after every step; ``c`` keeps each step's sum below ``2^31``."""
+    multiplier %= buckets
+    shift = 30 - buckets.bit_length()
+    digit_mask = (1 << shift) - 1
+    digits = []
+    while True:
+        digits.append(multiplier & digit_mask)
+        multiplier >>= shift
+        if not multiplier:
+            break
+    result = None
+    for digit in reversed(digits):  # result < buckets and values * digit < buckets * 2^shift: the sum < 2^31
+        term = values * digit
+        result = term if result is None else result * (1 << shift) + term
+        result = ops.mod(result, buckets)
+    return result
+
+
 def hashed_ngram_ids(token_ids, ngram_max: int, buckets: int):
     """``[batch, ngram_max - 1, length]`` bucket ids: entry ``n - 2`` at position ``i`` is the hash of the n-gram
     of token ids ending at ``i`` (``i - n + 1 .. i``; before the start counts as ``[PAD]``).
 
-    A polynomial hash per n, reduced modulo ``buckets`` after every step (int64, so nothing overflows), with
-    the n folded in so a bigram and a trigram of the same ids rarely share a bucket. Pure: the same ids give
-    the same buckets on every machine and in every client, so nothing but the token ids travels with a model.
+    A polynomial hash per n, ``h_n = (h_{n-1} * M_n + t_{i-n+1} + n) mod buckets`` with ``h_1 = t_i``, the n folded
+    in so a bigram and a trigram of the same ids rarely share a bucket. Computed in int32 and reduced after every
+    product (:func:`multiply_mod`), so it is the same integer on every backend and for every bucket count: a model
+    trained under one Keras backend reads the same n-grams under another. Pure: nothing but the token ids travels
+    with a model.
     """
-    ids = ops.cast(token_ids, "int64")
+    if not 2 <= buckets <= MAX_NGRAM_BUCKETS:
+        raise ValueError(f"the n-gram hash takes 2 to {MAX_NGRAM_BUCKETS:,} buckets, got {buckets:,}")
+    ids = ops.cast(token_ids, "int32")
     length = ops.shape(ids)[1]
     padded = ops.pad(ids, [[0, 0], [ngram_max - 1, 0]], constant_values=PAD_ID)
-    hashes, ngrams = ids, []  # the hash of the 1-gram ending at i: the token itself
+    hashes, ngrams = ops.mod(ids, buckets), []  # the 1-gram ending at i: the token itself (t_i mod buckets)
     for back in range(1, ngram_max):  # back = 1: the token before i, 2: the one before that, ...
         shifted = padded[:, ngram_max - 1 - back: ngram_max - 1 - back + length]
         n = back + 1
         multiplier = NGRAM_HASH_MULTIPLIERS[(n - 2) % len(NGRAM_HASH_MULTIPLIERS)]
-        hashes = ops.mod(hashes * (multiplier % buckets) + shifted + n, buckets)
+        hashes = ops.mod(multiply_mod(hashes, multiplier, buckets) + ops.mod(shifted, buckets) + n, buckets)
         ngrams.append(hashes)
     return ops.stack(ngrams, axis=1)
 
@@ -125,8 +153,8 @@ class HashedNgramEmbedding(keras.layers.Layer):
         super().__init__(**kwargs)
         if ngram_max < 2:
             raise ValueError(f"HashedNgramEmbedding needs ngram_max >= 2, got {ngram_max}")
-        if buckets < 2:
-            raise ValueError(f"HashedNgramEmbedding needs at least 2 buckets, got {buckets}")
+        if not 2 <= buckets <= MAX_NGRAM_BUCKETS:
+            raise ValueError(f"HashedNgramEmbedding needs 2 to {MAX_NGRAM_BUCKETS:,} buckets, got {buckets:,}")
         self.ngram_max, self.buckets, self.output_dim = ngram_max, buckets, output_dim
         self.dropout, self.pad_id = dropout, pad_id
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)

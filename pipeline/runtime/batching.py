@@ -26,6 +26,17 @@ def batch_width(longest: int, multiple: int, limit: int) -> int:
     return int(min(limit, max(1, -(-int(longest) // multiple) * multiple)))
 
 
+def xla_widths(limit: int, multiple: int, count: int = 4) -> tuple[int, ...]:
+    """The few batch widths a backend that compiles every input shape (JAX's XLA) is given: ``limit``, its half, its
+    quarter, ... (``count`` of them, each a multiple of ``multiple``), so a fit compiles at most ``count`` steps."""
+    return tuple(sorted({batch_width(-(-limit // 2**k), multiple, limit) for k in range(count)}))
+
+
+def fixed_width(longest: int, widths: tuple[int, ...]) -> int:
+    """The narrowest of ``widths`` that holds ``longest`` tokens (the widest when none does)."""
+    return next((width for width in widths if width >= longest), widths[-1])
+
+
 def bucketed_batches(lengths: np.ndarray, batch_size: int, seed: int | None,
                      window_batches: int = 50) -> list[np.ndarray]:
     """Row indices of each batch; every row appears exactly once.

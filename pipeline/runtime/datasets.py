@@ -1,4 +1,6 @@
-"""The classifier's ``tf.data`` input: length-bucketed batches of token ids (``pipeline.runtime.batching``).
+"""The classifier's input: length-bucketed batches of token ids (``pipeline.runtime.batching``), as a ``tf.data``
+pipeline on TensorFlow and as a ``keras.utils.PyDataset`` of NumPy batches on any other Keras backend, which
+compiles every input shape: there batches take a few fixed widths (``xla_widths``).
 
 Used by training (``pipeline.stages.train.fit_and_log``), the tuning study and the benchmarks; nothing here reads a file.
 """
@@ -7,17 +9,19 @@ from __future__ import annotations
 
 import itertools
 
+import keras
 import numpy as np
-import tensorflow as tf
 
+from pipeline.runtime.backend import uses_tensorflow
 from pipeline.runtime.batching import (
     TRAINING_LENGTH_MULTIPLE,
     batch_width,
     bucketed_batches,
+    fixed_width,
     padding_fraction,
     worker_share,
+    xla_widths,
 )
-from pipeline.runtime.hardware import already_sharded
 from pipeline.text.conventions import PAD_ID
 
 
@@ -33,7 +37,7 @@ def subsample(rows: int, size: int, seed: int) -> np.ndarray:
 
 
 def make_dataset(ids: np.ndarray, labels: np.ndarray, batch_size: int, shuffle_seed: int | None = None,
-                 length_multiple: int = TRAINING_LENGTH_MULTIPLE, shard: tuple[int, int] = (0, 1)) -> tf.data.Dataset:
+                 length_multiple: int = TRAINING_LENGTH_MULTIPLE, shard: tuple[int, int] = (0, 1)):
     """Length-bucketed ``(ids, class index)`` batches, each trimmed to its own width (``pipeline.runtime.batching``).
 
     With ``shuffle_seed`` every epoch draws a new order (seed, seed + 1, ...); without, rows are
@@ -45,6 +49,14 @@ def make_dataset(ids: np.ndarray, labels: np.ndarray, batch_size: int, shuffle_s
     index, count = shard
     ids, labels = np.asarray(ids), np.asarray(labels)
     labels = labels.astype(np.float32 if labels.ndim == 2 else np.int32)  # soft targets, or class indices
+    if not uses_tensorflow():
+        if count > 1:
+            raise ValueError("sharded input is TensorFlow's multi-worker training only")
+        return BucketedBatches(ids, labels, batch_size, shuffle_seed, xla_widths(ids.shape[1], length_multiple))
+    import tensorflow as tf
+
+    from pipeline.runtime.hardware import already_sharded
+
     lengths = (ids != PAD_ID).sum(axis=1)
     epochs = itertools.count()
 
@@ -70,3 +82,33 @@ def padding_fractions(ids: np.ndarray, batch_size: int, seed: int, length_multip
     return {"padding_fraction_full_width": padding_fraction(lengths, [np.arange(len(lengths))], width, width),
             "padding_fraction": padding_fraction(lengths, bucketed_batches(lengths, batch_size, seed),
                                                  length_multiple, width)}
+
+
+class BucketedBatches(keras.utils.PyDataset):
+    """``make_dataset``'s batches for a backend other than TensorFlow: the same length-bucketed rows, in NumPy,
+    each batch trimmed to the narrowest of ``widths`` that holds it; with ``shuffle_seed`` a new order every epoch
+    (seed, seed + 1, ...), as the ``tf.data`` pipeline draws."""
+
+    def __init__(self, ids: np.ndarray, labels: np.ndarray, batch_size: int, shuffle_seed: int | None,
+                 widths: tuple[int, ...]):
+        super().__init__()
+        self.ids, self.labels, self.batch_size = ids, labels, batch_size
+        self.shuffle_seed, self.widths, self.epoch = shuffle_seed, widths, 0
+        self.lengths = (ids != PAD_ID).sum(axis=1)
+        self.batches = self._draw()
+
+    def _draw(self) -> list[np.ndarray]:
+        seed = None if self.shuffle_seed is None else self.shuffle_seed + self.epoch
+        return bucketed_batches(self.lengths, self.batch_size, seed)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, index: int):
+        rows = self.batches[index]
+        width = fixed_width(int(self.lengths[rows].max()), self.widths)
+        return self.ids[rows, :width], self.labels[rows]
+
+    def on_epoch_end(self) -> None:
+        self.epoch += 1
+        self.batches = self._draw()

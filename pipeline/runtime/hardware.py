@@ -195,6 +195,10 @@ def require_verified_keras() -> None:
 
 def in_multi_worker_mode(strategy) -> bool:
     """Whether ``strategy`` is a MultiWorkerMirroredStrategy over a cluster of more than one task."""
+    from pipeline.runtime.backend import uses_tensorflow
+
+    if not uses_tensorflow():  # nothing else runs under a tf.distribute strategy
+        return False
     import tensorflow as tf
 
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):

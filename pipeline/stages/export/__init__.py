@@ -36,6 +36,10 @@ def run(config: Config, model_uri: str | None = None, check_rows: int | None = D
     from pipeline.stages.ingest.outputs import read_split
     from pipeline.tracking import champion_uri, setup_tracking
 
+    from pipeline.runtime.backend import require_tensorflow
+
+    require_tensorflow("make export (a TensorFlow SavedModel)", "export on the default backend (a model trained on "
+                       "any backend loads there)")
     if check_rows is not None and check_rows < 0:
         raise ConfigError(f"--check-rows must be 0 or more (the test reviews to check), got {check_rows}")
     started = time.perf_counter()

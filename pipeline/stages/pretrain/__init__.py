@@ -13,6 +13,7 @@ from pipeline.config import Config
 
 def run(config: Config, force: bool = False) -> Path:
     from pipeline.stages.pretrain.masked_lm import pretrain
+
     return pretrain(config, force=force)
 
 

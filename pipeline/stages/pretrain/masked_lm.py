@@ -56,6 +56,7 @@ from pipeline.core.files import (
     write_manifest,
 )
 from pipeline.model.fit import build_optimizer
+from pipeline.runtime.backend import require_tensorflow
 from pipeline.runtime.hardware import any_worker, choose_hardware, cluster_from_env, multi_worker_fit, worker_role
 from pipeline.stages.pretrain.masking import masked_lm_dataset
 from pipeline.stages.pretrain.outputs import save_backbone
@@ -300,6 +301,8 @@ def pretrain(config: Config, force: bool = False, extra_callbacks: Sequence = ()
                                                        [BACKBONE_WEIGHTS_FILE, BACKBONE_SPEC_FILE]):
         print(f"pretrain: up to date, nothing to do ({out_dir}/, MLflow run {read_manifest(out_dir)['mlflow_run_id']})")
         return out_dir
+    require_tensorflow("masked-LM pretraining (make pretrain, or model.init=pretrained without its output)",
+                       "pretrain on the default backend (its backbone then trains on any backend)")
     # the strategy first: a cluster's collective ops must be set up before TensorFlow starts
     strategy, policy, device = choose_hardware(config.pretrain.precision, config.model.hidden_dim)
     encoder = maskable_encoder(tokenize_dir)

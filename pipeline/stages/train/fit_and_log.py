@@ -26,7 +26,6 @@ from typing import Iterator, Sequence
 import keras
 import mlflow
 import numpy as np
-import tensorflow as tf
 
 from pipeline.config import Config, TrainingConfig
 from pipeline.core.catalog import (
@@ -58,6 +57,13 @@ from pipeline.model.adversarial import classifier_of
 from pipeline.model.assembly import Device, StartingWeights, assemble_classifier, uses_preset
 from pipeline.model.classifiers import SentimentClassifier
 from pipeline.model.fit import FitResult, TrainingData, balanced_class_weights, compile_model, fit
+from pipeline.runtime.backend import (
+    check_training_settings,
+    choose_jax_hardware,
+    device_names,
+    keras_backend,
+    uses_tensorflow,
+)
 from pipeline.runtime.datasets import make_dataset, padding_fractions, subsample
 from pipeline.runtime.hardware import choose_hardware, cluster_from_env, multi_worker_fit, worker_role
 from pipeline.stages.ingest.outputs import read_split, split_path
@@ -135,7 +141,7 @@ def kept_train_rows(training: TrainingConfig, train_rows: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Hardware:
-    strategy: tf.distribute.Strategy
+    strategy: object            # a tf.distribute.Strategy, or pipeline.runtime.backend.OneProgram off TensorFlow
     policy: str                 # Keras dtype policy
     device: str                 # what is used, for people
     devices: tuple[str, ...]    # every device TensorFlow sees
@@ -167,10 +173,13 @@ def prepare_run_directory(run_dir: Path, force: bool) -> None:
 def prepare_hardware(config: Config) -> Hardware:
     """Seed everything, pick the strategy and dtype policy, and say what was picked."""
     keras.utils.set_random_seed(config.training.seed)
-    strategy, policy, device = choose_hardware(config.training.precision, config.model.hidden_dim)
+    if uses_tensorflow():
+        strategy, policy, device = choose_hardware(config.training.precision, config.model.hidden_dim)
+    else:
+        strategy, policy, device = choose_jax_hardware(config.training.precision)
     keras.mixed_precision.set_global_policy(policy)
-    devices = tuple(d.name.replace("/physical_device:", "") for d in tf.config.list_logical_devices())
-    print(f"train: devices {list(devices)}; using {device}, precision {policy}")
+    devices = device_names()
+    print(f"train: Keras backend {keras_backend()}; devices {list(devices)}; using {device}, precision {policy}")
     return Hardware(strategy, policy, device, devices)
 
 
@@ -281,7 +290,7 @@ def log_run_inputs(config: Config, data: TrainingData, hardware: Hardware, model
                        "parameters": model.count_params()})
     mlflow.log_metrics(data.padding)
     mlflow.set_tags(standard_tags(config.model, config_hash, STAGE, model_kind="transformer", device=hardware.device,
-                                  precision=hardware.policy,
+                                  precision=hardware.policy, keras_backend=keras_backend(),
                                   devices=",".join(hardware.devices),
                                   tokenize_manifest=inputs["tokenize_manifest_sha256"][:16],
                                   ingest_manifest=read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"][:16]))
@@ -337,6 +346,7 @@ def train_model(config: Config, force: bool = False,
     the pseudo labels are made first (``pipeline.stages.pseudo_label.teacher.with_pseudo_labels``); the run's config is then the
     one it trained with."""
     started = time.perf_counter()
+    check_training_settings(config.training.adversarial_epsilon)
     tokenize_dir = require_output(config, "tokenize")
     require_output(config, "ingest")  # its splits are logged as the run's datasets
     cluster = cluster_from_env()
