@@ -35,23 +35,27 @@ class Device:
     policy: str
 
 
-def uses_preset(model_config: ModelConfig, encoder: TextTokenizer) -> bool:
+def uses_preset(model_config: ModelConfig, text_tokenizer: TextTokenizer) -> bool:
     """Whether the classifier is a preset's backbone: configured, or the ids were made by a preset's tokenizer."""
-    return model_config.preset is not None or encoder.preset is not None
+    return model_config.preset is not None or text_tokenizer.preset is not None
 
 
-def assemble_classifier(model_config: ModelConfig, training: TrainingConfig, encoder: TextTokenizer, num_classes: int,
+def assemble_classifier(model_config: ModelConfig, training: TrainingConfig, text_tokenizer: TextTokenizer,
+                        num_classes: int,
                         device: Device, start: StartingWeights = StartingWeights()):
     """The uncompiled classifier; ``(model, names of the backbone layers loaded)``.
 
     Call it inside the distribution strategy's scope. A preset with ``training.adversarial_epsilon`` is refused
     (the perturbation is of the pipeline's own embeddings)."""
-    if uses_preset(model_config, encoder):
+    if uses_preset(model_config, text_tokenizer):
         if training.adversarial_epsilon:
             raise ConfigError("training.adversarial_epsilon perturbs the pipeline's own encoder's embeddings, not "
                               f"a preset's (model.preset {model_config.preset}); set training.adversarial_epsilon=0")
-        return preset_classifier(model_config, encoder, num_classes, on_cpu=device.on_cpu, dtype=device.policy), []
-    model = build_model(model_config, encoder.vocabulary_size, encoder.settings.max_sequence_length, num_classes)
+        classifier = preset_classifier(model_config, text_tokenizer, num_classes, on_cpu=device.on_cpu,
+                                       dtype=device.policy)
+        return classifier, []
+    model = build_model(model_config, text_tokenizer.vocabulary_size, text_tokenizer.settings.max_sequence_length,
+                        num_classes)
     if start.token_vectors is not None:
         model.get_layer("token_embedding").embeddings.assign(start.token_vectors)
     loaded = []

@@ -106,7 +106,7 @@ def _checksum(path: Path) -> str:
 
 
 def _load_parts(keras_model: Path, tokenizer: Path):
-    """The encoder, labels and Keras model of a model folder, loaded once per process and per content.
+    """The text tokenizer, labels and Keras model of a model folder, loaded once per process and per content.
 
     Keyed on the files' checksums, not their paths: ``mlflow.pyfunc.load_model`` copies a logged model
     into a new temporary folder on every call. Spark's Python workers (``mlflow.pyfunc.spark_udf``
@@ -220,7 +220,7 @@ class SentimentClassifier(PipelineModel):
 
     def _load(self, artifacts) -> None:
         self.settings = read_model_settings(artifacts)
-        self.encoder, self.labels, self.model = _load_parts(Path(artifacts[ARTIFACT_KERAS_MODEL]),
+        self.text_tokenizer, self.labels, self.model = _load_parts(Path(artifacts[ARTIFACT_KERAS_MODEL]),
                                                             Path(artifacts[ARTIFACT_TOKENIZER]))
 
     @property
@@ -232,8 +232,8 @@ class SentimentClassifier(PipelineModel):
         """The texts' ids; when it :attr:`reads_windows`, (ids, owner): each text's row and the windows of those
         longer than the limit (``WordPieceTextTokenizer.encode_windows``)."""
         if self.reads_windows:
-            return self.encoder.encode_windows(list(texts))
-        return self.encoder.encode(list(texts))
+            return self.text_tokenizer.encode_windows(list(texts))
+        return self.text_tokenizer.encode(list(texts))
 
     def score(self, prepared) -> np.ndarray:
         if isinstance(prepared, tuple):  # a text's windows pooled with its own row

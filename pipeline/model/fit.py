@@ -19,7 +19,7 @@ import numpy as np
 from pipeline.config import TrainingConfig
 from pipeline.core.catalog import BACKUP_DIR
 from pipeline.core.errors import ConfigError
-from pipeline.model.optimizers import LazyAdamW
+from pipeline.model.optimizers import LazyAdamW, lookup_tables
 from pipeline.model.preset_classifier import preset_backbone_of
 from pipeline.runtime.backend import is_out_of_memory, uses_tensorflow
 from pipeline.text.text_tokenizer import TextTokenizer
@@ -28,7 +28,7 @@ from pipeline.tracking import MLflowEpochLogger
 
 @dataclass(frozen=True)
 class TrainingData:
-    encoder: TextTokenizer
+    text_tokenizer: TextTokenizer
     labels: list[str]
     train_rows: int             # including pseudo-labelled rows
     val_rows: int
@@ -85,6 +85,8 @@ def compile_model(model: keras.Model, training: TrainingConfig, pretrained: bool
         loss, accuracy = "categorical_crossentropy", keras.metrics.CategoricalAccuracy(name="accuracy")
     else:
         loss, accuracy = "sparse_categorical_crossentropy", keras.metrics.SparseCategoricalAccuracy(name="accuracy")
+    if isinstance(optimizer, LazyAdamW):
+        optimizer.lookup_tables = lookup_tables(model)
     model.compile(optimizer=optimizer, loss=loss, metrics=[accuracy], jit_compile=not uses_tensorflow())
     return build_optimizer(model)
 
@@ -172,7 +174,7 @@ def fit(model: keras.Model, data: TrainingData, training: TrainingConfig, run_di
         if not is_out_of_memory(error):
             raise
         raise ConfigError(f"out of memory training with training.batch_size={training.batch_size} and "
-                          f"tokenizer.max_sequence_length={data.encoder.settings.max_sequence_length}: lower "
+                          f"tokenizer.max_sequence_length={data.text_tokenizer.settings.max_sequence_length}: lower "
                           "training.batch_size (or the sequence length, or use a smaller model.preset)") from None
     train_seconds = time.perf_counter() - fit_started
     val_loss, val_accuracy = model.evaluate(data.val, verbose=0)

@@ -35,7 +35,8 @@ def _expected_retracing(record: logging.LogRecord) -> bool:
 
 
 def compiled_forward(model):
-    """``model(ids, training=False)`` compiled with XLA, one executable per input shape, cached per model.
+    """``model(ids, training=False)`` compiled with XLA, one executable per input shape, cached per model: a
+    ``tf.function`` on TensorFlow, Keras' own jitted ``predict_on_batch`` on JAX.
 
     Eager calls pay Python and op-dispatch overhead on every batch, and XLA fuses the
     element-wise work (layer norms, GELU, softmax) that dominates a small encoder. Callers keep
@@ -106,5 +107,6 @@ def predict_ids(model, ids: np.ndarray, batch_size: int = 256, compiled: bool | 
     return probabilities
 
 
-def predict_probabilities(model, encoder: TextTokenizer, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
-    return predict_ids(model, encoder.encode(list(texts)), batch_size)
+def predict_probabilities(model, text_tokenizer: TextTokenizer, texts: Sequence[str], batch_size: int = 256
+                          ) -> np.ndarray:
+    return predict_ids(model, text_tokenizer.encode(list(texts)), batch_size)

@@ -8,9 +8,10 @@ the row is used. A row read several times in a batch gets the sum of its gradien
 (Keras' Adam given the sparse gradient squares each occurrence apart for its second moment). Every dense gradient
 gets Keras' AdamW unchanged.
 
-Off TensorFlow (JAX), a look-up's gradient is dense: there every embedding table (a variable named ``embeddings``)
-gets the same rule as a dense update masked to the rows whose gradient is not zero, the rows a batch read (a row
-read whose gradient sums to exactly zero also stays): the same arithmetic, without the saving in time.
+Off TensorFlow (JAX), a look-up's gradient is dense: there the tables TensorFlow gets sparse gradients for (those of
+``keras.layers.Embedding`` layers, :func:`lookup_tables`; not position embeddings, which are sliced) get the same
+rule as a dense update masked to the rows whose gradient is not zero, the rows a batch read (a row read whose
+gradient sums to exactly zero also stays): the same arithmetic, without the saving in time.
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ def summed_rows(gradient):
     return tf.IndexedSlices(values, rows, gradient.dense_shape)
 
 
+def lookup_tables(model) -> frozenset[str]:
+    """The paths of ``model``'s look-up tables: the variables of its ``keras.layers.Embedding`` layers (KerasHub's
+    token embeddings included), whose gradient TensorFlow hands the optimizer as ``tf.IndexedSlices``."""
+    return frozenset(variable.path for layer in model._flatten_layers() if isinstance(layer, keras.layers.Embedding)
+                     for variable in layer.trainable_variables)
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class LazyAdamW(keras.optimizers.AdamW):
     """``keras.optimizers.AdamW`` with lazy updates of variables whose gradient is sparse (TensorFlow backend), or
@@ -47,7 +55,9 @@ class LazyAdamW(keras.optimizers.AdamW):
     def _lazy(self, gradient, variable) -> bool:
         if keras.backend.backend() == "tensorflow":
             return self._is_sparse(gradient)
-        return variable.path.rsplit("/", 1)[-1] == "embeddings" and len(variable.shape) == 2
+        return variable.path in self.lookup_tables
+
+    lookup_tables: frozenset[str] = frozenset()  # off TensorFlow: paths of the variables updated lazily
 
     def _use_weight_decay(self, variable):
         if self._var_key(variable) in getattr(self, "_sparse_keys", ()):
@@ -71,39 +81,34 @@ class LazyAdamW(keras.optimizers.AdamW):
 
         rows = summed_rows(gradient)
         index, grad = rows.indices, ops.cast(rows.values, variable.dtype)
-        lr = ops.cast(learning_rate, variable.dtype)
-        step = ops.cast(self.iterations + 1, variable.dtype)
-        beta_1, beta_2 = ops.cast(self.beta_1, variable.dtype), ops.cast(self.beta_2, variable.dtype)
-        alpha = lr * ops.sqrt(1 - ops.power(beta_2, step)) / (1 - ops.power(beta_1, step))
         m = self._momentums[self._get_variable_index(variable)]
         v = self._velocities[self._get_variable_index(variable)]
-        m_rows = tf.gather(m.value, index)
-        v_rows = tf.gather(v.value, index)
-        m_rows = m_rows + (grad - m_rows) * (1 - beta_1)
-        v_rows = v_rows + (ops.square(grad) - v_rows) * (1 - beta_2)
+        m_rows, v_rows, change = self._lazy_rule(variable, learning_rate, grad, tf.gather(m.value, index),
+                                                 tf.gather(v.value, index), tf.gather(variable, index))
         self.assign(m, tf.IndexedSlices(m_rows, index, rows.dense_shape))
         self.assign(v, tf.IndexedSlices(v_rows, index, rows.dense_shape))
-        change = m_rows * alpha / (ops.sqrt(v_rows) + self.epsilon)
-        if self.weight_decay and super()._use_weight_decay(variable):  # AdamW's decay, for the rows used
-            change = change + tf.gather(variable, index) * ops.cast(self.weight_decay, variable.dtype) * lr
         self.assign_sub(variable, tf.IndexedSlices(change, index, rows.dense_shape))
 
     def _masked_update(self, gradient, variable, learning_rate):
         """The lazy rule on a dense gradient: rows whose gradient is zero (not read) keep their weights and moments."""
         grad = ops.cast(gradient, variable.dtype)
         used = ops.any(ops.not_equal(grad, 0), axis=-1, keepdims=True)
+        m = self._momentums[self._get_variable_index(variable)]
+        v = self._velocities[self._get_variable_index(variable)]
+        new_m, new_v, change = self._lazy_rule(variable, learning_rate, grad, m.value, v.value, variable.value)
+        self.assign(m, ops.where(used, new_m, m.value))
+        self.assign(v, ops.where(used, new_v, v.value))
+        self.assign_sub(variable, ops.where(used, change, ops.zeros_like(change)))
+
+    def _lazy_rule(self, variable, learning_rate, grad, m_rows, v_rows, weights):
+        """Adam's moments and AdamW's change for the rows given (their gradient, moments and weights)."""
         lr = ops.cast(learning_rate, variable.dtype)
         step = ops.cast(self.iterations + 1, variable.dtype)
         beta_1, beta_2 = ops.cast(self.beta_1, variable.dtype), ops.cast(self.beta_2, variable.dtype)
         alpha = lr * ops.sqrt(1 - ops.power(beta_2, step)) / (1 - ops.power(beta_1, step))
-        m = self._momentums[self._get_variable_index(variable)]
-        v = self._velocities[self._get_variable_index(variable)]
-        m_value, v_value = m.value, v.value
-        new_m = ops.where(used, m_value + (grad - m_value) * (1 - beta_1), m_value)
-        new_v = ops.where(used, v_value + (ops.square(grad) - v_value) * (1 - beta_2), v_value)
-        self.assign(m, new_m)
-        self.assign(v, new_v)
-        change = new_m * alpha / (ops.sqrt(new_v) + self.epsilon)
+        m_rows = m_rows + (grad - m_rows) * (1 - beta_1)
+        v_rows = v_rows + (ops.square(grad) - v_rows) * (1 - beta_2)
+        change = m_rows * alpha / (ops.sqrt(v_rows) + self.epsilon)
         if self.weight_decay and super()._use_weight_decay(variable):  # AdamW's decay, for the rows used
-            change = change + variable.value * ops.cast(self.weight_decay, variable.dtype) * lr
-        self.assign_sub(variable, ops.where(used, change, ops.zeros_like(change)))
+            change = change + weights * ops.cast(self.weight_decay, variable.dtype) * lr
+        return m_rows, v_rows, change

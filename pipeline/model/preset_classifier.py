@@ -74,14 +74,15 @@ def preset_backbone_of(model):
     return next((layer for layer in model.layers if isinstance(layer, keras_hub.models.Backbone)), None)
 
 
-def preset_classifier(model_config: ModelConfig, encoder, num_classes: int, on_cpu: bool, dtype: str | None = None):
-    """The classifier on ``model.preset``'s pretrained backbone, for the tokenization ``encoder`` made.
+def preset_classifier(model_config: ModelConfig, text_tokenizer, num_classes: int, on_cpu: bool,
+                      dtype: str | None = None):
+    """The classifier on ``model.preset``'s pretrained backbone, for the ids ``text_tokenizer`` made.
 
     Refused: ids from another tokenizer than the preset's, and on a CPU a backbone larger than
     ``model.preset_max_parameters_on_cpu`` (hours per epoch there; a GPU, a smaller preset or a higher limit).
     """
     preset = model_config.preset
-    made_by = encoder.preset
+    made_by = text_tokenizer.preset
     if made_by != preset:
         raise InputError(f"the tokenized data was made with {'preset ' + repr(made_by) if made_by else 'the pipeline'}"
                          f"'s tokenizer, not model.preset {preset!r}'s: rerun `make tokenize` with this config")

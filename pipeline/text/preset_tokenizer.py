@@ -79,7 +79,7 @@ def preset_text_tokenizer(preset: str, settings, backbone) -> "PresetTextTokeniz
 class PresetTextTokenizer:
     """Raw text -> the preset tokenizer's ids, start token first, end token after the kept ones, padded.
 
-    A :class:`pipeline.text.text_tokenizer.TextTokenizer`, as the pipeline's own WordPiece encoder is, so training,
+    A :class:`pipeline.text.text_tokenizer.TextTokenizer`, as the pipeline's own WordPiece tokenizer is, so training,
     evaluation and every scorer take either.
     """
 

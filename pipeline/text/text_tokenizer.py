@@ -50,7 +50,7 @@ class TextTokenizer(Protocol):
 
 
 def load_text_tokenizer(directory: str | Path) -> TextTokenizer:
-    """The text encoder saved in ``directory``: the pipeline's own WordPiece encoder, or a pretrained preset's
+    """The text tokenizer saved in ``directory``: the pipeline's own WordPiece tokenizer, or a pretrained preset's
     tokenizer, whichever the tokenize stage wrote."""
     settings_path = Path(directory) / TOKENIZER_SETTINGS_FILE
     if settings_path.is_file():

@@ -206,7 +206,7 @@ class WordPieceTextTokenizer:
             vocab=reachable, suffix_indicator="##", unknown_token="[UNK]", token_out_type=tf.int32,
             no_pretokenization=False, support_detokenization=False,
         )
-        # each tokenizer as one tf.function, traced once per encoder (any batch size): a ``tf.data`` map would
+        # each tokenizer as one tf.function, traced once per tokenizer (any batch size): a ``tf.data`` map would
         # trace it again on every call, which costs more than a chunked reader's (make score) tokenizing
         spec = [tf.TensorSpec([None], tf.string)]
         self._tokenize = tf.function(self.tokenizer, input_signature=spec)
@@ -359,7 +359,7 @@ class WordPieceTextTokenizer:
 
     @classmethod
     def load(cls, directory: str | Path) -> "WordPieceTextTokenizer":
-        """Load a saved encoder; a vocabulary edited or truncated since saving is an error."""
+        """Load a saved tokenizer; a vocabulary edited or truncated since saving is an error."""
         directory = Path(directory)
         settings_path, vocabulary_path = directory / TOKENIZER_SETTINGS_FILE, directory / VOCABULARY_FILE
         for path in (settings_path, vocabulary_path):

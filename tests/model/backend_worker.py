@@ -9,6 +9,8 @@ sub-folder of ``FOLDER``, named as the command.
 - ``train FOLDER``: the tests' tiny own encoder (2-3-grams in a 97-row table) after one training step on
   ``FOLDER/ids.npy`` and ``labels.npy``, saved as ``model.keras`` with its probabilities (``probabilities.npy``) and
   the step's loss and weight change (``step.json``).
+- ``lazy-step FOLDER``: ``FOLDER/model.keras`` after one ``LazyAdamW`` step on ``ids.npy`` and ``labels.npy``
+  (``weights.npz``, by variable path) and its probabilities then (``probabilities.npy``).
 - ``train-preset FOLDER``: the same step for a classifier on the KerasHub preset in ``FOLDER/preset`` (``step.json``).
 """
 
@@ -39,6 +41,21 @@ def one_step(model, ids: np.ndarray, labels: np.ndarray) -> dict:
     return {"backend": keras.backend.backend(), "loss": loss, "weight_change": moved}
 
 
+def lazy_step(model, ids: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
+    """One step of the train stage's optimizer (lazy embedding rows, weight decay, clipping): the weights after it."""
+    import keras
+
+    from pipeline.model.optimizers import LazyAdamW, lookup_tables
+
+    optimizer = LazyAdamW(learning_rate=1e-2, weight_decay=0.05, clipnorm=1.0)
+    optimizer.lookup_tables = lookup_tables(model)
+    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy",
+                  jit_compile=keras.backend.backend() != "tensorflow")
+    model.train_on_batch(ids, labels)
+    return {variable.path: np.array(variable.numpy() if hasattr(variable, "numpy") else variable.value)
+            for variable in model.trainable_variables}
+
+
 def main(command: str, folder: Path) -> None:
     import keras
 
@@ -59,6 +76,10 @@ def main(command: str, folder: Path) -> None:
         model.save(folder / "model.keras")
         np.save(folder / "probabilities.npy", np.asarray(model.predict(ids, verbose=0)))
         (folder / "step.json").write_text(json.dumps(step))
+    elif command == "lazy-step":
+        model = keras.saving.load_model(folder / "model.keras")
+        np.savez(folder / "weights.npz", **lazy_step(model, ids, np.load(folder / "labels.npy")))
+        np.save(folder / "probabilities.npy", np.asarray(model.predict(ids, verbose=0)))
     elif command == "train-preset":
         from pipeline.config import ModelConfig
         from pipeline.model.preset_classifier import build_preset_model, load_preset_backbone

@@ -102,7 +102,7 @@ def test_the_same_model_files_in_another_folder_load_once(tmp_path):
     shutil.copytree(LEGACY, copy)
     first = SentimentClassifier.from_paths(LEGACY / "model.keras", LEGACY / "tokenizer")
     second = SentimentClassifier.from_paths(copy / "model.keras", copy / "tokenizer")
-    assert second.model is first.model and second.encoder is first.encoder
+    assert second.model is first.model and second.text_tokenizer is first.text_tokenizer
     (copy / "tokenizer" / "labels.json").write_text(json.dumps({"labels": ["bad", "good"]}))
     third = SentimentClassifier.from_paths(copy / "model.keras", copy / "tokenizer")
     assert third.labels == ["bad", "good"] and third.model is not first.model

@@ -6,6 +6,7 @@ The other backend runs in a subprocess (``tests/model/backend_worker.py``): Kera
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -75,7 +76,7 @@ def on_jax(tmp_path_factory):
     from tests.tiny_preset import write_tiny_preset
 
     folder = tmp_path_factory.mktemp("on_jax")
-    for command in ("hash", "predict", "train", "train-preset"):
+    for command in ("hash", "predict", "train", "lazy-step", "train-preset"):
         (folder / command).mkdir()
     hash_ids = np.random.default_rng(2).integers(0, 2**31 - 1, size=(4, 30)).astype(np.int32)
     np.save(folder / "hash" / "ids.npy", hash_ids)
@@ -89,10 +90,15 @@ def on_jax(tmp_path_factory):
     np.save(folder / "predict" / "ids.npy", ids)
     np.save(folder / "train" / "ids.npy", token_ids(seed=4))
     np.save(folder / "train" / "labels.npy", np.array([1, 1, 0, 0, 1, 0], dtype=np.int32))
+    without_dropout = build_model(dataclasses.replace(tiny_config(), dropout=0.0, classifier_dropout=0.0,
+                                                      ngram_dropout=0.0), 60, ids.shape[1])
+    without_dropout.save(folder / "lazy-step" / "model.keras")
+    np.save(folder / "lazy-step" / "ids.npy", ids[:, :16])  # rows of the tables and positions left unread
+    np.save(folder / "lazy-step" / "labels.npy", labels)
     write_tiny_preset(folder / "train-preset" / "preset", with_tokenizer=False)
     np.save(folder / "train-preset" / "ids.npy", token_ids(vocabulary=40, seed=5))
     np.save(folder / "train-preset" / "labels.npy", np.array([0, 1, 0, 1, 1, 0], dtype=np.int32))
-    run_worker(["hash", "predict", "train", "train-preset"], folder)
+    run_worker(["hash", "predict", "train", "lazy-step", "train-preset"], folder)
     return folder, model, ids
 
 
@@ -135,6 +141,37 @@ def test_a_jax_training_step_of_the_own_encoder_scores_the_same_under_tensorflow
     loaded = keras.saving.load_model(folder / "model.keras")
     np.testing.assert_allclose(np.asarray(loaded.predict(np.load(folder / "ids.npy"), verbose=0)),
                                np.load(folder / "probabilities.npy"), atol=1e-5)
+
+
+def test_a_lazy_adamw_step_on_jax_moves_the_weights_as_on_tensorflow(on_jax):
+    """TensorFlow updates the rows of the look-up tables a batch read (sparse gradients); JAX's masked dense rule the
+    rows whose gradient is not zero. They agree but on rows read with a zero gradient (the [PAD] row, the buckets of
+    padding n-grams): TensorFlow decays those, JAX leaves them, and no prediction reads them."""
+    from pipeline.model.optimizers import lookup_tables
+    from tests.model.backend_worker import lazy_step
+
+    folder = on_jax[0] / "lazy-step"
+    ids = np.load(folder / "ids.npy")
+    model = keras.saving.load_model(folder / "model.keras")
+    tables = lookup_tables(model)
+    before = {variable.path: np.array(variable.numpy()) for variable in model.trainable_variables}
+    here = lazy_step(model, ids, np.load(folder / "labels.npy"))
+    there = dict(np.load(folder / "weights.npz"))
+    assert set(there) == set(here) and tables == {"token_embedding/embeddings", "ngram_embedding/table/embeddings"}
+    for path, weights in here.items():
+        if path not in tables:  # Adam turns a gradient that is zero but for rounding (a key bias) into steps of ~1e-5
+            np.testing.assert_allclose(there[path], weights, atol=5e-5, err_msg=path)
+            continue
+        kept_on_jax = (there[path] == before[path]).all(axis=1)
+        np.testing.assert_allclose(there[path][~kept_on_jax], weights[~kept_on_jax], atol=2e-6, err_msg=path)
+        differing = ~np.isclose(there[path], weights, atol=2e-6).all(axis=1)
+        assert set(np.flatnonzero(differing)) <= set(np.flatnonzero(kept_on_jax)), path
+    tokens, unread = "token_embedding/embeddings", np.setdiff1d(np.arange(60), ids)
+    assert np.array_equal(here[tokens][unread], before[tokens][unread])  # both leave unread rows
+    assert np.array_equal(there[tokens][unread], before[tokens][unread])
+    assert np.array_equal(there[tokens][0], before[tokens][0]) and not np.allclose(here[tokens][0], before[tokens][0])
+    np.testing.assert_allclose(np.load(folder / "probabilities.npy"), np.asarray(model.predict(ids, verbose=0)),
+                               atol=1e-5)
 
 
 def test_a_jax_training_step_of_a_preset_classifier(on_jax):

@@ -59,5 +59,5 @@ def test_training_with_word2vec_starts_from_the_cached_vectors(trained_run, tmp_
     stage_cache = word_vectors.cached_embedding(tokenize_dir, stage_dir(w2v, "train"), size, 16, 0)
     np.testing.assert_allclose(model.get_layer("token_embedding").embeddings.numpy(), np.load(stage_cache))
     np.testing.assert_allclose(np.load(stage_cache), matrix)
-    random_start = build_model(config.model, data.encoder.vocabulary_size, 32, 2)
+    random_start = build_model(config.model, data.text_tokenizer.vocabulary_size, 32, 2)
     assert not np.allclose(random_start.get_layer("token_embedding").embeddings.numpy(), matrix)

@@ -239,7 +239,7 @@ def test_a_model_fine_tuned_from_a_real_checkpoint_exports_too(preset_comparison
 
     run = runs_of("transformer", preset_comparison)[0]
     classifier = load_classifier(f"runs:/{run.info.run_id}/model")
-    assert classifier.encoder.preset is not None and classifier.encoder.end_id is not None
+    assert classifier.text_tokenizer.preset is not None and classifier.text_tokenizer.end_id is not None
     texts = sample_texts(preset_comparison, 30)
     check = identity_check(exported(classifier, tmp_path / "saved_model"), classifier, texts)
     assert check.passed, check.summary()

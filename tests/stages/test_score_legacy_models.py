@@ -92,7 +92,7 @@ def from_todays_package(source_file: str | Path) -> bool:
 def pipeline_classes(classifier) -> list[type]:
     """The package's classes behind a loaded Transformer: the unpickled model, its tokenizer, its custom layers."""
     layers = {type(layer) for layer in classifier.model.layers if type(layer).__module__.split(".")[0] == "pipeline"}
-    return [type(classifier), type(classifier.encoder), *sorted(layers, key=lambda cls: cls.__name__)]
+    return [type(classifier), type(classifier.text_tokenizer), *sorted(layers, key=lambda cls: cls.__name__)]
 
 
 def test_the_legacy_model_is_loaded_by_todays_package(legacy):

@@ -194,7 +194,7 @@ def test_a_run_trained_to_read_windows_scores_and_evaluates_long_reviews_by_them
     truncating = SentimentClassifier.from_paths(run_dir / "model.keras", config.data_dir / "tokenize")
     test = pd.read_parquet(config.data_dir / "ingest" / "test.parquet")
     texts = test["text"].tolist()
-    ids, owner = logged.encoder.encode_windows(texts)
+    ids, owner = logged.text_tokenizer.encode_windows(texts)
     long = np.flatnonzero(np.bincount(owner) > 1)
     assert len(long) > 0  # the generated test reviews include some longer than the 32-token limit
     expected = pool_windows(logged.model.predict(ids, verbose=0), owner)

@@ -73,9 +73,9 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
     tokenize_dir = require_output(config, "tokenize")
     ingest_dir = require_output(config, "ingest")
     everything = "all" in sections
-    encoder = WordPieceTextTokenizer.load(tokenize_dir)
+    text_tokenizer = WordPieceTextTokenizer.load(tokenize_dir)
     train_ids = np.asarray(load_split(tokenize_dir, "train")[0])
-    vocabulary_size, max_length = encoder.vocabulary_size, encoder.settings.max_sequence_length
+    vocabulary_size, max_length = text_tokenizer.vocabulary_size, text_tokenizer.settings.max_sequence_length
     encoders = measured_encoders(config.model)
     batch_size = config.training.batch_size
     batches = sample_batches(train_ids, batch_size, MEASURED_BATCHES)
@@ -96,7 +96,7 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
         results["sparse_updates"] = measure_sparse_updates(config.model, vocabulary_size, max_length, batches)
     if everything or "ngrams" in sections:
         results["ngram_scoring"] = measure_ngram_scoring(config.model, vocabulary_size, max_length,
-                                                         encoder.encode(texts.tolist()))
+                                                         text_tokenizer.encode(texts.tolist()))
     if everything or "export" in sections:
         results["export"] = measure_export(model_uri, texts)
     json_path = atomic_write_json(config.reports_dir / "bench.json", results)

@@ -51,14 +51,14 @@ def measure_model_alone(classifier, texts: pd.Series) -> dict:
     from pipeline.model.classifiers import predict_ids
 
     results = {}
-    encoder = classifier.encoder
-    for encode in (encoder.encode, encoder.encode_reference):  # warm-up
+    text_tokenizer = classifier.text_tokenizer
+    for encode in (text_tokenizer.encode, text_tokenizer.encode_reference):  # warm-up
         encode(texts[:64].tolist())
     started = time.perf_counter()
-    reference = encoder.encode_reference(texts.tolist())
+    reference = text_tokenizer.encode_reference(texts.tolist())
     results["tokenize_reference_rows_per_second"] = len(texts) / (time.perf_counter() - started)
     started = time.perf_counter()
-    ids = encoder.encode(texts.tolist())
+    ids = text_tokenizer.encode(texts.tolist())
     results["tokenize_rows_per_second"] = len(texts) / (time.perf_counter() - started)
     results["tokenize_rows_differing_from_reference"] = int((ids != reference).any(axis=1).sum())
     predict_ids(classifier.model, ids)  # warm-up: compiles the forward pass for every batch width

@@ -156,10 +156,10 @@ def plot_attention(classifier: SentimentClassifier, pooling: str, path: Path) ->
 
     figure, axes = new_figure(width=5 * len(ATTENTION_EXAMPLES), height=5, ncols=len(ATTENTION_EXAMPLES))
     for axis, text in zip(np.atleast_1d(axes), ATTENTION_EXAMPLES):
-        ids = classifier.encoder.encode([text])
+        ids = classifier.text_tokenizer.encode([text])
         length = int((ids[0] != PAD_ID).sum())
         ids = ids[:, :length]
-        tokens = [classifier.encoder.vocabulary[i] for i in ids[0]]
+        tokens = [classifier.text_tokenizer.vocabulary[i] for i in ids[0]]
         scores = last_block_attention(classifier.model, ids)[0].mean(axis=0)  # [query, key]
         probabilities = predict_ids(classifier.model, ids, compiled=False)  # one row: no XLA compile per length
         predicted, confidence = predicted_and_confidence(probabilities)
@@ -232,7 +232,7 @@ def evaluate_model(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFr
     """Score ``test`` and ``val`` (ingest's frames) with ``classifier`` and write the evaluation to ``out_dir``.
 
     ``given``: already computed probabilities (a fused model's, from its parts').
-    Token counts (for accuracy by length) come from the Transformer's own encoder when it has one, else
+    Token counts (for accuracy by length) come from the Transformer's own tokenizer when it has one, else
     from ``lengths`` (the tokenize stage's counts) when given.
     """
     token_counts, max_tokens = (lengths.token_counts, lengths.max_tokens) if lengths else (None, None)
@@ -242,8 +242,8 @@ def evaluate_model(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFr
     transformer = transformer_of(classifier)
     reads_windows = False
     if transformer is not None:
-        ids, token_counts, _ = transformer.encoder.encode_with_counts(test["text"].tolist())
-        max_tokens = transformer.encoder.settings.max_sequence_length - 1
+        ids, token_counts, _ = transformer.text_tokenizer.encode_with_counts(test["text"].tolist())
+        max_tokens = transformer.text_tokenizer.settings.max_sequence_length - 1
         reads_windows = transformer.reads_windows
         if probabilities is None and classifier is transformer and not reads_windows:
             probabilities = predict_ids(transformer.model, ids)  # else below, through its windows

@@ -30,13 +30,12 @@ def run(config: Config, model_uri: str | None = None, check_rows: int | None = D
 
     from pipeline.core.files import atomic_write_json, folder_bytes, staged_directory
     from pipeline.model.classifiers import load_classifier
+    from pipeline.runtime.backend import require_tensorflow
     from pipeline.stages.export.check import identity_check
     from pipeline.stages.export.graph import INPUT, SIGNATURE, write_saved_model
     from pipeline.stages.export.publish import model_source, publish, write_export_manifest
     from pipeline.stages.ingest.outputs import read_split
     from pipeline.tracking import champion_uri, setup_tracking
-
-    from pipeline.runtime.backend import require_tensorflow
 
     require_tensorflow("make export (a TensorFlow SavedModel)", "export on the default backend (a model trained on "
                        "any backend loads there)")

@@ -111,16 +111,17 @@ def transformer_function(classifier: SentimentClassifier, num_classes: int):
     """Cleaned texts -> float32 ``[N, k]``: ``SentimentClassifier.prepare`` then ``score``, in-graph."""
     from pipeline.model.forward import forward_pass
 
-    encoder, model = classifier.encoder, classifier.model
-    s = encoder.settings
+    text_tokenizer, model = classifier.text_tokenizer, classifier.model
+    s = text_tokenizer.settings
 
     def probabilities(texts):
-        tokens = encoder.tokenizer(texts)
-        rows = class_probabilities(forward_pass(model, padded_rows(
-            tokens, s.max_sequence_length, s.truncation, s.head_tokens, encoder.start_id, encoder.end_id)), num_classes)
+        tokens = text_tokenizer.tokenizer(texts)
+        ids = padded_rows(tokens, s.max_sequence_length, s.truncation, s.head_tokens, text_tokenizer.start_id,
+                          text_tokenizer.end_id)
+        rows = class_probabilities(forward_pass(model, ids), num_classes)
         if not classifier.reads_windows:
             return rows
-        ids, owner = window_rows(tokens, s.max_sequence_length, encoder.start_id)
+        ids, owner = window_rows(tokens, s.max_sequence_length, text_tokenizer.start_id)
         return pool_windows(rows, class_probabilities(forward_pass(model, ids), num_classes), owner)
 
     return probabilities

@@ -240,13 +240,13 @@ class MaskedLMTraining:
                            callbacks=[*callbacks, budget, *self.extra_callbacks])
 
 
-def maskable_encoder(tokenize_dir: Path) -> WordPieceTextTokenizer:
-    """The tokenize stage's encoder, refused when its vocabulary has no ``[MASK]`` token to pretrain with."""
-    encoder = WordPieceTextTokenizer.load(tokenize_dir)
-    if not encoder.can_mask:
+def maskable_tokenizer(tokenize_dir: Path) -> WordPieceTextTokenizer:
+    """The tokenize stage's tokenizer, refused when its vocabulary has no ``[MASK]`` token to pretrain with."""
+    text_tokenizer = WordPieceTextTokenizer.load(tokenize_dir)
+    if not text_tokenizer.can_mask:
         raise InputError(f"{tokenize_dir}: the vocabulary has no [MASK] token (learned before pretraining existed): "
                          "rerun `make tokenize FORCE=1`")
-    return encoder
+    return text_tokenizer
 
 
 def open_checkpoint(files: StageFiles, scratch: Path | None, resumable: bool) -> Checkpoint:
@@ -263,12 +263,14 @@ def open_checkpoint(files: StageFiles, scratch: Path | None, resumable: bool) ->
     return Checkpoint(folder, state, resuming, int(state.get("steps", 0)) if resuming else 0)
 
 
-def compile_masked_lm(config: Config, encoder: WordPieceTextTokenizer, strategy: tf.distribute.Strategy) -> keras.Model:
+def compile_masked_lm(config: Config, text_tokenizer: WordPieceTextTokenizer,
+                      strategy: tf.distribute.Strategy) -> keras.Model:
     """The masked LM, compiled under ``strategy`` with AdamW on :func:`learning_rate_schedule`, optimizer built."""
     from pipeline.model.transformer import build_masked_lm
 
     with strategy.scope():
-        model = build_masked_lm(config.model, encoder.vocabulary_size, encoder.settings.max_sequence_length)
+        model = build_masked_lm(config.model, text_tokenizer.vocabulary_size,
+                                text_tokenizer.settings.max_sequence_length)
         model.compile(optimizer=keras.optimizers.AdamW(learning_rate_schedule(config.pretrain),
                                                        weight_decay=config.pretrain.weight_decay, clipnorm=1.0),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -305,7 +307,7 @@ def pretrain(config: Config, force: bool = False, extra_callbacks: Sequence = ()
                        "pretrain on the default backend (its backbone then trains on any backend)")
     # the strategy first: a cluster's collective ops must be set up before TensorFlow starts
     strategy, policy, device = choose_hardware(config.pretrain.precision, config.model.hidden_dim)
-    encoder = maskable_encoder(tokenize_dir)
+    text_tokenizer = maskable_tokenizer(tokenize_dir)
     ids, rows = pretraining_ids(tokenize_dir, config.pretrain.max_texts)  # read before a scratch folder exists
     with worker_role(cluster, STAGE) as role:
         scratch = role.scratch
@@ -314,9 +316,10 @@ def pretrain(config: Config, force: bool = False, extra_callbacks: Sequence = ()
         keras.utils.set_random_seed(settings.seed + checkpoint.steps_done)  # a resumed run draws new masks
         keras.mixed_precision.set_global_policy(policy)
         tokens_per_step = float((ids != PAD_ID).sum()) / len(ids) * settings.batch_size * strategy.num_replicas_in_sync
-        model = compile_masked_lm(config, encoder, strategy)
-        dataset = masked_lm_dataset(ids, settings.batch_size * strategy.num_replicas_in_sync, encoder.vocabulary_size,
-                                    settings.seed + checkpoint.steps_done, settings.mask_rate, role.shard)  # new order
+        model = compile_masked_lm(config, text_tokenizer, strategy)
+        dataset = masked_lm_dataset(ids, settings.batch_size * strategy.num_replicas_in_sync,
+                                    text_tokenizer.vocabulary_size, settings.seed + checkpoint.steps_done,
+                                    settings.mask_rate, role.shard)  # a new order on resume
         agree = None if cluster is None else functools.partial(any_worker, strategy)
         training = MaskedLMTraining(config, model, dataset, strategy, checkpoint, tokens_per_step, agree,
                                     extra_callbacks, device, policy)
@@ -327,7 +330,7 @@ def pretrain(config: Config, force: bool = False, extra_callbacks: Sequence = ()
             print(f"pretrain: {device}: {budget.steps:,} steps with the chief; its {out_dir}/ and MLflow run hold the "
                   f"result (scratch {scratch}/ removed)")
             return out_dir
-        active, budget, history = pretrain_and_save(training, encoder, files, rows, len(ids))
+        active, budget, history = pretrain_and_save(training, text_tokenizer, files, rows, len(ids))
     shutil.rmtree(checkpoint.folder, ignore_errors=True)
     last = f"loss {history['loss'][-1]:.3f}, masked-token accuracy {history['accuracy'][-1]:.3f}" if history["loss"] else "no period finished"
     print(f"pretrain: read {len(ids):,} reviews ({', '.join(f'{k} {v:,}' for k, v in rows.items())}) from "
@@ -336,8 +339,8 @@ def pretrain(config: Config, force: bool = False, extra_callbacks: Sequence = ()
     return out_dir
 
 
-def pretrain_and_save(training: MaskedLMTraining, encoder: WordPieceTextTokenizer, files: StageFiles, rows: dict[str, int],
-                      total_rows: int):
+def pretrain_and_save(training: MaskedLMTraining, text_tokenizer: WordPieceTextTokenizer, files: StageFiles,
+                      rows: dict[str, int], total_rows: int):
     """The chief's (or single process's) part: the MLflow run, checkpoints, snapshots and the stage folder."""
     import mlflow
 
@@ -364,13 +367,13 @@ def pretrain_and_save(training: MaskedLMTraining, encoder: WordPieceTextTokenize
             folder = out_dir / BACKBONE_SNAPSHOTS_DIR / name
             folder.mkdir(parents=True, exist_ok=True)
             save_backbone(folder, backbone_weights(model),
-                          {**spec_of(config.model, encoder, tokenize_dir, active.info.run_id), "snapshot": name,
+                          {**spec_of(config.model, text_tokenizer, tokenize_dir, active.info.run_id), "snapshot": name,
                            "steps": budget.steps, "train_minutes": round(budget.seconds() / 60, 2)})
 
         budget = training.budget(snapshot, lambda metrics, step: mlflow.log_metrics(metrics, step=step))
         training.fit(budget)
         history = json.loads(checkpoint.state_path.read_text())["history"]
-        spec = {**spec_of(config.model, encoder, tokenize_dir, active.info.run_id), "steps": budget.steps,
+        spec = {**spec_of(config.model, text_tokenizer, tokenize_dir, active.info.run_id), "steps": budget.steps,
                 "train_minutes": round(budget.seconds() / 60, 2)}
         save_backbone(out_dir, backbone_weights(model), spec)
         atomic_write_json(out_dir / HISTORY_FILE, history)
@@ -387,11 +390,11 @@ def pretrain_and_save(training: MaskedLMTraining, encoder: WordPieceTextTokenize
     return active, budget, history
 
 
-def spec_of(model_config: ModelConfig, encoder, tokenize_dir: Path, run_id: str) -> dict:
+def spec_of(model_config: ModelConfig, text_tokenizer, tokenize_dir: Path, run_id: str) -> dict:
     """What a saved backbone is: its shape, the vocabulary it was trained on and its MLflow run."""
-    return {"model": model_config.backbone(), "vocabulary_size": encoder.vocabulary_size,
+    return {"model": model_config.backbone(), "vocabulary_size": text_tokenizer.vocabulary_size,
             "vocabulary_sha256": read_manifest(tokenize_dir)["vocabulary_sha256"],
-            "max_sequence_length": encoder.settings.max_sequence_length, "mlflow_run_id": run_id}
+            "max_sequence_length": text_tokenizer.settings.max_sequence_length, "mlflow_run_id": run_id}
 
 
 def _backbone_hash(model_config: ModelConfig) -> str:

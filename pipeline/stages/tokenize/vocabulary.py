@@ -103,7 +103,7 @@ def plot_token_lengths(counts: dict[str, np.ndarray], cutoff: int, path: Path) -
 # --------------------------------------------------------------------------- stage entry point
 
 
-def write_encoded_splits(encoder: TextTokenizer, frames: dict[str, pd.DataFrame], max_tokens: int,
+def write_encoded_splits(text_tokenizer: TextTokenizer, frames: dict[str, pd.DataFrame], max_tokens: int,
                          staging: Path) -> tuple[dict[str, dict], dict[str, np.ndarray]]:
     """Write every split's token ids, labels (not for the unlabeled reviews) and token counts into ``staging``;
     returns the manifest's statistics by split (unknown-token rate, fraction longer than ``max_tokens``, length
@@ -111,7 +111,7 @@ def write_encoded_splits(encoder: TextTokenizer, frames: dict[str, pd.DataFrame]
     stats: dict[str, dict] = {"unknown_token_rate": {}, "truncated_fraction": {}, "token_length": {}}
     counts_by_split = {}
     for split in frames:
-        ids, counts, unknown = encoder.encode_with_counts(list(frames[split]["text"]))
+        ids, counts, unknown = text_tokenizer.encode_with_counts(list(frames[split]["text"]))
         np.save(staging / ids_file(split), ids)
         if split != UNLABELED:
             np.save(staging / labels_file(split), frames[split]["label"].to_numpy(np.int32))
@@ -152,22 +152,22 @@ def tokenize(config: Config, force: bool = False) -> Path:
     learn_started = time.perf_counter()
     if preset is not None:
         print(f"tokenize: the {preset.vocabulary_size:,}-token tokenizer of preset {config.model.preset}", flush=True)
-        encoder, corpus = preset, []
+        text_tokenizer, corpus = preset, []
     else:
         print(f"tokenize: learning a {config.tokenizer.vocabulary_size:,}-token WordPiece vocabulary "
               f"from {len(corpus):,} texts ...", flush=True)
-        encoder = WordPieceTextTokenizer(learn_vocabulary(corpus, config.tokenizer), settings)
+        text_tokenizer = WordPieceTextTokenizer(learn_vocabulary(corpus, config.tokenizer), settings)
     learn_seconds = time.perf_counter() - learn_started
 
     max_tokens = config.tokenizer.max_sequence_length - 1
     with staged_directory(out_dir) as staging:
-        encoder.save(staging)
+        text_tokenizer.save(staging)
         shutil.copy2(ingest_dir / LABELS_FILE, staging / LABELS_FILE)
-        stats, counts_by_split = write_encoded_splits(encoder, frames, max_tokens, staging)
+        stats, counts_by_split = write_encoded_splits(text_tokenizer, frames, max_tokens, staging)
         plot_token_lengths(counts_by_split, max_tokens, staging / TOKEN_LENGTHS_PLOT)
         manifest = build_manifest(
             STAGE, config_hash, inputs, config.to_dict()["tokenizer"],
-            vocabulary_size=encoder.vocabulary_size,
+            vocabulary_size=text_tokenizer.vocabulary_size,
             vocabulary_sha256=sha256_file(staging / VOCABULARY_FILE),
             rows={split: len(frame) for split, frame in frames.items()},
             corpus_texts=len(corpus),
@@ -178,7 +178,7 @@ def tokenize(config: Config, force: bool = False) -> Path:
     rates = ", ".join(f"{s} {stats['unknown_token_rate'][s]:.2%} unk / {stats['truncated_fraction'][s]:.1%} truncated"
                       for s in frames)
     print(f"tokenize: read {sum(len(f) for f in frames.values()):,} reviews from {ingest_dir}/; wrote "
-          f"{encoder.vocabulary_size:,}-token vocabulary and ids to {out_dir}/ ({rates}) "
+          f"{text_tokenizer.vocabulary_size:,}-token vocabulary and ids to {out_dir}/ ({rates}) "
           f"in {time.perf_counter() - started:.1f}s")
     return out_dir
 

@@ -203,7 +203,8 @@ def load_training_data(config: Config, tokenize_dir: Path, replicas: int, shard:
         pseudo_rows, pseudo_run_id = len(pseudo_labels), pseudo_manifest.get("mlflow_run_id")
     batch_size = config.training.batch_size * replicas
     return TrainingData(
-        encoder=load_text_tokenizer(tokenize_dir), labels=labels, train_rows=len(train_ids), val_rows=len(val_ids),
+        text_tokenizer=load_text_tokenizer(tokenize_dir), labels=labels, train_rows=len(train_ids),
+        val_rows=len(val_ids),
         pseudo_label_rows=pseudo_rows, pseudo_label_run_id=pseudo_run_id,
         train=make_dataset(train_ids, train_labels, batch_size, config.training.seed, config.training.length_multiple,
                            shard=shard),
@@ -222,13 +223,13 @@ def starting_weights(config: Config, data: TrainingData, tokenize_dir: Path,
                      pretrained_dir: Path | None) -> tuple[StartingWeights, dict | None]:
     """What the pipeline's own encoder starts from, read from files: word2vec vectors (learned once, cached in the
     train folder) and a pretrained backbone, its vocabulary checked; and that backbone's spec."""
-    if uses_preset(config.model, data.encoder):
+    if uses_preset(config.model, data.text_tokenizer):
         return StartingWeights(), None
     vectors, weights, spec = None, None, None
     if config.model.token_embedding == "word2vec":
         from pipeline.model.word_vectors import cached_embedding
 
-        vectors = np.load(cached_embedding(tokenize_dir, stage_dir(config, STAGE), data.encoder.vocabulary_size,
+        vectors = np.load(cached_embedding(tokenize_dir, stage_dir(config, STAGE), data.text_tokenizer.vocabulary_size,
                                            config.model.hidden_dim, seed=0))
     if pretrained_dir is not None:
         weights, spec = load_backbone(pretrained_dir)
@@ -242,9 +243,9 @@ def build_and_compile(config: Config, data: TrainingData, hardware: Hardware, to
     and that backbone's spec."""
     start, spec = starting_weights(config, data, tokenize_dir, pretrained_dir)
     with hardware.strategy.scope():
-        model, loaded = assemble_classifier(config.model, config.training, data.encoder, len(data.labels),
+        model, loaded = assemble_classifier(config.model, config.training, data.text_tokenizer, len(data.labels),
                                             Device(on_cpu="GPU" not in hardware.device, policy=hardware.policy), start)
-        if uses_preset(config.model, data.encoder):
+        if uses_preset(config.model, data.text_tokenizer):
             print(f"train: fine-tuning preset {config.model.preset} ({model.count_params():,} parameters)")
         elif spec is not None:
             print(f"train: started from the pretrained backbone in {pretrained_dir}/ ({len(loaded)} layers, "
@@ -284,7 +285,7 @@ def log_run_inputs(config: Config, data: TrainingData, hardware: Hardware, model
         for path in origin.licence_files:
             mlflow.log_artifact(str(path), CHECKPOINT_ARTIFACTS)
     mlflow.log_params({**flat_params(config), "device": hardware.device, "precision_policy": hardware.policy,
-                       "vocabulary_size": data.encoder.vocabulary_size, "train_rows": data.train_rows,
+                       "vocabulary_size": data.text_tokenizer.vocabulary_size, "train_rows": data.train_rows,
                        "pseudo_label_rows": data.pseudo_label_rows,
                        "num_classes": len(data.labels), "class_weight": str(data.class_weight),
                        "parameters": model.count_params()})
