@@ -263,14 +263,13 @@ def open_checkpoint(files: StageFiles, scratch: Path | None, resumable: bool) ->
     return Checkpoint(folder, state, resuming, int(state.get("steps", 0)) if resuming else 0)
 
 
-def compile_masked_lm(config: Config, text_tokenizer: WordPieceTextTokenizer,
+def compile_masked_lm(config: Config, tokenizer: WordPieceTextTokenizer,
                       strategy: tf.distribute.Strategy) -> keras.Model:
     """The masked LM, compiled under ``strategy`` with AdamW on :func:`learning_rate_schedule`, optimizer built."""
     from pipeline.model.transformer import build_masked_lm
 
     with strategy.scope():
-        model = build_masked_lm(config.model, text_tokenizer.vocabulary_size,
-                                text_tokenizer.settings.max_sequence_length)
+        model = build_masked_lm(config.model, tokenizer.vocabulary_size, tokenizer.settings.max_sequence_length)
         model.compile(optimizer=keras.optimizers.AdamW(learning_rate_schedule(config.pretrain),
                                                        weight_decay=config.pretrain.weight_decay, clipnorm=1.0),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -303,8 +302,7 @@ def pretrain(config: Config, force: bool = False, extra_callbacks: Sequence = ()
                                                        [BACKBONE_WEIGHTS_FILE, BACKBONE_SPEC_FILE]):
         print(f"pretrain: up to date, nothing to do ({out_dir}/, MLflow run {read_manifest(out_dir)['mlflow_run_id']})")
         return out_dir
-    require_tensorflow("masked-LM pretraining (make pretrain, or model.init=pretrained without its output)",
-                       "pretrain on the default backend (its backbone then trains on any backend)")
+    require_tensorflow("masked-LM pretraining", "pretrain on the default backend (its backbone trains on any backend)")
     # the strategy first: a cluster's collective ops must be set up before TensorFlow starts
     strategy, policy, device = choose_hardware(config.pretrain.precision, config.model.hidden_dim)
     text_tokenizer = maskable_tokenizer(tokenize_dir)
@@ -315,10 +313,10 @@ def pretrain(config: Config, force: bool = False, extra_callbacks: Sequence = ()
         settings = config.pretrain
         keras.utils.set_random_seed(settings.seed + checkpoint.steps_done)  # a resumed run draws new masks
         keras.mixed_precision.set_global_policy(policy)
-        tokens_per_step = float((ids != PAD_ID).sum()) / len(ids) * settings.batch_size * strategy.num_replicas_in_sync
+        batch = settings.batch_size * strategy.num_replicas_in_sync  # the global batch
+        tokens_per_step = float((ids != PAD_ID).sum()) / len(ids) * batch
         model = compile_masked_lm(config, text_tokenizer, strategy)
-        dataset = masked_lm_dataset(ids, settings.batch_size * strategy.num_replicas_in_sync,
-                                    text_tokenizer.vocabulary_size, settings.seed + checkpoint.steps_done,
+        dataset = masked_lm_dataset(ids, batch, text_tokenizer.vocabulary_size, settings.seed + checkpoint.steps_done,
                                     settings.mask_rate, role.shard)  # a new order on resume
         agree = None if cluster is None else functools.partial(any_worker, strategy)
         training = MaskedLMTraining(config, model, dataset, strategy, checkpoint, tokens_per_step, agree,

@@ -124,8 +124,22 @@ def test_missing_java_is_one_line(monkeypatch):
     assert os.environ["PATH"] == "/nonexistent"
 
 
+@pytest.fixture
+def spark_workers_stopped_after():
+    """Stop the module's Spark session after the test: a Python worker that loaded a model logged with its own copy
+    of an old ``pipeline`` package keeps that package in ``sys.modules``, and Spark reuses its workers, so the next
+    test's model (today's ``pipeline.model.classifiers``) would be unpickled against the old one. The next
+    ``score_table`` starts a new session with fresh workers."""
+    yield
+    from pyspark.sql import SparkSession
+
+    if SparkSession.getActiveSession() is not None:
+        SparkSession.getActiveSession().stop()
+
+
 @pytest.mark.parametrize("commit", ["43f75dd", "a765a9c"])
-def test_spark_answers_like_the_code_that_logged_a_model_before_the_layout_change(spark_setup, tmp_path, commit):
+def test_spark_answers_like_the_code_that_logged_a_model_before_the_layout_change(spark_setup, tmp_path, commit,
+                                                                                 spark_workers_stopped_after):
     from tests.stages.test_score_legacy_models import LEGACY, assert_rows
 
     config, legacy = spark_setup[0], LEGACY[commit]
