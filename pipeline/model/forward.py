@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from pipeline.core.predictions import as_class_probabilities
-from pipeline.runtime.backend import keras_backend
+from pipeline.runtime.backend import uses_tensorflow
 from pipeline.runtime.batching import SCORING_LENGTH_MULTIPLE, batch_width, bucketed_batches
 from pipeline.text.conventions import PAD_ID
 from pipeline.text.text_tokenizer import TextTokenizer
@@ -44,9 +44,12 @@ def compiled_forward(model):
     each new shape compiles once, in well under a second for the default model here.
     """
     forward = _COMPILED.get(model)
-    if forward is None and keras_backend() != "tensorflow":  # Keras compiles predict_on_batch with XLA (jax.jit)
-        reference = weakref.ref(model)
-        forward = lambda ids: reference().predict_on_batch(pack_input(reference(), ids))  # noqa: E731
+    if forward is None and not uses_tensorflow():  # Keras compiles predict_on_batch with XLA (jax.jit)
+        reference = weakref.ref(model)  # the cache must not keep the model alive
+
+        def forward(ids):
+            return reference().predict_on_batch(pack_input(reference(), ids))
+
         _COMPILED[model] = forward
     elif forward is None:
         import tensorflow as tf
