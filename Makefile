@@ -37,7 +37,7 @@ FORCE_ARG = $(if $(FORCE),--force)
 .DEFAULT_GOAL := help
 POOLING ?=
 SET_ARGS += $(if $(POOLING),--set model.pooling=$(POOLING))
-.PHONY: help setup lock setup-browser all ingest tokenize pretrain pretrain-budget learning-curve short-reviews pseudo-label train evaluate compare compare-tuned ablate-position register score export ui ui-screenshots serve test tune bench clean FORCE
+.PHONY: help setup lock setup-browser all ingest tokenize pretrain pretrain-budget learning-curve short-reviews pseudo-label train evaluate compare compare-tuned ablate-position register score export ui ui-screenshots serve test tune bench clean gpu-check-bundle gpu-check FORCE
 RUN ?= latest
 UI_PORT ?= 5000
 SERVE_PORT ?= 5001
@@ -161,6 +161,16 @@ serve: $(ENV) ## serve MODEL (default: the champion) over HTTP on 127.0.0.1:SERV
 TEST_WORKERS ?= 2
 test: $(ENV) setup-browser ## run the test suite (tiny generated data, temporary folders and MLflow store) on TEST_WORKERS=2 workers; creates .venv/ and installs chromium when missing
 	$(PYTHON) -m pytest -q -n $(TEST_WORKERS)
+
+# CONFIG=configs/gpu_check.yaml by default for the GPU check's bundle (its ingest and tokenize run here first)
+GPU_CHECK_CONFIG ?= configs/gpu_check.yaml
+# the GPU check's bundle (data, token store, wheels for the GPU machine) -> gpu_check/; needs PyPI for the wheels
+gpu-check-bundle: $(ENV)
+	$(MAKE) --no-print-directory tokenize CONFIG=$(GPU_CHECK_CONFIG)
+	$(PYTHON) -m pipeline gpu-check --config $(GPU_CHECK_CONFIG) $(SET_ARGS) --make-bundle $(if $(NO_WHEELS),--no-wheels)
+
+gpu-check: ##@ on a GPU machine without TensorFlow, from `make gpu-check-bundle`'s gpu_check/: compare on JAX -> OUT/summary.md
+	bash tools/gpu_check/run.sh $(OUT)
 
 tune: $(ENV) $(DATA_DIR)/tokenize/manifest.json ##@ Optuna study over configs/tune.yaml (TRIALS=N; SET='tune.storage=postgresql://...' to share it) -> reports/tune/best.yaml for make compare-tuned (TRIAL=n: also trial-n.yaml)
 	$(call STAGE,tune) $(if $(TRIALS),--trials $(TRIALS)) $(if $(TRIAL),--trial $(TRIAL))

@@ -10,6 +10,7 @@ comes from the stages alone.
 from __future__ import annotations
 
 import argparse
+import os
 
 from pipeline.core.catalog import Stage, model_argument
 
@@ -69,6 +70,17 @@ def _budget_arguments(parser: argparse.ArgumentParser) -> None:
                         help="lexical baseline test accuracy to draw on the plot (default: from reports/comparison.json)")
 
 
+def _gpu_check_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bundle", default="gpu_check", help="the bundle folder (default: gpu_check)")
+    parser.add_argument("--make-bundle", action="store_true",
+                        help="write the bundle from this config's ingest and tokenize outputs (needs TensorFlow)")
+    parser.add_argument("--no-wheels", action="store_true", help="with --make-bundle: no wheels (the data only)")
+    parser.add_argument("--out", default=os.environ.get("OUT", "reports/gpu_check"),
+                        help="where the summary, the comparison's reports and mlflow.db go (default: $OUT)")
+    parser.add_argument("--work", default="/tmp/gpu_check",
+                        help="the check's data folder, reports and MLflow store (default: /tmp/gpu_check)")
+
+
 EXPERIMENTS: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("compare-tuned", "pipeline.experiments.compare_tuned", "make tune's best config (compare.tuned) against this "
           "config, with NBSVM and the fused candidates, as one comparison make register chooses from",
@@ -97,6 +109,11 @@ EXPERIMENTS: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("bench", "pipeline.experiments.bench", "training and scoring speed against the same run's GEMM peak; memory",
           reads=("tokenize", "ingest", "register"), runs=("export",), writes="reports/bench.{json,md}",
           arguments=_bench_arguments),
+    Stage("gpu-check", "pipeline.experiments.gpu_check", "the comparison on Keras' JAX backend where TensorFlow is "
+          "missing (a GPU machine), from a bundle made here with --make-bundle: per-epoch time, ms per step, share "
+          "of the card's peak, test accuracy per candidate", reads=(),
+          runs=("ingest", "tokenize", "train", "evaluate", "compare"), writes="gpu_check/ (--make-bundle); $OUT/{summary.md,comparison.*,"
+          "mlflow.db}", arguments=_gpu_check_arguments),
     Stage("ui-screenshots", "pipeline.experiments.ui_screenshots", "screenshots of the MLflow UI pages of the latest "
           "comparison", reads=("compare",), writes="reports/ui/{runs_table,comparison_run,compare_children}.png",
           arguments=_screenshot_arguments),

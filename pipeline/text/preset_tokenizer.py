@@ -22,7 +22,8 @@ from pipeline.core.checkpoints import check_preset_location, first_line, hub_acc
 from pipeline.core.errors import ConfigError, InputError, MissingInputError
 from pipeline.core.files import atomic_write_json, sha256_text
 from pipeline.text.conventions import PAD_ID, clean_text
-from pipeline.text.wordpiece import TokenizationSettings, pad_rows
+from pipeline.text.token_rows import pad_rows
+from pipeline.text.wordpiece import TokenizationSettings
 
 PRESET_FORMAT = "keras-hub preset tokenizer v1"
 PRESET_ASSETS_DIR = "preset_assets"  # the tokenizer's own files (a WordPiece vocabulary, BPE merges, ...)

@@ -16,6 +16,7 @@ import re
 import unicodedata
 import warnings
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Sequence
 
@@ -26,6 +27,8 @@ from pipeline.core.catalog import TOKENIZER_SETTINGS_FILE, VOCABULARY_FILE
 from pipeline.core.errors import InputError, MissingInputError
 from pipeline.core.files import atomic_write_json, sha256_text
 from pipeline.text.conventions import CLS_ID, MASK_ID, PAD_ID, REQUIRED_RESERVED, RESERVED_TOKENS, UNK_ID, clean_text
+from pipeline.text.token_rows import pad_rows, window_offsets
+from pipeline.text.token_store import active_store, pretokenized, tokenizer_identity
 
 SETTINGS_FORMAT = "pipeline-wordpiece v1"
 _ENCODE_BATCH = 2048
@@ -68,63 +71,6 @@ CHARS_PER_TOKEN_BOUND = 5
 
 
 # --------------------------------------------------------------------------- pure functions
-
-
-def truncate_and_pad_rows(flat_ids: np.ndarray, row_splits: np.ndarray, max_sequence_length: int,
-                          truncation: str, head_tokens: int) -> np.ndarray:
-    """Many token rows at once (given as ragged ``flat_ids`` + ``row_splits``) -> ``[N, max_sequence_length]``.
-
-    Each row becomes ``[CLS]`` + the kept tokens + ``[PAD]``s. ``head`` keeps the first tokens,
-    ``tail`` the last, ``head_tail`` the first ``head_tokens`` and the last
-    ``max_sequence_length - 1 - head_tokens``. Vectorised: no Python loop over rows.
-    """
-    row_splits = np.asarray(row_splits, dtype=np.int64)
-    return pad_rows(np.asarray(flat_ids), row_splits[:-1], np.diff(row_splits), max_sequence_length, truncation,
-                    head_tokens)
-
-
-def pad_rows(flat_ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, max_sequence_length: int,
-             truncation: str, head_tokens: int, start_id: int = CLS_ID, end_id: int | None = None) -> np.ndarray:
-    """:func:`truncate_and_pad_rows` for rows at any ``starts`` in ``flat_ids`` (not necessarily in order).
-
-    Each row starts with ``start_id``; with an ``end_id`` (a pretrained preset's ``[SEP]``) that token follows the
-    kept ones, which are then one fewer."""
-    if truncation not in ("head", "tail", "head_tail"):
-        raise ValueError(f"unknown truncation strategy {truncation!r}")
-    starts, lengths = np.asarray(starts, dtype=np.int64)[:, None], np.asarray(lengths, dtype=np.int64)[:, None]
-    budget = max_sequence_length - (1 if end_id is None else 2)
-    kept = np.minimum(lengths, budget)
-    columns = np.arange(budget)[None, :]
-    if truncation == "head":
-        source = columns
-    elif truncation == "tail":
-        source = lengths - kept + columns
-    else:  # beyond the budget: the first head_tokens, then the row's last tokens
-        source = np.where((lengths > budget) & (columns >= head_tokens), lengths - budget + columns, columns)
-    ids = np.full((len(lengths), max_sequence_length), PAD_ID, dtype=np.int32)
-    ids[:, 0] = start_id
-    valid = columns < kept
-    ids[:, 1:1 + budget][valid] = flat_ids[(starts + source)[valid]]
-    if end_id is not None:
-        ids[np.arange(len(ids)), 1 + kept[:, 0]] = end_id
-    return ids
-
-
-def window_offsets(lengths: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(first token of each window, the row it belongs to) for rows of ``lengths`` tokens, in windows of ``size``.
-
-    A row longer than ``size`` gets ``ceil(length / size)`` windows, evenly spaced from its first token to its last
-    (consecutive windows overlap by less than ``size``; together they hold every token); a shorter row gets none.
-    """
-    lengths = np.asarray(lengths, dtype=np.int64)
-    offsets, owners = [], []
-    for row in np.flatnonzero(lengths > size):
-        count = -(-int(lengths[row]) // size)
-        offsets.append(np.round(np.linspace(0, lengths[row] - size, count)).astype(np.int64))
-        owners.append(np.full(count, row, dtype=np.int64))
-    if not offsets:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return np.concatenate(offsets), np.concatenate(owners)
 
 
 def kept_ends(settings: "TokenizationSettings") -> tuple[int, int]:
@@ -189,29 +135,50 @@ class WordPieceTextTokenizer:
     start_id, end_id = CLS_ID, None  # rows start with [CLS]; no end token
 
     def __init__(self, vocabulary: Sequence[str], settings: TokenizationSettings):
-        import keras_hub  # imported here so that reading settings does not load TensorFlow
-        import tensorflow as tf
-        import tensorflow_text as tf_text
-
         if tuple(vocabulary[:REQUIRED_RESERVED]) != RESERVED_TOKENS[:REQUIRED_RESERVED]:
             raise InputError(f"vocabulary must start with {RESERVED_TOKENS}, got {tuple(vocabulary[:REQUIRED_RESERVED])}")
         self.vocabulary = list(vocabulary)
         self.settings = settings
-        self.tokenizer = keras_hub.tokenizers.WordPieceTokenizer(
-            vocabulary=self.vocabulary, lowercase=settings.lowercase, oov_token="[UNK]", dtype="int32"
-        )
+        self.identity = tokenizer_identity(self.vocabulary, settings.lowercase)  # a token store's key
+
+    # TensorFlow's parts are built on first use, so that a tokenizer whose texts a token store holds
+    # (pipeline.text.token_store) runs where TensorFlow is not installed
+
+    @cached_property
+    def tokenizer(self):
+        import keras_hub
+
+        return keras_hub.tokenizers.WordPieceTokenizer(
+            vocabulary=self.vocabulary, lowercase=self.settings.lowercase, oov_token="[UNK]", dtype="int32")
+
+    @cached_property
+    def fast_tokenizer(self):
+        import tensorflow as tf
+        import tensorflow_text as tf_text
+
         reachable = [token if not re.search(r"\s", token) else f"[unreachable {index}]"
                      for index, token in enumerate(self.vocabulary)]
-        self.fast_tokenizer = tf_text.FastWordpieceTokenizer(
-            vocab=reachable, suffix_indicator="##", unknown_token="[UNK]", token_out_type=tf.int32,
-            no_pretokenization=False, support_detokenization=False,
-        )
-        # each tokenizer as one tf.function, traced once per tokenizer (any batch size): a ``tf.data`` map would
-        # trace it again on every call, which costs more than a chunked reader's (make score) tokenizing
-        spec = [tf.TensorSpec([None], tf.string)]
-        self._tokenize = tf.function(self.tokenizer, input_signature=spec)
-        self._tokenize_fast = tf.function(self.fast_tokenizer.tokenize, input_signature=spec)
-        self.fast_path_agrees = self._check_fast_path()
+        return tf_text.FastWordpieceTokenizer(vocab=reachable, suffix_indicator="##", unknown_token="[UNK]",
+                                              token_out_type=tf.int32, no_pretokenization=False,
+                                              support_detokenization=False)
+
+    # each tokenizer as one tf.function, traced once per tokenizer (any batch size): a ``tf.data`` map would
+    # trace it again on every call, which costs more than a chunked reader's (make score) tokenizing
+    @cached_property
+    def _tokenize(self):
+        import tensorflow as tf
+
+        return tf.function(self.tokenizer, input_signature=[tf.TensorSpec([None], tf.string)])
+
+    @cached_property
+    def _tokenize_fast(self):
+        import tensorflow as tf
+
+        return tf.function(self.fast_tokenizer.tokenize, input_signature=[tf.TensorSpec([None], tf.string)])
+
+    @cached_property
+    def fast_path_agrees(self) -> bool:
+        return self._check_fast_path()
 
     def _check_fast_path(self) -> bool:
         """Whether the installed tensorflow-text and KerasHub agree on every character the fast path takes.
@@ -252,8 +219,11 @@ class WordPieceTextTokenizer:
     def _token_rows(self, texts: list[str], fast: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(flat ids, row starts, row lengths) of the untruncated WordPiece ids of cleaned ``texts``.
 
-        ``fast=False``: KerasHub for every text.
+        ``fast=False``: KerasHub for every text. Read from the token store when one holds them all.
         """
+        stored = pretokenized(self.identity, texts)
+        if stored is not None:
+            return stored
         import tensorflow as tf
 
         fast = fast and self.fast_path_agrees
@@ -271,6 +241,10 @@ class WordPieceTextTokenizer:
             flats.append(flat)
             offset += len(flat)
         return (np.concatenate(flats) if flats else np.zeros(0, np.int32)), starts, lengths
+
+    def untruncated_rows(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(flat ids, row starts, row lengths) of cleaned ``texts``, untruncated: what a token store holds."""
+        return self._token_rows(texts)
 
     def _pad(self, flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         s = self.settings
@@ -291,6 +265,8 @@ class WordPieceTextTokenizer:
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """The model input for ``texts``: int32 ``[N, max_sequence_length]``."""
+        if active_store() is not None:  # the store holds whole texts, not the ends the shortcut tokenizes
+            return self.encode_with_counts(texts)[0]
         texts = texts if isinstance(texts, list) else list(texts)
         batches = [self._encode_batch([clean_text(t) for t in texts[start:start + _ENCODE_BATCH]])
                    for start in range(0, len(texts), _ENCODE_BATCH)]

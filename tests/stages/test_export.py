@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from pipeline.core.errors import ConfigError, InputError, PipelineError
 from pipeline.text.conventions import text_problem
-from pipeline.text.wordpiece import pad_rows, window_offsets
+from pipeline.text.token_rows import pad_rows, window_offsets
 
 TRICKY = ["Great<BR/>film, <br >loved it", "İstanbul ΣΑΣ ẞ straße!! ok?!", "e\u0301te\u0301 cafe\u0301",
           "\u00a0 padded \u2003", "x" * 300, "1st 2nd 3rd", "١٢ apples", "tab\there\r\nand 😀 emoji"]

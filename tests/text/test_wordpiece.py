@@ -17,36 +17,8 @@ from pipeline.text.wordpiece import (
     TokenizationSettings,
     WordPieceTextTokenizer,
     on_fast_path,
-    pad_rows,
     text_ends,
-    truncate_and_pad_rows,
 )
-
-
-def truncate_and_pad(token_ids, max_sequence_length: int, truncation: str, head_tokens: int) -> np.ndarray:
-    """One row of :func:`truncate_and_pad_rows`, the shape these tests state their cases in."""
-    token_ids = np.asarray(token_ids, dtype=np.int32)
-    return truncate_and_pad_rows(token_ids, np.array([0, len(token_ids)]), max_sequence_length, truncation,
-                                 head_tokens)[0]
-
-
-@pytest.mark.parametrize("strategy,head,expected", [
-    ("head", 0, [CLS_ID, 10, 11, 12, 13, 14]),
-    ("tail", 0, [CLS_ID, 15, 16, 17, 18, 19]),
-    ("head_tail", 2, [CLS_ID, 10, 11, 17, 18, 19]),
-    ("head_tail", 5, [CLS_ID, 10, 11, 12, 13, 14]),
-    ("head_tail", 0, [CLS_ID, 15, 16, 17, 18, 19]),
-])
-def test_truncation_keeps_exactly_the_right_tokens(strategy, head, expected):
-    tokens = list(range(10, 20))
-    assert truncate_and_pad(tokens, 6, strategy, head).tolist() == expected
-
-
-@pytest.mark.parametrize("strategy", ["head", "tail", "head_tail"])
-def test_short_sequences_are_cls_then_tokens_then_padding(strategy):
-    row = truncate_and_pad([7, 8, 9], 8, strategy, 2)
-    assert row.tolist() == [CLS_ID, 7, 8, 9, PAD_ID, PAD_ID, PAD_ID, PAD_ID]
-    assert row.dtype == np.int32
 
 
 @pytest.fixture(scope="module")
@@ -114,21 +86,6 @@ def test_save_load_round_trip_and_tamper_detection(small_encoder, tmp_path):
         WordPieceTextTokenizer.load(tmp_path)
 
 
-@pytest.mark.parametrize("length", [0, 1, 14, 15, 16, 29, 30, 31, 100, 451])
-def test_windows_hold_every_token_once_spaced_evenly_and_only_of_long_rows(length):
-    offsets, owners = encoding.window_offsets(np.array([3, length]), 15)
-    assert (owners == 1).all()  # the 3-token row has none
-    if length <= 15:
-        assert len(offsets) == 0
-        return
-    assert len(offsets) == -(-length // 15) and offsets[0] == 0 and offsets[-1] == length - 15
-    covered = np.zeros(length, bool)
-    for offset in offsets:
-        covered[offset:offset + 15] = True
-    assert covered.all() and (np.diff(offsets) <= 15).all()
-    assert np.ptp(np.diff(offsets)) <= 1  # evenly spaced (rounded)
-
-
 def test_encode_windows_gives_each_text_its_row_then_a_long_ones_windows(small_encoder):
     texts = ["good movie", " ".join(f"{w} {v}" for w, v in zip(["good", "bad", "the"] * 12, ["plot", "ending"] * 18)),
              "the ending was boring"]
@@ -156,24 +113,6 @@ def test_the_encoder_file_holds_no_model_setting_and_an_old_one_with_long_review
 def test_load_missing_files_says_run_tokenize(tmp_path):
     with pytest.raises(FileNotFoundError, match="make tokenize"):
         WordPieceTextTokenizer.load(tmp_path)
-
-
-@pytest.mark.parametrize("strategy", ["head", "tail", "head_tail"])
-def test_vectorised_rows_match_a_row_by_row_reference(strategy):
-    """The batch encoder against a plain reading of the rule, on rows shorter, equal and longer than the budget."""
-    from pipeline.text.wordpiece import truncate_and_pad_rows
-
-    rng = np.random.default_rng(0)
-    rows = [rng.integers(4, 100, n).tolist() for n in (0, 1, 5, 7, 8, 20, 3)]
-    max_length, head = 8, 3  # budget 7
-    expected = []
-    for row in rows:
-        if len(row) > 7:
-            row = {"head": row[:7], "tail": row[-7:], "head_tail": row[:head] + row[-(7 - head):]}[strategy]
-        expected.append([CLS_ID] + row + [PAD_ID] * (7 - len(row)))
-    splits = np.cumsum([0] + [len(r) for r in rows])
-    flat = np.array([t for r in rows for t in r], dtype=np.int32)
-    assert truncate_and_pad_rows(flat, splits, max_length, strategy, head).tolist() == expected
 
 
 # --------------------------------------------------------------------------- the exact shortcuts in ``encode``
@@ -265,22 +204,12 @@ def test_the_fast_path_turns_itself_off_when_the_libraries_disagree(character_en
     version that splits or cases a fast-path character otherwise: the encoder warns and uses KerasHub only."""
     assert character_encoder.fast_path_agrees  # the installed versions agree on every probe
     monkeypatch.setattr(encoding, "fast_path_probes", lambda: ["the movie", "straße"])
+    encoder = WordPieceTextTokenizer(character_encoder.vocabulary, character_encoder.settings)
     with pytest.warns(RuntimeWarning, match="1 of 2 probe texts .* every text goes through KerasHub"):
-        encoder = WordPieceTextTokenizer(character_encoder.vocabulary, character_encoder.settings)
-    assert not encoder.fast_path_agrees
+        assert not encoder.fast_path_agrees  # checked on first use
     calls = []
     token_rows = encoder._tokenize_fast
     monkeypatch.setattr(encoder, "_tokenize_fast", lambda batch: calls.append(batch) or token_rows(batch))
     texts = ["The movie was GOOD!", "the end " * 50]
     np.testing.assert_array_equal(encoder.encode(texts), encoder.encode_reference(texts))
     assert not calls
-
-
-def test_rows_hold_the_start_token_the_kept_tokens_and_the_end_token():
-    flat = np.arange(10, 30)  # two texts: 12 tokens (10..21) and 3 tokens (22..24); the rest unused
-    starts, lengths = np.array([0, 12]), np.array([12, 3])
-    rows = pad_rows(flat, starts, lengths, 8, "head_tail", 2, start_id=101, end_id=102)
-    assert rows.tolist() == [[101, 10, 11, 18, 19, 20, 21, 102],  # head 2, tail 4: 6 = 8 - start - end
-                             [101, 22, 23, 24, 102, 0, 0, 0]]
-    no_end = pad_rows(flat, starts, lengths, 8, "head", 2, start_id=7, end_id=None)
-    assert no_end.tolist() == [[7, 10, 11, 12, 13, 14, 15, 16], [7, 22, 23, 24, 0, 0, 0, 0]]
