@@ -4,7 +4,9 @@ On a machine without a GPU, TensorFlow's C++ side prints start-up lines at impor
 device query (``failed call to cuInit: ... UNKNOWN ERROR (303)``, ``Could not find cuda drivers``,
 oneDNN and CPU-feature notices) that read like failures, and MLflow warns that the pyfunc model's
 ``predict`` has no type hints (the pipeline validates its input itself). :func:`quiet_third_party`
-keeps them out of stage output; ``python -m pipeline -v`` or ``PIPELINE_VERBOSE=1`` shows them.
+keeps them out of stage output; ``python -m pipeline -v`` or ``PIPELINE_VERBOSE=1`` shows them. MLflow's own
+INFO and WARNING lines (creating the tracking store's tables, a new experiment, CloudPickle, validating the input
+example) go to a log file instead (:func:`third_party_log`), and its artifact-download progress bars are off.
 Errors are never hidden: when TensorFlow fails to start, what it printed is shown before the error.
 Progress bars (Keras, tqdm) write through Python and are not touched.
 """
@@ -12,6 +14,7 @@ Progress bars (Keras, tqdm) write through Python and are not touched.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import sys
@@ -19,10 +22,14 @@ import tempfile
 import warnings
 
 VERBOSE_ENV = "PIPELINE_VERBOSE"
+LOG_FILE_ENV = "PIPELINE_LOG_FILE"  # where third-party log lines go in a quiet run
+LOGGED_THIRD_PARTIES = ("mlflow", "alembic")
 KNOWN_WARNINGS = (  # (message regex, category): third-party warnings that say nothing a user can act on
     (r"(\x1b\[[0-9;]*m)?Add type hints to the `predict` method", UserWarning),  # MLflow colours its message
     (r".*`build\(\)` was called on layer", UserWarning),
     (r"Protobuf gencode version", UserWarning),
+    (r"The structure of `inputs` doesn't match the expected structure", UserWarning),  # Keras, a dict-input model
+    (r"`shuffle=True` was passed, but will be ignored", UserWarning),  # Keras: the dataset is shuffled already
     (r".* is experimental \(supported from v", Warning),  # Optuna's heartbeat API, used as documented
     (r"Argument ``heartbeat_interval`` is an experimental feature", Warning),  # the same, as Optuna 4 words it
 )
@@ -78,8 +85,36 @@ def ignore_known_warnings() -> None:
     warnings.showwarning = showwarning
 
 
+def third_party_log(environ=os.environ) -> str:
+    """The file a quiet run's third-party log lines go to: ``PIPELINE_LOG_FILE``, else ``pipeline_third_party.log``
+    in the system's temporary folder."""
+    return environ.get(LOG_FILE_ENV) or os.path.join(tempfile.gettempdir(), "pipeline_third_party.log")
+
+
+def log_third_parties_to_file(environ=os.environ) -> str:
+    """MLflow's (and Alembic's) log lines to :func:`third_party_log` instead of the terminal; MLflow's
+    artifact-download progress bars off (``MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR``, inherited by child processes).
+    Returns the file."""
+    environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    import mlflow  # noqa: F401  (MLflow sets up its logger's terminal handler when imported: replaced here)
+
+    path = third_party_log(environ)
+    handler = logging.FileHandler(path, encoding="utf-8", delay=True)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in LOGGED_THIRD_PARTIES:
+        logger = logging.getLogger(name)
+        for old in [old for old in logger.handlers if getattr(old, "pipeline_log_file", None) != path]:
+            logger.removeHandler(old)
+        if not logger.handlers:
+            handler.pipeline_log_file = path
+            logger.addHandler(handler)
+        logger.propagate = False
+    return path
+
+
 def quiet_third_party(environ=os.environ) -> None:
-    """Start TensorFlow with its C++ start-up lines captured, and drop the known third-party warnings.
+    """Start TensorFlow with its C++ start-up lines captured, drop the known third-party warnings, and send MLflow's
+    log lines to a file (:func:`log_third_parties_to_file`).
 
     Sets ``TF_CPP_MIN_LOG_LEVEL=3`` unless the user set it (child processes inherit it), imports
     TensorFlow and lists its devices once inside :func:`captured_stderr`, so the lines it prints only
@@ -87,6 +122,7 @@ def quiet_third_party(environ=os.environ) -> None:
     """
     environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     ignore_known_warnings()
+    log_third_parties_to_file(environ)
     with captured_stderr():
         try:
             import tensorflow as tf

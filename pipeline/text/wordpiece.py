@@ -142,14 +142,17 @@ class WordPieceTextTokenizer:
         self.identity = tokenizer_identity(self.vocabulary, settings.lowercase)  # a token store's key
 
     # TensorFlow's parts are built on first use, so that a tokenizer whose texts a token store holds
-    # (pipeline.text.token_store) runs where TensorFlow is not installed
+    # (pipeline.text.token_store) runs where TensorFlow is not installed; eagerly (tf.init_scope) also when first
+    # used while a graph is traced (the exported model's), since their vocabulary tensors must outlive that graph
 
     @cached_property
     def tokenizer(self):
         import keras_hub
+        import tensorflow as tf
 
-        return keras_hub.tokenizers.WordPieceTokenizer(
-            vocabulary=self.vocabulary, lowercase=self.settings.lowercase, oov_token="[UNK]", dtype="int32")
+        with tf.init_scope():
+            return keras_hub.tokenizers.WordPieceTokenizer(
+                vocabulary=self.vocabulary, lowercase=self.settings.lowercase, oov_token="[UNK]", dtype="int32")
 
     @cached_property
     def fast_tokenizer(self):
@@ -158,9 +161,10 @@ class WordPieceTextTokenizer:
 
         reachable = [token if not re.search(r"\s", token) else f"[unreachable {index}]"
                      for index, token in enumerate(self.vocabulary)]
-        return tf_text.FastWordpieceTokenizer(vocab=reachable, suffix_indicator="##", unknown_token="[UNK]",
-                                              token_out_type=tf.int32, no_pretokenization=False,
-                                              support_detokenization=False)
+        with tf.init_scope():
+            return tf_text.FastWordpieceTokenizer(vocab=reachable, suffix_indicator="##", unknown_token="[UNK]",
+                                                  token_out_type=tf.int32, no_pretokenization=False,
+                                                  support_detokenization=False)
 
     # each tokenizer as one tf.function, traced once per tokenizer (any batch size): a ``tf.data`` map would
     # trace it again on every call, which costs more than a chunked reader's (make score) tokenizing
@@ -196,8 +200,9 @@ class WordPieceTextTokenizer:
         key = sha256_text("\n".join([str(self.settings.lowercase), *self.vocabulary, "", *probes]))
         if key in _FAST_PATH_CHECKED:
             return _FAST_PATH_CHECKED[key]
-        fast = self._tokenize_fast(tf.constant([p.lower() if self.settings.lowercase else p for p in probes]))
-        reference = self._tokenize(tf.constant(probes))
+        with tf.init_scope():
+            fast = self._tokenize_fast(tf.constant([p.lower() if self.settings.lowercase else p for p in probes]))
+            reference = self._tokenize(tf.constant(probes))
         fast_rows, reference_rows = fast.to_list(), reference.to_list()
         differing = [probe for probe, a, b in zip(probes, fast_rows, reference_rows) if a != b]
         if differing:

@@ -46,6 +46,10 @@ def test_the_check_runs_the_comparison_on_jax_without_tensorflow_and_its_model_s
     done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "Keras backend jax" in done.stdout and "CPU (" in done.stdout
+    progress = [line for line in done.stdout.splitlines() if line.startswith("compare: [")]  # one per candidate
+    assert [line.split("]")[0] for line in progress] == ["compare: [1/4", "compare: [2/4", "compare: [3/4",
+                                                          "compare: [4/4"]
+    assert "Transformer seed 1" in progress[0] and "about " in progress[1] and "(4 candidates)" in done.stdout
 
     summary = (out / "summary.md").read_text()
     assert "| first_token-learned-seed1 | CPU (" in summary and "| float32 | 1 |" in summary

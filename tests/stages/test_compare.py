@@ -440,3 +440,21 @@ def test_the_tuned_level_is_the_tuned_file_and_the_default_level_keeps_the_compa
     assert design({"model.dropout": 0.1}, pretrained).overlays[0][1] == (("model.dropout", 0.1),)
 
 
+
+
+def test_the_progress_line_gives_the_index_the_time_so_far_and_an_estimate_from_finished_candidates_by_kind(capsys):
+    from pipeline.stages.compare.runner import Progress, duration, time_left
+
+    assert time_left({}, ["transformer"]) is None
+    assert time_left({"transformer": [100.0, 120.0], "nbsvm": [10.0]}, ["transformer", "nbsvm", "fused"]) == (
+        110.0 + 10.0 + 230.0 / 3)  # a kind not seen yet: the mean of every finished candidate
+    assert (duration(59.6), duration(61), duration(3725)) == ("1m00s", "1m01s", "1h02m")
+    progress = Progress(["transformer", "transformer", "nbsvm"], started=0.0)
+    assert progress.run("Transformer mean seed 1", "transformer", lambda: "first") == "first"
+    progress.finished["transformer"] = [600.0]  # as if that one took ten minutes
+    progress.run("Transformer mean seed 2", "transformer", lambda: None)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("compare: [1/3] Transformer mean seed 1: ") and lines[0].endswith(
+        "elapsed, estimate after the first")
+    assert lines[1].startswith("compare: [2/3] Transformer mean seed 2: ") and lines[1].endswith(
+        "elapsed, about 20m00s left")  # this one and NBSVM, each at the mean so far

@@ -141,6 +141,30 @@ def test_offline_error_names_the_environment_variable(tmp_path):
         imdb.resolve_source(config.data, config.data_dir)
 
 
+def test_an_up_to_date_ingestion_needs_no_archive_again_and_a_stale_one_names_the_one_it_read(
+        tiny_imdb_archive, tmp_path, monkeypatch, capsys):
+    """After ``make all IMDB_ARCHIVE=...``, the stages that re-check ingestion run without the variable (offline: no
+    download is tried); when the config changed and the archive is needed, the error names the path it read."""
+    settings = [f"paths.data_dir={tmp_path / 'data'}", "data.download_url=http://127.0.0.1:9/aclImdb_v1.tar.gz",
+                "data.validation_fraction=0.2"]
+    monkeypatch.setenv("IMDB_ARCHIVE", str(tiny_imdb_archive))
+    out_dir = ingest.run(load_config(PROJECT_ROOT / "configs" / "smoke.yaml", settings))
+    written = {path.name: path.stat().st_mtime_ns for path in out_dir.iterdir()}
+    monkeypatch.delenv("IMDB_ARCHIVE")
+    tried, download = [], imdb.download_archive
+    monkeypatch.setattr(imdb, "download_archive", lambda *args: tried.append(args))
+    capsys.readouterr()
+    assert ingest.run(load_config(PROJECT_ROOT / "configs" / "smoke.yaml", settings)) == out_dir
+    assert "up to date, nothing to do" in capsys.readouterr().out and tried == []
+    assert {path.name: path.stat().st_mtime_ns for path in out_dir.iterdir()} == written
+    monkeypatch.setattr(imdb, "download_archive", download)  # offline here (port 9), as on a machine without network
+    stale = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [*settings, "data.validation_fraction=0.3"])
+    with pytest.raises(PipelineError, match=rf"could not download .* was last built from {tiny_imdb_archive}: "
+                                            rf"IMDB_ARCHIVE={tiny_imdb_archive} reads it again"):
+        ingest.run(stale)
+    assert {path.name: path.stat().st_mtime_ns for path in out_dir.iterdir()} == written
+
+
 # ----------------------------------------------------------------------------- bad input
 
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import mlflow
 
@@ -72,6 +73,45 @@ def comparison_key(config: Config, design_name: str, design: Design | None = Non
         overlays = json.dumps(design.overlays, sort_keys=True, default=list).encode()
         key += f"-{hashlib.sha256(overlays).hexdigest()[:8]}"
     return key
+
+
+T = TypeVar("T")
+
+
+def duration(seconds: float) -> str:
+    minutes, seconds = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
+
+
+def time_left(finished: dict[str, list[float]], remaining: list[str]) -> float | None:
+    """Seconds the ``remaining`` candidates (their kinds) should take, from the ``finished`` ones' times by kind (the
+    mean of a kind; of all finished ones for a kind not seen yet); None before any finished."""
+    seen = [seconds for times in finished.values() for seconds in times]
+    if not seen:
+        return None
+    overall = sum(seen) / len(seen)
+    return sum(sum(finished[kind]) / len(finished[kind]) if finished.get(kind) else overall for kind in remaining)
+
+
+@dataclass
+class Progress:
+    """One line as each candidate starts: its index of the total, the time so far and an estimate of what is left."""
+
+    kinds: list[str]                                   # every candidate's kind, in the order they run
+    started: float = field(default_factory=time.perf_counter)
+    finished: dict[str, list[float]] = field(default_factory=dict)
+
+    def run(self, label: str, kind: str, work: Callable[[], T]) -> T:
+        index = sum(len(times) for times in self.finished.values())
+        left = time_left(self.finished, self.kinds[index:])
+        estimate = "estimate after the first" if left is None else f"about {duration(left)} left"
+        print(f"compare: [{index + 1}/{len(self.kinds)}] {label}: {duration(time.perf_counter() - self.started)} "
+              f"elapsed, {estimate}", flush=True)
+        began = time.perf_counter()
+        result = work()
+        self.finished.setdefault(kind, []).append(time.perf_counter() - began)
+        return result
 
 
 @dataclass(frozen=True)
@@ -155,6 +195,38 @@ def log_headline_metrics(payload: dict) -> None:
                         "recommended_test_accuracy": best["test_accuracy"]})
 
 
+def run_candidates(config: Config, design: Design, design_name: str, parent_id: str, frames, force: bool,
+                   started: float) -> CandidatePool:
+    """Every candidate of the design, trained or fitted (or reused) in order under the parent run, with a progress
+    line as each starts (:class:`Progress`)."""
+    grid, seeds, with_lexical = variants(design), list(config.compare.seeds), design.champion_pool
+    ingest_sha256, labels = frames.ingest_manifest_sha256, frames.labels
+    fusing = with_lexical and config.compare.fusion
+    runs = [(variant, seed) for variant in grid for seed in seeds]
+    progress = Progress(["transformer"] * len(runs) + ["nbsvm"] * with_lexical + ["fused"] * (len(runs) * fusing)
+                        + ["tfidf"] * (with_lexical and config.compare.tfidf_baseline), started)
+    labels_of = {variant_name(variant): f"Transformer {variant_name(variant)}".replace(" transformer", "")
+                 for variant in grid}  # "Transformer first_token", or "Transformer" when no factor varies
+    transformers = [progress.run(f"{labels_of[variant_name(variant)]} seed {seed}", "transformer",
+                                 lambda v=variant, s=seed: transformer_candidate(config, design, v, s, parent_id,
+                                                                                 design_name, force))
+                    for variant, seed in runs]
+    # the lexical models depend on the splits and their own settings only: comparisons that differ in seeds
+    # or Transformer settings share them (and the fused runs of the Transformer runs they share)
+    lexical_key = f"{ingest_sha256[:8]}-{config.section_hash('baseline')[:8]}"
+    lexical = (progress.run("NBSVM", "nbsvm", lambda: nbsvm_candidate(config, lexical_key, frames, labels,
+                                                                      ingest_sha256, force))
+               if with_lexical else None)
+    fused = [progress.run(f"fusion of {child.name} seed {child.seed} with NBSVM", "fused",
+                          lambda c=child: fusion_candidate(config, f"{lexical_key}-w{config.compare.fusion_weights}",
+                                                           c, lexical, frames, labels, force))
+             for child in (transformers if fusing else [])]
+    references = ([progress.run("TF-IDF reference", "tfidf", lambda: tfidf_candidate(
+        config, f"{ingest_sha256[:8]}-{config.data.seed}", frames, labels, force))]
+        if with_lexical and config.compare.tfidf_baseline else [])
+    return CandidatePool(transformers, lexical, fused, references)
+
+
 def run_comparison(config: Config, design_name: str = "main", force: bool = False) -> Path:
     """Train and evaluate every candidate of the design called ``design_name``, fuse, compare and write the
     report; returns the Markdown report. Finished children are reused; ``force`` retrains and re-evaluates
@@ -174,29 +246,17 @@ def run_comparison(config: Config, design_name: str = "main", force: bool = Fals
         with_pseudo_labels(config.replace(training={"pseudo_labels": True}), stage="compare")
     ingest_dir = require_output(config, "ingest")
     frames = read_ingested_rows(ingest_dir, tokenize_dir)
-    ingest_sha256, labels = frames.ingest_manifest_sha256, frames.labels
     setup_tracking(config.tracking)
     key = comparison_key(config, design_name, design)
     parent_id = find_comparison_run_id(config.tracking, key)
-    with_lexical = design.champion_pool
     with mlflow.start_run(run_id=parent_id, run_name=None if parent_id else f"compare-{design_name}") as parent:
         parent_id = parent.info.run_id
         mlflow.set_tags(comparison_tags(key, design_name, names, seeds))
         if not parent.data.params:
             varied = {key for key, _ in design.factors} | {key for v in grid for key, _ in design.settings(v)}
             mlflow.log_params({k: v for k, v in flat_params(config).items() if k not in varied})
-        transformers = [transformer_candidate(config, design, variant, seed, parent_id, design_name, force)
-                        for variant in grid for seed in seeds]
-        # the lexical models depend on the splits and their own settings only: comparisons that differ in seeds
-        # or Transformer settings share them (and the fused runs of the Transformer runs they share)
-        lexical_key = f"{ingest_sha256[:8]}-{config.section_hash('baseline')[:8]}"
-        lexical = nbsvm_candidate(config, lexical_key, frames, labels, ingest_sha256, force) if with_lexical else None
-        fused = ([fusion_candidate(config, f"{lexical_key}-w{config.compare.fusion_weights}", child, lexical, frames,
-                                   labels, force) for child in transformers]
-                 if with_lexical and config.compare.fusion else [])
-        references = ([tfidf_candidate(config, f"{ingest_sha256[:8]}-{config.data.seed}", frames, labels, force)]
-                      if with_lexical and config.compare.tfidf_baseline else [])
-        pool = CandidatePool(transformers, lexical, fused, references)
+        pool = run_candidates(config, design, design_name, parent_id, frames, force, started)
+        transformers, references = pool.transformers, pool.references
         payload = comparison_payload(config, design_name, design, pool, parent_id, len(frames.val))
         json_path, md_path, png_path = write_reports(payload, config.reports_dir, design.report_name)
         for path in (json_path, md_path, png_path):
@@ -212,5 +272,5 @@ def run_comparison(config: Config, design_name: str = "main", force: bool = Fals
           f"candidates and {len(references)} reference on {payload['test_rows']:,} test reviews; "
           f"{effects_text or 'no factor varied'}; deploy {best['variant']} (val {best['best_val_accuracy']:.4f}, test "
           f"{best['test_accuracy']:.4f}); wrote {md_path}, {json_path.name}, {png_path.name} in "
-          f"{time.perf_counter() - started:.0f}s")
+          f"{duration(time.perf_counter() - started)} ({len(pool.everything)} candidates)")
     return md_path

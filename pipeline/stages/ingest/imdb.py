@@ -279,6 +279,14 @@ def download_archive(url: str, md5: str, destination: Path) -> Path:
     return destination
 
 
+def names_a_source(data: DataConfig, data_dir: Path, environ: dict[str, str] | None = None) -> bool:
+    """Whether this run names an archive or folder to read (``data.archive``, ``$IMDB_ARCHIVE``, ``data/raw/``, the
+    unlabeled reviews' settings): without one, an up-to-date ingestion is kept as it is (its source remembered)."""
+    environ = dict(os.environ) if environ is None else environ
+    return bool(data.archive or environ.get(ARCHIVE_ENV_VAR) or data.unlabeled_archive
+                or environ.get(UNLABELED_ENV_VAR) or (Path(data_dir) / "raw" / CANONICAL_ARCHIVE_NAME).exists())
+
+
 def resolve_source(data: DataConfig, data_dir: Path, environ: dict[str, str] | None = None) -> Path:
     """The dataset path by precedence: data.archive, $IMDB_ARCHIVE, <data_dir>/raw/..., download."""
     environ = dict(os.environ) if environ is None else environ

@@ -27,20 +27,24 @@ from tqdm.auto import tqdm
 
 from pipeline.config import Config, DataConfig
 from pipeline.core.catalog import LABELS_FILE, SPLITS, UNLABELED_TABLE, split_table, stage_dir
+from pipeline.core.errors import MissingInputError
 from pipeline.core.files import (
     build_manifest,
     is_up_to_date,
+    read_manifest,
     sha256_file,
     sha256_text,
     staged_directory,
     write_manifest,
 )
 from pipeline.stages.ingest.imdb import (
+    ARCHIVE_ENV_VAR,
     CLASS_FOLDERS,
     COLUMNS,
     IMDB_LABELS,
     collect_reviews,
     labeled_members,
+    names_a_source,
     resolve_source,
     resolve_unlabeled_source,
     review_movies,
@@ -162,10 +166,23 @@ def ingest(config: Config, force: bool = False) -> Path:
     """Run ingestion and return ``data/ingest``; skips when inputs and config are unchanged."""
     started = time.perf_counter()
     out_dir = stage_dir(config, STAGE)
-    source = (table_source(config.data) if config.data.source == "table"
-              else imdb_source(config.data, config.data_dir))
     config_hash = config.section_hash("data")
-    if not force and is_up_to_date(out_dir, config_hash, source.inputs, [split_table(s) for s in SPLITS] + [LABELS_FILE]):
+    outputs = [split_table(s) for s in SPLITS] + [LABELS_FILE]
+    recorded = read_manifest(out_dir) or {}
+    if (not force and config.data.source == "imdb" and not names_a_source(config.data, config.data_dir)
+            and is_up_to_date(out_dir, config_hash, recorded.get("inputs", {}), outputs)):
+        print(f"ingest: up to date, nothing to do ({out_dir}/ built from {recorded.get('source')} with config "
+              f"{config_hash}; no archive named now: {ARCHIVE_ENV_VAR} is needed only to read it again)")
+        return out_dir
+    try:
+        source = (table_source(config.data) if config.data.source == "table"
+                  else imdb_source(config.data, config.data_dir))
+    except MissingInputError as error:  # offline, nothing named: say where the last ingestion read it
+        if recorded.get("source"):
+            raise MissingInputError(f"{error} ({out_dir}/ was last built from {recorded['source']}: "
+                                    f"{ARCHIVE_ENV_VAR}={recorded['source']} reads it again)") from None
+        raise
+    if not force and is_up_to_date(out_dir, config_hash, source.inputs, outputs):
         print(f"ingest: up to date, nothing to do ({out_dir}/ built from {source.name} with config {config_hash})")
         return out_dir
     ingested = source.read()
