@@ -209,6 +209,7 @@ def isolated_workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty_mlfl
     monkeypatch.delenv("IMDB_ARCHIVE", raising=False)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{fresh_mlflow_store(empty_mlflow_store, tmp_path / 'mlflow.db')}")
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    monkeypatch.setenv("PIPELINE_LOG_FILE", str(tmp_path / "third_party.log"))  # a quiet run's MLflow lines: here
     return work
 
 
