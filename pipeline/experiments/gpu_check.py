@@ -111,6 +111,7 @@ def folder_size(folder: Path) -> int:
 def make_bundle(config: Config, bundle: Path, wheels: bool = True) -> dict:
     """Write the bundle (see the module docstring) to ``bundle``; returns its ``bundle.json``."""
     import pyarrow.parquet as pq
+    import yaml
 
     from pipeline.text.text_tokenizer import load_text_tokenizer
 
@@ -133,8 +134,6 @@ def make_bundle(config: Config, bundle: Path, wheels: bool = True) -> dict:
                                                                                         if n in ids.values()])
     stored = write_token_store(bundle / STORE_FILE, text_tokenizer.identity, texts_to_store(ingest_dir),
                                text_tokenizer.untruncated_rows, text_tokenizer.vocabulary_size)
-    import yaml
-
     atomic_write_text(bundle / CONFIG_FILE, yaml.safe_dump(config.to_dict(), sort_keys=False))
     carried = {}
     if wheels:
@@ -157,13 +156,13 @@ def make_bundle(config: Config, bundle: Path, wheels: bool = True) -> dict:
 
 def unpack(bundle: Path, data_dir: Path) -> None:
     """The bundle's stage folders under ``data_dir``, the id arrays rebuilt from the token store and checked."""
+    import pandas as pd
+
     from pipeline.text.text_tokenizer import load_text_tokenizer
 
     recorded = json.loads((bundle / BUNDLE_FILE).read_text())["ids_sha256"]
     shutil.rmtree(data_dir, ignore_errors=True)
     shutil.copytree(bundle / "data", data_dir)
-    import pandas as pd
-
     text_tokenizer = load_text_tokenizer(data_dir / "tokenize")
     for split in SPLITS:
         path = data_dir / "tokenize" / ids_file(split)
@@ -239,8 +238,9 @@ def run_check(bundle: Path, out: Path, work: Path, overrides: list[str]) -> Path
     os.environ[STORE_ENV] = str((bundle / STORE_FILE).resolve())
     shutil.rmtree(work, ignore_errors=True)  # one comparison: its runs alone in a new MLflow store
     unpack(bundle, work / "data")
-    config = load_config(bundle / CONFIG_FILE, [f"paths.data_dir={work / 'data'}", f"paths.reports_dir={work / 'reports'}",
-                                                f"tracking.tracking_uri=sqlite:///{work / 'mlflow.db'}", *overrides])
+    config = load_config(bundle / CONFIG_FILE, [
+        f"paths.data_dir={work / 'data'}", f"paths.reports_dir={work / 'reports'}",
+        f"tracking.tracking_uri=sqlite:///{work / 'mlflow.db'}", *overrides])
     from pipeline.stages import compare
     from pipeline.tracking import setup_tracking
 
