@@ -43,9 +43,13 @@ class NaiveBayesLogisticRegression(ClassifierMixin, BaseEstimator):
         self.max_iter = max_iter
         self.seed = seed
 
-    def _ratio(self, X, positive: np.ndarray) -> np.ndarray:
-        p = self.alpha + np.asarray(X[positive].sum(axis=0)).ravel()
-        q = self.alpha + np.asarray(X[~positive].sum(axis=0)).ravel()
+    def _ratio(self, X, positive: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+        if weights is None:
+            p = self.alpha + np.asarray(X[positive].sum(axis=0)).ravel()
+            q = self.alpha + np.asarray(X[~positive].sum(axis=0)).ravel()
+        else:  # a row counts as much as its weight (soft labels come as two weighted rows, one per class)
+            p = self.alpha + np.asarray(X.T @ (weights * positive)).ravel()
+            q = self.alpha + np.asarray(X.T @ (weights * ~positive)).ravel()
         return np.log((p / p.sum()) / (q / q.sum())).astype(np.float32)
 
     def _regression(self):
@@ -54,8 +58,11 @@ class NaiveBayesLogisticRegression(ClassifierMixin, BaseEstimator):
         return LogisticRegression(C=self.C, solver="liblinear", dual=True, max_iter=self.max_iter,
                                   random_state=self.seed)
 
-    def fit(self, X, y) -> "NaiveBayesLogisticRegression":
+    def fit(self, X, y, sample_weight=None) -> "NaiveBayesLogisticRegression":
+        """Fit on features ``X`` and labels ``y``; ``sample_weight`` (one per row) weighs both the ratio's counts
+        and the regression's loss."""
         y = np.asarray(y)
+        weights = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         self.classes_ = np.unique(y)
         if len(self.classes_) < 2:
             raise InputError(f"NBSVM needs two or more classes in the training labels, got {self.classes_.tolist()}")
@@ -63,9 +70,10 @@ class NaiveBayesLogisticRegression(ClassifierMixin, BaseEstimator):
         self.ratios_, self.regressions_ = [], []
         for target in targets:
             positive = y == target
-            ratio = self._ratio(X, positive)
+            ratio = self._ratio(X, positive, weights)
             self.ratios_.append(ratio)
-            self.regressions_.append(self._regression().fit(X.multiply(ratio).tocsr(), positive.astype(int)))
+            self.regressions_.append(self._regression().fit(X.multiply(ratio).tocsr(), positive.astype(int),
+                                                            sample_weight=weights))
         return self
 
     def predict_proba(self, X) -> np.ndarray:
@@ -174,16 +182,55 @@ def nbsvm_vectorizer(ngram_max: int = 3, max_features: int = 800_000):
                            token_pattern=NBSVM_TOKEN_PATTERN, dtype=np.float32)
 
 
+def soft_crop_rows(crops: pd.DataFrame, teacher: np.ndarray, label_weight: float,
+                   num_classes: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Training rows for sentence crops with soft labels: each crop's target is ``label_weight`` on its review's
+    label plus ``1 - label_weight`` times the teacher's ``[N, k]`` probabilities, given to a weighted model as one
+    row per class weighted by the target's share (rows of weight 0 left out). Returns ``(texts, labels, weights)``."""
+    targets = (1.0 - label_weight) * np.asarray(teacher, dtype=np.float64)
+    targets[np.arange(len(crops)), crops["label"].to_numpy()] += label_weight
+    rows, classes = np.nonzero(targets > 0)
+    texts = crops["text"].to_numpy()[rows].tolist()
+    return texts, classes.astype(np.int64), targets[rows, classes]
+
+
+def cross_fitted_teacher(train: pd.DataFrame, crops: pd.DataFrame, c: float, ngram_max: int, max_features: int,
+                         seed: int) -> np.ndarray:
+    """NBSVM's ``[N, k]`` probabilities for each crop (``review``: its row in ``train``) from a model fitted on the
+    other half of the training reviews (two folds drawn with ``seed``), so no crop is scored by a model that read
+    its review."""
+    num_classes = int(train["label"].max()) + 1
+    first_fold = np.random.default_rng(seed).random(len(train)) < 0.5
+    in_first = first_fold[crops["review"].to_numpy()]
+    probabilities = np.zeros((len(crops), num_classes), dtype=np.float64)
+    for fold in (True, False):
+        vectorizer = nbsvm_vectorizer(ngram_max, max_features)
+        fitted = NaiveBayesLogisticRegression(C=c, seed=seed).fit(
+            vectorizer.fit_transform(train["text"][first_fold == fold]), train["label"].to_numpy()[first_fold == fold])
+        scored = in_first != fold  # crops of the other fold's reviews
+        model = _fitted_pipeline(vectorizer, fitted)
+        probabilities[scored] = class_probabilities(model, crops["text"][scored].tolist(), num_classes)
+    return probabilities
+
+
+def _fitted_pipeline(vectorizer, fitted):
+    from sklearn.pipeline import Pipeline
+
+    return Pipeline([("counts", vectorizer), ("nb_logistic_regression", fitted)])
+
+
 def nbsvm_baseline(train: pd.DataFrame, val: pd.DataFrame, c_values: Sequence[float] = (0.1,),
-                   ngram_max: int = 3, max_features: int = 800_000, seed: int = 0) -> FittedBaseline:
+                   ngram_max: int = 3, max_features: int = 800_000, seed: int = 0, crops_per_review: int = 0,
+                   crop_label_weight: float = 0.5) -> FittedBaseline:
     """NBSVM fitted on ``train`` (``text``, ``label``), its ``C`` the best of ``c_values`` on ``val``.
 
-    The vectorizer is fitted once on train; each ``C`` refits only the regression. Ties go to the
-    smaller ``C`` (the stronger regularisation).
+    The vectorizer is fitted once on the train reviews; each ``C`` refits only the regression. Ties go to the
+    smaller ``C`` (the stronger regularisation). With ``crops_per_review``, the regression (and the naive-Bayes
+    ratio) also reads that many random 1-2-sentence crops of every training review (``pipeline.text.crops``, drawn
+    with ``seed``) with soft labels (:func:`soft_crop_rows`; the teacher :func:`cross_fitted_teacher` at the lower
+    median of ``c_values``), so that short texts are seen in training.
     """
     import time
-
-    from sklearn.pipeline import Pipeline
 
     if not c_values:
         raise ConfigError("baseline.nbsvm_c needs at least one value")
@@ -192,21 +239,35 @@ def nbsvm_baseline(train: pd.DataFrame, val: pd.DataFrame, c_values: Sequence[fl
     train_features = vectorizer.fit_transform(train["text"])
     val_features = vectorizer.transform(val["text"])
     train_labels, val_labels = train["label"].to_numpy(), val["label"].to_numpy()
+    weights = None
+    if crops_per_review:
+        from scipy import sparse
+
+        from pipeline.text.crops import sentence_crops
+
+        crops = sentence_crops(train, seed, crops_per_review)
+        teacher_c = sorted(c_values)[(len(c_values) - 1) // 2]
+        teacher = cross_fitted_teacher(train, crops, teacher_c, ngram_max, max_features, seed)
+        texts, labels, crop_weights = soft_crop_rows(crops, teacher, crop_label_weight, teacher.shape[1])
+        train_features = sparse.vstack([train_features, vectorizer.transform(texts)]).tocsr()
+        train_labels = np.concatenate([train_labels, labels])
+        weights = np.concatenate([np.ones(len(train)), crop_weights])
     fitted, accuracy, correct = {}, {}, {}
     for c in sorted(c_values):
-        fitted[c] = NaiveBayesLogisticRegression(C=c, seed=seed).fit(train_features, train_labels)
+        fitted[c] = NaiveBayesLogisticRegression(C=c, seed=seed).fit(train_features, train_labels, weights)
         correct[c] = fitted[c].predict(val_features) == val_labels
         accuracy[c] = float(correct[c].mean())
     best = max(sorted(accuracy), key=lambda c: accuracy[c])  # max keeps the first (smallest) of equals
-    model = Pipeline([("counts", vectorizer), ("nb_logistic_regression", fitted[best])])
     params = {"model": "nbsvm", "nbsvm.ngram_range": f"1,{ngram_max}", "nbsvm.max_features": max_features,
               "nbsvm.binary": True, "nbsvm.token_pattern": NBSVM_TOKEN_PATTERN, "nbsvm.C": best,
               "nbsvm.C_grid": ",".join(f"{c:g}" for c in sorted(c_values)),
-              "nbsvm.vocabulary": len(vectorizer.vocabulary_)}
+              "nbsvm.vocabulary": len(vectorizer.vocabulary_), "nbsvm.crops_per_review": crops_per_review}
+    if crops_per_review:
+        params["nbsvm.crop_label_weight"] = crop_label_weight
     from pipeline.metrics import cross_fitted_accuracy
 
-    return FittedBaseline(model, params, accuracy, accuracy[best], cross_fitted_accuracy(correct),
-                          time.perf_counter() - started)
+    return FittedBaseline(_fitted_pipeline(vectorizer, fitted[best]), params, accuracy, accuracy[best],
+                          cross_fitted_accuracy(correct), time.perf_counter() - started)
 
 
 def tfidf_baseline(train: pd.DataFrame, seed: int):

@@ -219,3 +219,38 @@ def best_fusion_weight(val_transformer: np.ndarray, val_lexical: np.ndarray, val
         scores[key] = (float(correct[key].mean()), -log_loss)
     best = max(scores, key=lambda w: scores[w])
     return best, {w: s[0] for w, s in scores.items()}, cross_fitted_accuracy(correct)
+
+
+def accuracy_interval(correct: np.ndarray, z: float = 1.96) -> dict[str, float]:
+    """Accuracy of ``correct`` (booleans, or each row's share of correct runs over seeds) with its Wilson score
+    interval (95 % for ``z`` = 1.96): ``rows``, ``accuracy``, ``ci_low``, ``ci_high``. For a mean over seeds the
+    interval treats each row as one trial, which overstates its width (a row right in some seeds varies less
+    than a coin). An empty array has accuracy NaN."""
+    correct = np.asarray(correct, dtype=np.float64)
+    rows = len(correct)
+    if not rows:
+        return {"rows": 0, "accuracy": float("nan"), "ci_low": float("nan"), "ci_high": float("nan")}
+    accuracy = float(correct.mean())
+    scale = 1.0 + z * z / rows
+    centre = (accuracy + z * z / (2 * rows)) / scale
+    half = z * np.sqrt(accuracy * (1.0 - accuracy) / rows + z * z / (4 * rows * rows)) / scale
+    # the interval always holds the accuracy; min/max only undo rounding at 0 and 1
+    return {"rows": rows, "accuracy": accuracy, "ci_low": float(max(0.0, min(centre - half, accuracy))),
+            "ci_high": float(min(1.0, max(centre + half, accuracy)))}
+
+
+def accuracy_by_group(correct: np.ndarray, groups: np.ndarray, order: list[str]) -> list[dict]:
+    """:func:`accuracy_interval` per group in ``order`` (``bucket`` names the group); groups without rows are left
+    out."""
+    correct, groups = np.asarray(correct, dtype=np.float64), np.asarray(groups)
+    return [{"bucket": name, **accuracy_interval(correct[groups == name])} for name in order if (groups == name).any()]
+
+
+def champion_choice(val_accuracy: dict[str, float], crop_accuracy: dict[str, float], tolerance: float) -> str:
+    """The stated rule for the model to deploy, from validation only: of the candidates whose full-review validation
+    accuracy is within ``tolerance`` of the best, the one with the best accuracy on the validation sentence crops
+    (ties: the better full-review accuracy, then the first listed). A candidate without a crop accuracy (evaluated
+    before crops existed) is never preferred on crops; without any, the best full-review accuracy wins."""
+    best = max(val_accuracy.values())
+    eligible = [name for name, accuracy in val_accuracy.items() if accuracy >= best - tolerance - 1e-12]
+    return max(eligible, key=lambda name: (crop_accuracy.get(name, float("-inf")), val_accuracy[name]))

@@ -27,6 +27,27 @@ DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 CHAMPION_ALIAS = "champion"
 
 
+def model_run_metric(model_uri: str, key: str) -> float | None:
+    """Metric ``key`` of the run that logged the model at ``model_uri`` (``models:/<name>@<alias>``,
+    ``models:/<name>/<version>``, ``runs:/<run_id>/...``); None for a model folder, or when the run lacks it."""
+    client = mlflow.tracking.MlflowClient()
+    try:
+        if model_uri.startswith("models:/"):
+            reference = model_uri[len("models:/"):]
+            if "@" in reference:
+                version = client.get_model_version_by_alias(*reference.split("@", 1))
+            else:
+                version = client.get_model_version(*reference.rsplit("/", 1))
+            run_id = version.run_id
+        elif model_uri.startswith("runs:/"):
+            run_id = model_uri[len("runs:/"):].split("/", 1)[0]
+        else:
+            return None
+        return client.get_run(run_id).data.metrics.get(key)
+    except (mlflow.exceptions.MlflowException, TypeError):
+        return None
+
+
 def champion_uri(tracking: TrackingConfig) -> str:
     """``models:/<registered name>@champion``: what `make register` sets and `make score` uses by default."""
     return f"models:/{tracking.registered_model_name}@{CHAMPION_ALIAS}"
@@ -125,6 +146,7 @@ VERSION_KIND_TAG = "model_kind"          # on a registered model version: transf
 VERSION_COMPARISON_TAG = "comparison_run_id"  # on a registered model version: where it was chosen
 EXPORT_ARTIFACTS = "export/saved_model"  # on a model's run: its exported TensorFlow SavedModel (make export)
 VERSION_EXPORT_TAG = "saved_model"       # on a registered model version: the URI of its exported SavedModel
+VALIDATED_MIN_WORDS = "validated_min_words"  # a metric of an evaluated run: the shortest text it was validated on
 
 
 def standard_tags(model: ModelConfig, config_hash: str, stage: str, **extra: str) -> dict[str, str]:

@@ -119,3 +119,77 @@ def test_fast_ngram_counts_refuse_a_vectorizer_they_do_not_mirror():
 
     with pytest.raises(ValueError, match="word-analyzer"):
         NgramCounts(CountVectorizer(analyzer="char").fit(["abc"]))
+
+
+def test_sample_weights_count_a_row_as_often_as_its_weight():
+    X = sparse.csr_matrix(np.array([[1, 0, 1], [1, 0, 0], [0, 1, 1], [0, 1, 0]], dtype=np.float32))
+    y = np.array([1, 1, 0, 0])
+    twice = NaiveBayesLogisticRegression(C=1.0).fit(sparse.vstack([X, X[:1]]).tocsr(), np.r_[y, 1])
+    weighted = NaiveBayesLogisticRegression(C=1.0).fit(X, y, sample_weight=np.array([2.0, 1, 1, 1]))
+    np.testing.assert_allclose(weighted.ratios_[0], twice.ratios_[0], rtol=1e-6)
+    np.testing.assert_allclose(weighted.predict_proba(X), twice.predict_proba(X), atol=1e-4)
+    unweighted = NaiveBayesLogisticRegression(C=1.0).fit(X, y)
+    ones = NaiveBayesLogisticRegression(C=1.0).fit(X, y, sample_weight=np.ones(4))
+    np.testing.assert_allclose(ones.predict_proba(X), unweighted.predict_proba(X), atol=1e-6)
+
+
+def test_soft_crop_rows_mix_the_review_label_with_the_teacher():
+    from pipeline.lexical import soft_crop_rows
+
+    crops = pd.DataFrame({"text": ["good", "bad"], "label": [1, 0], "review": [0, 1]})
+    teacher = np.array([[0.2, 0.8], [0.4, 0.6]])
+    texts, labels, weights = soft_crop_rows(crops, teacher, 0.5, 2)
+    assert texts == ["good", "good", "bad", "bad"] and labels.tolist() == [0, 1, 0, 1]
+    np.testing.assert_allclose(weights, [0.1, 0.9, 0.7, 0.3])
+    texts, labels, weights = soft_crop_rows(crops, teacher, 1.0, 2)  # hard labels: one row each
+    assert texts == ["good", "bad"] and labels.tolist() == [1, 0] and weights.tolist() == [1.0, 1.0]
+
+
+def test_the_teacher_never_scores_a_crop_with_a_model_that_read_its_review():
+    from pipeline.lexical import cross_fitted_teacher
+    from pipeline.text.crops import sentence_crops
+
+    train = reviews(120, 8)
+    # every review names itself: a model that read review i knows the word "only<i>" and its label
+    train["text"] = [f"only{i} only{i} only{i}. {text}" for i, text in enumerate(train["text"])]
+    crops = sentence_crops(train, seed=0, per_review=2)
+    teacher = cross_fitted_teacher(train, crops, c=1.0, ngram_max=1, max_features=5000, seed=0)
+    np.testing.assert_allclose(teacher.sum(axis=1), 1.0, rtol=1e-6)
+    own_word = crops["text"].str.startswith("only").to_numpy()
+    named = pd.DataFrame({"text": [f"only{i} only{i} only{i}." for i in range(120)], "label": train["label"],
+                          "review": range(120)})
+    blind = cross_fitted_teacher(train, named, c=1.0, ngram_max=1, max_features=5000, seed=0)
+    # a review's own word is unknown to the model that scores it: each fold's model gives all of them its intercept
+    # alone, so two values in all (a model that had read them would tell the labels apart)
+    assert len(np.unique(blind[:, 1].round(6))) <= 2
+    assert own_word.any()
+
+
+def test_crops_in_training_keep_reviews_and_help_on_single_sentences():
+    from pipeline.text.crops import sentence_crops
+
+    rng = random.Random(9)
+
+    def mixed(count: int) -> pd.DataFrame:  # each review: several neutral sentences and one that carries its label
+        labels = [i % 2 for i in range(count)]
+        texts = [" ".join(rng.sample(["The film runs two hours.", "It was shown in May.", "I saw it twice.",
+                                      "The cinema was full."], 3)
+                          + [rng.choice(["Superb and moving.", "A wonderful film."] if label else
+                                        ["Awful and dull.", "A tedious mess."])]) for label in labels]
+        return pd.DataFrame({"text": texts, "label": labels})
+
+    train, val, test = mixed(300), mixed(100), mixed(200)
+    plain = nbsvm_baseline(train, val, c_values=(0.1,), ngram_max=2)
+    cropped = nbsvm_baseline(train, val, c_values=(0.1,), ngram_max=2, crops_per_review=4)
+    assert cropped.params["nbsvm.crops_per_review"] == 4 and cropped.params["nbsvm.crop_label_weight"] == 0.5
+    for fitted in (plain, cropped):
+        assert (class_probabilities(fitted.model, test["text"].tolist(), 2).argmax(axis=1) == test["label"]).mean() > 0.95
+    sentences = sentence_crops(test, seed=1, per_review=1)
+    labelled = sentences[sentences["text"].str.contains("Superb|wonderful|Awful|tedious")]
+
+    for fitted in (plain, cropped):  # right on every sentence that carries the label
+        assert (class_probabilities(fitted.model, labelled["text"].tolist(), 2).argmax(axis=1)
+                == labelled["label"]).all()
+    # the crops were read: same vocabulary, other ratios and weights
+    assert plain.params["nbsvm.vocabulary"] == cropped.params["nbsvm.vocabulary"]
+    assert not np.allclose(plain.model.steps[-1][1].ratios_[0], cropped.model.steps[-1][1].ratios_[0])

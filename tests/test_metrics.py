@@ -74,3 +74,38 @@ def test_expected_calibration_error_for_three_classes_uses_top_label_confidence(
     labels = np.array([0, 1, 2])
     probabilities = np.array([[0.6, 0.3, 0.1], [0.2, 0.6, 0.2], [0.6, 0.2, 0.2]])
     assert expected_calibration_error(labels, probabilities) == pytest.approx(2 / 3 - 0.6)
+
+
+def test_accuracy_interval_is_the_wilson_interval():
+    from scipy.stats import binomtest
+
+    from pipeline.metrics import accuracy_interval
+
+    correct = np.r_[np.ones(73, bool), np.zeros(27, bool)]
+    result = accuracy_interval(correct)
+    wilson = binomtest(73, 100).proportion_ci(confidence_level=0.95, method="wilson")
+    assert result["rows"] == 100 and result["accuracy"] == pytest.approx(0.73)
+    assert (result["ci_low"], result["ci_high"]) == pytest.approx((wilson.low, wilson.high), abs=1e-4)
+    assert accuracy_interval(np.ones(5, bool))["ci_high"] == 1.0  # clipped to [0, 1]
+    assert np.isnan(accuracy_interval(np.zeros(0, bool))["accuracy"])
+
+
+def test_accuracy_by_group_keeps_the_order_and_leaves_out_empty_groups():
+    from pipeline.metrics import accuracy_by_group
+
+    rows = accuracy_by_group(np.array([1, 0, 1, 1], bool), np.array(["b", "a", "b", "a"]), ["a", "c", "b"])
+    assert [(row["bucket"], row["rows"], row["accuracy"]) for row in rows] == [("a", 2, 0.5), ("b", 2, 1.0)]
+
+
+def test_champion_choice_prefers_crops_among_candidates_close_on_reviews():
+    from pipeline.metrics import champion_choice
+
+    val = {"nbsvm": 0.915, "fused": 0.921, "short": 0.919, "crops_only": 0.80}
+    crops = {"nbsvm": 0.73, "fused": 0.75, "short": 0.79, "crops_only": 0.85}
+    assert champion_choice(val, crops, tolerance=0.003) == "short"      # within 0.3 points, best on crops
+    assert champion_choice(val, crops, tolerance=0.0) == "fused"        # the best on reviews alone
+    assert champion_choice(val, {}, tolerance=0.003) == "fused"         # no crops: the best on reviews
+    assert champion_choice(val, {"nbsvm": 0.9}, tolerance=0.01) == "nbsvm"
+    # a candidate without a crop accuracy is never preferred on crops; ties go to reviews, then order
+    assert champion_choice({"a": 0.9, "b": 0.9}, {"a": 0.7, "b": 0.7}, 0.0) == "a"
+    assert champion_choice({"a": 0.9, "b": 0.91}, {"a": 0.7, "b": 0.7}, 0.02) == "b"

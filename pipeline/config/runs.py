@@ -52,6 +52,9 @@ class CompareConfig:
     fusion_weights: int = 21       # weights 0, 0.05, ..., 1 on the Transformer, chosen on validation
     tfidf_baseline: bool = True    # the earlier TF-IDF + logistic regression baseline, a reference row
     tuned: str | None = None       # make compare-tuned: the tuned config file (null: <reports_dir>/tune/best.yaml)
+    # make register: the candidates within this of the best full-review validation accuracy compete on the validation
+    # sentence crops (short texts), so long reviews keep their accuracy and short ones get the best of the rest
+    champion_tolerance: float = 0.003
 
     def __post_init__(self) -> None:
         varied = []
@@ -68,6 +71,8 @@ class CompareConfig:
             raise ConfigError(f"compare varies at most two factors at a time, got {varied}")
         if self.fusion_weights < 2:
             raise ConfigError("compare.fusion_weights must be at least 2 (the weights 0 and 1)")
+        if not 0.0 <= self.champion_tolerance <= 1.0:
+            raise ConfigError(f"compare.champion_tolerance must be in [0, 1], got {self.champion_tolerance}")
 
 
 @dataclass(frozen=True)

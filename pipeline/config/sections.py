@@ -289,6 +289,11 @@ class PseudoLabelConfig:
     soft: bool = True            # train on the teacher's probabilities, not its hard labels
     max_rows: int | None = 10_000  # null: every review that passes min_confidence (50,000 for IMDB; configs/gpu.yaml)
     seed: int = 1337
+    # short texts for the Transformer: this many random 1-2-sentence crops of every train review join the distilled
+    # rows (0: none), each with a soft target, crop_label_weight on its review's label and the rest a cross-fitted
+    # NBSVM's probability (pipeline.lexical.cross_fitted_teacher)
+    crops_per_review: int = 0
+    crop_label_weight: float = 0.5
 
     def __post_init__(self) -> None:
         if self.teacher not in PSEUDO_LABEL_TEACHERS and not is_model_uri(self.teacher):
@@ -296,6 +301,9 @@ class PseudoLabelConfig:
                               f"(models:/NAME@ALIAS, runs:/RUN_ID/model or a model folder), got {self.teacher!r}")
         if not 0.0 <= self.min_confidence <= 1.0:
             raise ConfigError(f"pseudo_label.min_confidence must be in [0, 1], got {self.min_confidence}")
+        if self.crops_per_review < 0 or not 0.0 <= self.crop_label_weight <= 1.0:
+            raise ConfigError("pseudo_label.crops_per_review must be 0 or more and pseudo_label.crop_label_weight in "
+                              f"[0, 1], got {self.crops_per_review} and {self.crop_label_weight}")
         if self.max_rows is not None and self.max_rows < 1:
             raise ConfigError(f"pseudo_label.max_rows must be positive or null (every row), got {self.max_rows}")
 
@@ -308,8 +316,16 @@ class BaselineConfig:
     ngram_max: int = 3
     max_features: int = 800_000
     seed: int = 0
+    # also train on this many random 1-2-sentence crops of every training review (short texts; 0: reviews only), each
+    # with a soft label: crop_label_weight on its review's label, the rest a cross-fitted NBSVM's probability
+    crops_per_review: int = 0
+    crop_label_weight: float = 0.5
 
     def __post_init__(self) -> None:
+        if self.crops_per_review < 0:
+            raise ConfigError(f"baseline.crops_per_review must be 0 (reviews only) or more, got {self.crops_per_review}")
+        if not 0.0 <= self.crop_label_weight <= 1.0:
+            raise ConfigError(f"baseline.crop_label_weight must be in [0, 1], got {self.crop_label_weight}")
         if any(c <= 0 for c in self.nbsvm_c):
             raise ConfigError(f"baseline.nbsvm_c values must be positive, got {list(self.nbsvm_c)}")
         if self.ngram_max < 1 or self.max_features < 1:

@@ -56,15 +56,18 @@ def canonical(name: str) -> str:
 
 
 def texts_to_store(ingest_dir: Path) -> list[str]:
-    """Every text the comparison tokenizes: the splits', the logged model's example, the attention plot's and the
-    behaviour tests' (cleaned, as the tokenizer reads them)."""
+    """Every text the comparison tokenizes: the splits', their sentence crops (every evaluation scores them), the
+    logged model's example, the attention plot's and the behaviour tests' (cleaned, as the tokenizer reads them)."""
     import pandas as pd
 
     from pipeline.stages.evaluate.behaviour import build_suite
+    from pipeline.stages.evaluate.lengths import crop_frames
     from pipeline.stages.evaluate.scorecard import ATTENTION_EXAMPLES
     from pipeline.stages.train.fit_and_log import EXAMPLE_TEXTS
 
-    texts = [text for split in SPLITS for text in pd.read_parquet(ingest_dir / f"{split}.parquet")["text"]]
+    splits = {split: pd.read_parquet(ingest_dir / f"{split}.parquet") for split in SPLITS}
+    texts = [text for frame in splits.values() for text in frame["text"]]
+    texts += [text for frame in crop_frames(splits["val"], splits["test"]).values() for text in frame["text"]]
     texts += [*EXAMPLE_TEXTS, *ATTENTION_EXAMPLES]
     texts += [text for case in build_suite() for text in (case.text, case.original) if text]
     return [clean_text(text) for text in texts]

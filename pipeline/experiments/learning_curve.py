@@ -75,7 +75,8 @@ def lexical_and_fused(frames: IngestedRows, keep: np.ndarray, config: Config, si
     val, test, names = frames.val, frames.test, frames.labels
     baseline = config.baseline
     fitted = nbsvm_baseline(frames.train.iloc[keep], val, baseline.nbsvm_c, baseline.ngram_max,
-                            baseline.max_features, baseline.seed).model
+                            baseline.max_features, baseline.seed, baseline.crops_per_review,
+                            baseline.crop_label_weight).model
     val_l = class_probabilities(fitted, val["text"].tolist(), len(names))
     test_l = class_probabilities(fitted, test["text"].tolist(), len(names))
     y_val, y_test = val["label"].to_numpy(), test["label"].to_numpy()

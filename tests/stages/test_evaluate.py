@@ -62,8 +62,36 @@ def test_evaluate_logs_test_metrics_plots_and_report(trained_run):
     assert run.data.metrics["test_accuracy"] == pytest.approx(report["metrics"]["test_accuracy"])
     artifacts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(run_id, "evaluation")}
     for name in ("confusion_matrix.png", "roc_curve.png", "reliability.png", "accuracy_by_length.png",
-                 "attention.png", "errors.csv", "metrics.json", "behaviour.md", "behaviour.csv"):
+                 "accuracy_by_words.png", "attention.png", "errors.csv", "metrics.json", "behaviour.md",
+                 "behaviour.csv", "crop_predictions.parquet"):
         assert f"evaluation/{name}" in artifacts
+
+    # accuracy by length in words, and one sentence crop per validation and test review
+    from pipeline.core.catalog import stage_dir
+    from pipeline.stages.evaluate.lengths import CROP_SEED
+    from pipeline.stages.ingest.outputs import read_split
+    from pipeline.text.crops import crop_set, word_counts
+
+    test, val = (read_split(stage_dir(config, "ingest"), split) for split in ("test", "val"))
+    crops = pd.read_parquet(out_dir / "crop_predictions.parquet")
+    expected = crop_set({"val": val, "test": test}, CROP_SEED)
+    for split in ("val", "test"):
+        rows = crops[crops["split"] == split]
+        assert rows["source_file"].tolist() == expected[split]["source_file"].tolist()
+        assert rows["words"].tolist() == word_counts(expected[split]["text"].tolist()).tolist()
+        assert report["sentence_crops"][split]["accuracy"] == pytest.approx(rows["correct"].mean())
+        assert report["sentence_crops"][split]["ci_low"] <= rows["correct"].mean() <= report["sentence_crops"][split]["ci_high"]
+    assert run.data.metrics["test_crop_accuracy"] == pytest.approx(report["sentence_crops"]["test"]["accuracy"])
+    assert sum(row["rows"] for row in report["accuracy_by_words"]) == len(test)
+    words = word_counts(test["text"].tolist())
+    predictions = pd.read_parquet(out_dir / "test_predictions.parquet")
+    for row in report["accuracy_by_words"]:
+        low, high = {"<=25": (0, 25), "26-80": (26, 80), "81-250": (81, 250), ">250": (251, 10**9)}[row["bucket"]]
+        in_bucket = (words >= low) & (words <= high)
+        assert row["rows"] == in_bucket.sum() and row["accuracy"] == pytest.approx(predictions["correct"][in_bucket].mean())
+    validation_words = np.concatenate([word_counts(val["text"].tolist()), crops.loc[crops["split"] == "val", "words"]])
+    assert report["validated_min_words"] == int(np.percentile(validation_words, 1))
+    assert run.data.metrics["validated_min_words"] == report["validated_min_words"]
 
     # behaviour tests: one pass rate per capability, the same in metrics.json, MLflow and behaviour.csv
     results = pd.read_csv(out_dir / "behaviour.csv", keep_default_na=False)

@@ -267,3 +267,35 @@ def test_a_logged_model_teaches_with_the_probabilities_it_would_score(prepared_c
     with pytest.raises(InputError, match="pseudo_label.teacher: cannot read model"):
         pseudo_label.run(config.replace(pseudo_label={"teacher": str(tmp_path / "no_such_model")}))
     assert (out_dir / PSEUDO_LABELS_FILE).read_bytes() == before  # refusals leave the labels as they were
+
+
+def test_sentence_crops_of_train_reviews_join_the_distilled_rows_with_soft_targets(prepared_config):
+    """pseudo_label.crops_per_review: crops of every train review, each target mixing its review's label with a
+    cross-fitted NBSVM; training reads them as extra soft rows, in a run folder of its own."""
+    from pipeline.core.catalog import PSEUDO_CROPS_FILE, teacher_probability_column
+    from pipeline.stages.ingest.outputs import read_split
+
+    config = prepared_config.replace(pseudo_label={"crops_per_review": 2, "crop_label_weight": 0.6},
+                                     training={"pseudo_labels": True, "epochs": 1})
+    out_dir = pseudo_label.run(config)
+    crops = pd.read_parquet(out_dir / PSEUDO_CROPS_FILE)
+    train_split = read_split(config.data_dir / "ingest", "train", columns=["text", "label"])
+    assert len(crops) == 2 * len(train_split) and crops["review"].tolist() == np.repeat(range(len(train_split)), 2).tolist()
+    columns = [teacher_probability_column(i) for i in range(2)]
+    targets = crops[columns].to_numpy()
+    np.testing.assert_allclose(targets.sum(axis=1), 1.0, rtol=1e-5)
+    own = targets[np.arange(len(crops)), train_split["label"].to_numpy()[crops["review"]]]
+    assert (own >= 0.6 - 1e-6).all() and (own < 1.0).any()  # the review's label weighs 0.6, the teacher the rest
+    from pipeline.text.crops import sentences
+
+    for text, review in zip(crops["text"], crops["review"]):  # one or two consecutive sentences of its review
+        pieces = sentences(train_split["text"].iloc[review])
+        assert text in {" ".join(pieces[i:i + n]) for n in (1, 2) for i in range(len(pieces))}
+    kept = pd.read_parquet(out_dir / PSEUDO_LABELS_FILE)
+    data = training.load_training_data(config, config.data_dir / "tokenize", 1)
+    assert data.pseudo_label_rows == len(kept) + len(crops)
+    assert data.train_rows == len(train_split) + len(kept) + len(crops)
+    plain_dir, _, _ = training.run_directory(config.replace(pseudo_label={"crops_per_review": 0}),
+                                             config.data_dir / "tokenize")
+    crops_dir, _, inputs = training.run_directory(config, config.data_dir / "tokenize")
+    assert crops_dir != plain_dir and "training_crops_sha256" in inputs

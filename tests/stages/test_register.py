@@ -24,6 +24,13 @@ def test_register_picks_the_best_validation_candidate_of_any_kind_and_score_uses
     val_accuracy = {run_id: client.get_run(run_id).data.metrics["best_val_accuracy"] for run_id in members}
     assert champion.run_id in members
     assert val_accuracy[champion.run_id] == max(val_accuracy.values())
+    # the rule: of the candidates within the tolerance of the best validation accuracy, the best on the crops
+    summary = {name: entry for name, entry in payload["summary"].items() if entry["kind"] != "reference"}
+    best_val = max(entry["best_val_accuracy"]["mean"] for entry in summary.values())
+    close = [name for name, entry in summary.items()
+             if entry["best_val_accuracy"]["mean"] >= best_val - config.compare.champion_tolerance - 1e-12]
+    assert group in close
+    assert summary[group]["val_crop_accuracy"]["mean"] == max(summary[n]["val_crop_accuracy"]["mean"] for n in close)
     capsys.readouterr()
     register.run(config)
     assert "up to date" in capsys.readouterr().out
@@ -49,10 +56,20 @@ def test_register_picks_the_best_validation_candidate_of_any_kind_and_score_uses
     for capability, rate in evaluation["behaviour"].items():
         assert f"| {capability} | {rate:.0%} |" in card
     assert "English only" in card and "Intended use" in card
+    # accuracy by length and on the crops, and the shortest text it was validated on
+    validated = int(run.data.metrics["validated_min_words"])
+    assert "## Accuracy by length" in card and f"**{validated} words**" in card
+    crops = evaluation["sentence_crops"]["test"]
+    assert f"| sentence crops of the test reviews | {crops['rows']:,} | {crops['accuracy']:.4f} (" in card
 
-    pd.DataFrame({"text": ["superb and wonderful", "awful and dull"]}).to_csv(tmp_path / "in.csv", index=False)
+    texts = ["superb and wonderful", "awful and dull", "a long review " * 20]
+    pd.DataFrame({"text": texts}).to_csv(tmp_path / "in.csv", index=False)
+    capsys.readouterr()
     summary = score.run(config, tmp_path / "in.csv", tmp_path / "out.csv")  # default: the champion
-    assert summary["scored"] == 2
+    assert summary["scored"] == 3
+    short = sum(len(text.split()) < validated for text in texts)
+    assert summary["short"] == short
+    assert f"scored 3, {short} shorter than the {validated} words the model was validated on" in capsys.readouterr().out
 
 
 def test_model_cards_describe_each_kind_of_candidate(comparison):

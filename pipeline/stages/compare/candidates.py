@@ -21,6 +21,7 @@ import pandas as pd
 
 from pipeline.config import Config
 from pipeline.core.catalog import (
+    CROP_PREDICTIONS_FILE,
     FUSION_FILE,
     LABELS_FILE,
     LEXICAL_MODEL_FILE,
@@ -48,6 +49,7 @@ from pipeline.stages.tokenize.vocabulary import own_tokenization
 from pipeline.stages.train.fit_and_log import train_model
 from pipeline.stages.train.outputs import transformer_artifacts
 from pipeline.text.conventions import load_labels
+from pipeline.text.crops import CROP_SPLITS
 from pipeline.tracking import (
     FUSION_LEXICAL_RUN_PARAM,
     FUSION_TRANSFORMER_RUN_PARAM,
@@ -66,6 +68,7 @@ from pipeline.tracking import (
 
 SUMMARY_METRICS = ("test_accuracy", "test_f1", "test_roc_auc", "test_log_loss", "test_ece", "best_val_accuracy",
                    "train_seconds")
+CROP_METRICS = ("val_crop_accuracy", "test_crop_accuracy")  # the sentence crops (``evaluate.lengths``)
 NBSVM, TFIDF = "nbsvm", "tfidf"
 EXAMPLE_TEXTS = ["A wonderful, moving film.", "Dull and far too long."]
 
@@ -100,6 +103,7 @@ class Candidate:
     folder: Path | None = None                     # a Transformer's run folder; NBSVM's model folder
     settings: dict[str, str] = field(default_factory=dict)  # a Transformer's design settings (fused runs log them)
     max_tokens: int | None = None                  # a Transformer's token limit
+    crops: pd.DataFrame | None = None              # its predictions on the sentence crops (the reference has none)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -112,8 +116,9 @@ class Candidate:
 
 
 def summary_metrics(metrics: dict[str, float]) -> dict[str, float]:
-    """The metrics a comparison reports: ``SUMMARY_METRICS`` and the behaviour pass rates."""
-    return {k: v for k, v in metrics.items() if k in SUMMARY_METRICS or behaviour.capability_of(k)}
+    """The metrics a comparison reports: ``SUMMARY_METRICS``, ``CROP_METRICS`` and the behaviour pass rates."""
+    return {k: v for k, v in metrics.items()
+            if k in SUMMARY_METRICS or k in CROP_METRICS or behaviour.capability_of(k)}
 
 
 def fused_name(name: str) -> str:
@@ -146,7 +151,8 @@ def transformer_candidate(config: Config, design: Design, variant: dict[str, Any
     settings.setdefault("model.pooling", child_config.model.pooling)  # what a fused champion's version is tagged with
     return Candidate(variant_name(variant), "transformer", seed, run_id, summary_metrics(evaluated.metrics),
                      evaluated.predictions("test"), evaluated.predictions("val"), folder=trained.run_dir,
-                     settings=settings, max_tokens=child_config.tokenizer.max_sequence_length - 1)
+                     settings=settings, max_tokens=child_config.tokenizer.max_sequence_length - 1,
+                     crops=evaluated.predictions("crops"))
 
 
 # --------------------------------------------------------------------------- the lexical models
@@ -156,16 +162,19 @@ def nbsvm_candidate(config: Config, key: str, frames: IngestedRows, names: list[
                     force: bool) -> Candidate:
     """Fit NBSVM (C chosen on validation), log it as a child run with its pyfunc model, or reuse a finished one."""
     out_dir = config.reports_dir / f"baseline-{NBSVM}-{key}"
-    files = [out_dir / name for name in (TEST_PREDICTIONS_FILE, VAL_PREDICTIONS_FILE, LEXICAL_MODEL_FILE, LABELS_FILE)]
+    files = [out_dir / name for name in (TEST_PREDICTIONS_FILE, VAL_PREDICTIONS_FILE, CROP_PREDICTIONS_FILE,
+                                         LEXICAL_MODEL_FILE, LABELS_FILE)]
     existing = None if force else find_baseline_run(config.tracking, key, NBSVM)
     if existing is not None and all(path.is_file() for path in files):
         return Candidate(NBSVM, "lexical", None, existing.info.run_id, summary_metrics(existing.data.metrics),
-                         pd.read_parquet(files[0]), pd.read_parquet(files[1]), folder=out_dir)
+                         pd.read_parquet(files[0]), pd.read_parquet(files[1]), folder=out_dir,
+                         crops=pd.read_parquet(files[2]))
     settings = config.baseline
-    print(f"compare: fitting NBSVM on {len(frames.train):,} train reviews, C from {list(settings.nbsvm_c)} "
+    crops = f" and {settings.crops_per_review} sentence crops of each" if settings.crops_per_review else ""
+    print(f"compare: fitting NBSVM on {len(frames.train):,} train reviews{crops}, C from {list(settings.nbsvm_c)} "
           "on validation ...", flush=True)
     fitted = nbsvm_baseline(frames.train, frames.val, settings.nbsvm_c, settings.ngram_max,
-                            settings.max_features, settings.seed)
+                            settings.max_features, settings.seed, settings.crops_per_review, settings.crop_label_weight)
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_dump(fitted.model, out_dir / LEXICAL_MODEL_FILE)
     atomic_write_json(out_dir / LABELS_FILE, {"labels": list(names)})
@@ -183,14 +192,15 @@ def nbsvm_candidate(config: Config, key: str, frames: IngestedRows, names: list[
         log_pipeline_model(LexicalClassifier(), LexicalClassifier.artifacts(out_dir / LEXICAL_MODEL_FILE, out_dir),
                            EXAMPLE_TEXTS)
         run_id = child.info.run_id
-        metrics = {**evaluation.payload["metrics"], "best_val_accuracy": fitted.val_accuracy_cross_fitted,
+        metrics = {**evaluation.payload["metrics"], **evaluation.payload["length_metrics"],
+                   "best_val_accuracy": fitted.val_accuracy_cross_fitted,
                    "train_seconds": fitted.fit_seconds, **{behaviour.metric_name(c): r
                                                            for c, r in evaluation.payload["behaviour"].items()}}
     print(f"compare: NBSVM C={fitted.params['nbsvm.C']:g} val_accuracy {fitted.val_accuracy:.4f} "
           f"({fitted.val_accuracy_cross_fitted:.4f} cross-fitted), test_accuracy "
           f"{metrics['test_accuracy']:.4f} ({fitted.fit_seconds:.0f}s)")
     return Candidate(NBSVM, "lexical", None, run_id, summary_metrics(metrics), evaluation.predictions,
-                     evaluation.val_predictions, folder=out_dir)
+                     evaluation.val_predictions, folder=out_dir, crops=evaluation.crop_predictions)
 
 
 def tfidf_candidate(config: Config, key: str, frames: IngestedRows, names: list[str],
@@ -239,10 +249,10 @@ def fusion_candidate(config: Config, key: str, child: Candidate, lexical: Candid
     name = fused_name(child.name)
     out_dir = config.reports_dir / f"fusion-{child.run_id}-{lexical.run_id}"
     existing = None if force else find_fusion_run(config.tracking, key, child.run_id, lexical.run_id)
-    paths = [out_dir / TEST_PREDICTIONS_FILE, out_dir / VAL_PREDICTIONS_FILE]
+    paths = [out_dir / TEST_PREDICTIONS_FILE, out_dir / VAL_PREDICTIONS_FILE, out_dir / CROP_PREDICTIONS_FILE]
     if existing is not None and all(path.is_file() for path in paths):
         return Candidate(name, "fusion", child.seed, existing.info.run_id, summary_metrics(existing.data.metrics),
-                         pd.read_parquet(paths[0]), pd.read_parquet(paths[1]))
+                         pd.read_parquet(paths[0]), pd.read_parquet(paths[1]), crops=pd.read_parquet(paths[2]))
     tokenizer_dir = child.folder / TOKENIZER_DIR
     transformer_labels, lexical_labels = load_labels(tokenizer_dir), load_labels(lexical.folder)
     if transformer_labels != lexical_labels:
@@ -266,6 +276,10 @@ def fusion_candidate(config: Config, key: str, child: Candidate, lexical: Candid
     test_probabilities = fuse_probabilities(from_probability_columns(child.predictions, names),
                                             from_probability_columns(lexical.predictions, names), weight)
     val_probabilities = fuse_probabilities(val_t, val_l, weight)
+    crop_probabilities = {split: fuse_probabilities(
+        from_probability_columns(child.crops[child.crops["split"] == split], names),
+        from_probability_columns(lexical.crops[lexical.crops["split"] == split], names), weight)
+        for split in CROP_SPLITS}
     with mlflow.start_run(run_name=f"fusion-{child.name}-seed{child.seed}".replace("/", "-"), nested=True) as run:
         mlflow.set_tags(fusion_tags(key, name, child.run_id, lexical.run_id))
         mlflow.log_params({FUSION_WEIGHT_PARAM: weight, FUSION_WEIGHTS_TRIED_PARAM: config.compare.fusion_weights,
@@ -274,17 +288,18 @@ def fusion_candidate(config: Config, key: str, child: Candidate, lexical: Candid
         evaluation = evaluate_model(classifier, frames.test, frames.val, out_dir, f"{name}, seed {child.seed}",
                                     ReviewLengths(frames.test_token_counts,
                                                   child.max_tokens or config.tokenizer.max_sequence_length - 1),
-                                    given=GivenProbabilities(test_probabilities, val_probabilities))
+                                    given=GivenProbabilities(test_probabilities, val_probabilities,
+                                                             crop_probabilities))
         # what `make register` compares: the weight's choice is not scored on its own rows
         mlflow.log_metrics({"best_val_accuracy": honest, "val_accuracy_chosen_weight": by_weight[weight],
                             **{f"val_accuracy_w_{w:g}": a for w, a in by_weight.items()}})
         log_evaluation(evaluation, out_dir)
         log_pipeline_model(FusedClassifier(), artifacts, EXAMPLE_TEXTS)
         run_id = run.info.run_id
-    metrics = {**evaluation.payload["metrics"], "best_val_accuracy": honest,
+    metrics = {**evaluation.payload["metrics"], **evaluation.payload["length_metrics"], "best_val_accuracy": honest,
                **{behaviour.metric_name(c): r for c, r in evaluation.payload["behaviour"].items()}}
     print(f"compare: {name} seed {child.seed}: weight {weight:g} on the Transformer, val_accuracy "
           f"{by_weight[weight]:.4f} at that weight ({honest:.4f} cross-fitted), test_accuracy "
           f"{metrics['test_accuracy']:.4f}")
     return Candidate(name, "fusion", child.seed, run_id, summary_metrics(metrics), evaluation.predictions,
-                     evaluation.val_predictions)
+                     evaluation.val_predictions, crops=evaluation.crop_predictions)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.metrics import compare_pair, paired_bootstrap_difference
+from pipeline.metrics import accuracy_interval, champion_choice, compare_pair, paired_bootstrap_difference
 from pipeline.stages.compare.candidates import KINDS, NBSVM, Candidate
 from pipeline.stages.compare.designs import Design, level_name, setting_text, variant_name, variants
+from pipeline.text.crops import CROP_SPLITS, word_bucket_names, word_buckets
 
 
 def correctness(candidates: list[Candidate]) -> dict[str, np.ndarray]:
@@ -88,14 +89,19 @@ def interaction(design: Design, correct: dict[str, np.ndarray], samples: int) ->
             "significant": bool(bootstrap["ci_low"] > 0 or bootstrap["ci_high"] < 0)}
 
 
-def recommendation(summary: dict, candidates: list[str]) -> dict:
-    """The candidate to deploy: the highest mean validation accuracy (never test) among the deployable kinds,
-    as `make register` chooses."""
+def recommendation(summary: dict, candidates: list[str], tolerance: float) -> dict:
+    """The candidate to deploy, as `make register` chooses (``metrics.champion_choice``, validation only): among the
+    deployable kinds whose mean full-review validation accuracy is within ``tolerance`` of the best, the best mean
+    accuracy on the validation sentence crops."""
     scored = [name for name in candidates if "best_val_accuracy" in summary.get(name, {})
               and KINDS[summary[name]["kind"]].deployable]
-    best = max(scored, key=lambda name: summary[name]["best_val_accuracy"]["mean"])
+    best = champion_choice({name: summary[name]["best_val_accuracy"]["mean"] for name in scored},
+                           {name: summary[name]["val_crop_accuracy"]["mean"] for name in scored
+                            if "val_crop_accuracy" in summary[name]}, tolerance)
     entry = {"variant": best, "kind": summary[best]["kind"], "best_val_accuracy": summary[best]["best_val_accuracy"]["mean"],
-             "test_accuracy": summary[best]["test_accuracy"]["mean"]}
+             "test_accuracy": summary[best]["test_accuracy"]["mean"], "tolerance": tolerance,
+             **{key: summary[best][key]["mean"] for key in ("val_crop_accuracy", "test_crop_accuracy")
+                if key in summary[best]}}
     transformers = [name for name in scored if summary[name]["kind"] == "transformer"]
     if transformers:
         best_transformer = max(transformers, key=lambda name: summary[name]["best_val_accuracy"]["mean"])
@@ -104,3 +110,23 @@ def recommendation(summary: dict, candidates: list[str]) -> dict:
     if NBSVM in summary:
         entry["baseline_test_accuracy"] = summary[NBSVM]["test_accuracy"]["mean"]
     return entry
+
+
+def length_table(candidates: list[Candidate], test_words: np.ndarray) -> dict[str, dict[str, dict]]:
+    """Per candidate name: accuracy with its Wilson interval (``metrics.accuracy_interval``, over the seed-mean of
+    each row's correctness) per word bucket of the test reviews (``<=25``, ...) and on the validation and test
+    sentence crops (``val crops``, ``test crops``; candidates scored on them only)."""
+    buckets = word_buckets(np.asarray(test_words))
+    table: dict[str, dict[str, dict]] = {}
+    for name in dict.fromkeys(c.name for c in candidates):
+        group = [c for c in candidates if c.name == name]
+        correct = np.stack([c.correct for c in group]).mean(axis=0)
+        row = {bucket: accuracy_interval(correct[buckets == bucket]) for bucket in word_bucket_names()
+               if (buckets == bucket).any()}
+        if all(c.crops is not None for c in group):
+            for split in CROP_SPLITS:
+                on_split = np.stack([c.crops.loc[c.crops["split"] == split, "correct"].to_numpy(dtype=bool)
+                                     for c in group]).mean(axis=0)
+                row[f"{split} crops"] = accuracy_interval(on_split)
+        table[name] = row
+    return table

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Callable, TypeVar
 
 import mlflow
+import numpy as np
 
-from pipeline.config import Config
+from pipeline.config import CompareConfig, Config
 from pipeline.core.catalog import require_output, stage_dir
 from pipeline.core.errors import InputError
 from pipeline.core.files import manifest_hash, read_manifest
@@ -43,9 +44,11 @@ from pipeline.stages.compare.candidates import (
 )
 from pipeline.stages.compare.designs import Design, design_for, level_name, variant_config, variant_name, variants
 from pipeline.stages.compare.report import parent_description, verdict, write_reports
+from pipeline.stages.evaluate.lengths import CROP_SEED
 from pipeline.stages.pretrain.masked_lm import pretrain
 from pipeline.stages.pseudo_label.teacher import with_pseudo_labels
 from pipeline.stages.tokenize.outputs import read_ingested_rows
+from pipeline.text.crops import word_counts
 from pipeline.tracking import (
     FUSION_WEIGHT_PARAM,
     comparison_tags,
@@ -68,7 +71,9 @@ def comparison_key(config: Config, design_name: str, design: Design | None = Non
                                             for v in variants(design)))
     sections = ("model", "training", "compare", "pretrain", "baseline") + (("pseudo_label",) if pseudo else ())
     # compare.tuned names a file: the tuned level's settings count (below), not the file's name
-    key = f"{design_name}-{config.replace(compare={'tuned': None}).section_hash(*sections)[:8]}-{tokenize_hash}"
+    # nor does the champion rule's tolerance: it chooses among the runs, it makes none
+    unkeyed = config.replace(compare={"tuned": None, "champion_tolerance": CompareConfig.champion_tolerance})
+    key = f"{design_name}-{unkeyed.section_hash(*sections)[:8]}-{tokenize_hash}"
     if design is not None and design.overlays:
         overlays = json.dumps(design.overlays, sort_keys=True, default=list).encode()
         key += f"-{hashlib.sha256(overlays).hexdigest()[:8]}"
@@ -135,8 +140,9 @@ class CandidatePool:
 
 
 def comparison_payload(config: Config, design_name: str, design: Design, pool: CandidatePool, parent_id: str,
-                       val_rows: int) -> dict:
-    """Everything the report says, from the candidates: summaries, effects, pairs of candidates, the verdict."""
+                       val_rows: int, test_words: np.ndarray) -> dict:
+    """Everything the report says, from the candidates: summaries, effects, pairs of candidates, accuracy by length
+    (``test_words``: each test review's words), the verdict."""
     names = [variant_name(v) for v in variants(design)]
     seeds = list(config.compare.seeds)
     lexical, fused, everything = pool.lexical, pool.fused, pool.everything
@@ -154,7 +160,7 @@ def comparison_payload(config: Config, design_name: str, design: Design, pool: C
     summary = effects.summarize(everything)
     candidates = list(dict.fromkeys(c.name for c in everything))
     seeds_of = {name: [c.seed for c in everything if c.name == name] for name in correct}
-    best = effects.recommendation(summary, candidates)
+    best = effects.recommendation(summary, candidates, config.compare.champion_tolerance)
     pairs = []
     if lexical:
         best_transformer = best.get("best_transformer")
@@ -176,6 +182,7 @@ def comparison_payload(config: Config, design_name: str, design: Design, pool: C
                "fusion_weights": [{"variant": f.name, "seed": f.seed,
                                    "weight": float(mlflow.get_run(f.run_id).data.params[FUSION_WEIGHT_PARAM])}
                                   for f in fused],
+               "lengths": effects.length_table(everything, test_words), "crop_seed": CROP_SEED,
                "recommendation": best}
     payload["verdict"] = verdict(payload)
     return payload
@@ -257,7 +264,8 @@ def run_comparison(config: Config, design_name: str = "main", force: bool = Fals
             mlflow.log_params({k: v for k, v in flat_params(config).items() if k not in varied})
         pool = run_candidates(config, design, design_name, parent_id, frames, force, started)
         transformers, references = pool.transformers, pool.references
-        payload = comparison_payload(config, design_name, design, pool, parent_id, len(frames.val))
+        payload = comparison_payload(config, design_name, design, pool, parent_id, len(frames.val),
+                                     word_counts(frames.test["text"].tolist()))
         json_path, md_path, png_path = write_reports(payload, config.reports_dir, design.report_name)
         for path in (json_path, md_path, png_path):
             mlflow.log_artifact(str(path), "comparison")

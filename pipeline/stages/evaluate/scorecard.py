@@ -4,9 +4,10 @@
 fused model): ``make evaluate`` calls it for a trained run, ``make compare`` for its baselines and fused
 candidates, so every candidate for ``@champion`` carries the same evaluation. It writes into ``out_dir``
 ``metrics.json``, ``test_predictions.parquet``, ``val_predictions.parquet`` (what fusion weights and the
-champion are chosen on), ``errors.csv`` (the most confident mistakes), the plots (confusion matrix, ROC,
-reliability diagram, accuracy by review length, and for Transformers attention heatmaps) and the behaviour
-tests; :func:`log_evaluation` puts them on the run.
+champion are chosen on), ``crop_predictions.parquet`` (one sentence crop of every validation and test review:
+short texts, ``pipeline.stages.evaluate.lengths``), ``errors.csv`` (the most confident mistakes), the plots
+(confusion matrix, ROC, reliability diagram, accuracy by review length in tokens and in words with the crops, and
+for Transformers attention heatmaps) and the behaviour tests; :func:`log_evaluation` puts them on the run.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pandas as pd
 
 from pipeline.config import Config
 from pipeline.core.catalog import (
+    CROP_PREDICTIONS_FILE,
     METRICS_FILE,
     TEST_PREDICTIONS_FILE,
     VAL_PREDICTIONS_FILE,
@@ -33,6 +35,14 @@ from pipeline.core.predictions import predicted_and_confidence, prediction_frame
 from pipeline.metrics import classification_metrics
 from pipeline.model.classifiers import PipelineModel, SentimentClassifier, load_classifier, predict_ids
 from pipeline.stages.evaluate import behaviour
+from pipeline.stages.evaluate.lengths import (
+    crop_frames,
+    crop_predictions,
+    length_bucket_accuracy,
+    length_report,
+    plot_length_buckets,
+    plot_word_buckets,
+)
 from pipeline.stages.ingest.outputs import read_split
 from pipeline.text.conventions import PAD_ID
 from pipeline.tracking import latest_training_run_id, setup_tracking
@@ -46,26 +56,6 @@ ERROR_EXAMPLES = 50
 
 
 # --------------------------------------------------------------------------- pure helpers
-
-
-def length_bucket_accuracy(correct: np.ndarray, token_counts: np.ndarray, max_tokens: int,
-                           truncates: bool = True) -> pd.DataFrame:
-    """Accuracy per review-length bucket (tokens before truncation), marking truncated buckets.
-
-    Buckets are relative to the cut-off: up to 1/4, 1/2 and all of ``max_tokens`` (whole
-    reviews), then up to twice it, and beyond (reviews that lost tokens to truncation, unless the
-    model reads them whole: ``truncates=False``, a model scoring long reviews by windows).
-    """
-    edges = sorted({0, max_tokens // 4, max_tokens // 2, max_tokens, 2 * max_tokens, 10**9})
-    correct = np.asarray(correct, dtype=bool)
-    rows = []
-    for low, high in zip(edges[:-1], edges[1:]):
-        in_bucket = (token_counts > low) & (token_counts <= high)
-        if in_bucket.any():
-            name = f"{low + 1}-{high}" if high < 10**9 else f">{low}"
-            rows.append({"bucket": name, "reviews": int(in_bucket.sum()), "accuracy": float(correct[in_bucket].mean()),
-                         "truncated": bool(truncates and low >= max_tokens)})
-    return pd.DataFrame(rows)
 
 
 def most_confident_errors(frame: pd.DataFrame, predictions: pd.DataFrame, names: list[str],
@@ -135,20 +125,6 @@ def plot_reliability(labels, probabilities, names: list[str], path: Path) -> Pat
     return save_figure(figure, path)
 
 
-def plot_length_buckets(buckets: pd.DataFrame, path: Path) -> Path:
-    from pipeline.core.plots import new_figure, save_figure
-
-    figure, axis = new_figure(7, 4)
-    colors = ["tab:orange" if truncated else "tab:blue" for truncated in buckets["truncated"]]
-    bars = axis.bar(buckets["bucket"], buckets["accuracy"], color=colors)
-    for bar, count in zip(bars, buckets["reviews"]):
-        axis.annotate(f"n={count}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                      ha="center", va="bottom", fontsize=8)
-    axis.set(xlabel="review length in tokens (orange: truncated)", ylabel="accuracy",
-             ylim=(max(0.0, buckets["accuracy"].min() - 0.1), 1.0), title="Accuracy by review length (test)")
-    return save_figure(figure, path)
-
-
 def plot_attention(classifier: SentimentClassifier, pooling: str, path: Path) -> Path:
     """Heatmaps of the last block's attention (head-averaged) for a few fixed short reviews."""
     from pipeline.core.plots import new_figure, save_figure
@@ -199,6 +175,7 @@ class Evaluation:
     predictions: pd.DataFrame      # test predictions, one row per test review in order
     val_predictions: pd.DataFrame  # validation predictions
     plots: list[Path]
+    crop_predictions: pd.DataFrame  # one sentence crop per validation and test review (``lengths.crop_predictions``)
 
 
 @dataclass(frozen=True)
@@ -212,11 +189,12 @@ class ReviewLengths:
 
 @dataclass(frozen=True)
 class GivenProbabilities:
-    """``[N, k]`` probabilities already computed for the test and validation splits (a fused model's, from its
-    parts'), so the model need not score them again."""
+    """``[N, k]`` probabilities already computed for the test and validation splits and their sentence crops (a fused
+    model's, from its parts'), so the model need not score them again."""
 
     test: np.ndarray
     val: np.ndarray
+    crops: dict[str, np.ndarray]  # per split of ``pipeline.text.crops.CROP_SPLITS``
 
 
 def transformer_of(classifier: PipelineModel) -> SentimentClassifier | None:
@@ -226,19 +204,26 @@ def transformer_of(classifier: PipelineModel) -> SentimentClassifier | None:
     return getattr(classifier, "transformer", None)
 
 
-def evaluate_model(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFrame, out_dir: Path, title: str,
-                   lengths: ReviewLengths | None = None, pooling: str | None = None,
-                   given: GivenProbabilities | None = None) -> Evaluation:
-    """Score ``test`` and ``val`` (ingest's frames) with ``classifier`` and write the evaluation to ``out_dir``.
+@dataclass(frozen=True)
+class SplitScores:
+    """A model's probabilities on the test and validation reviews and their sentence crops, and the test reviews'
+    token counts (from the model's own tokenizer when it has one)."""
 
-    ``given``: already computed probabilities (a fused model's, from its parts').
-    Token counts (for accuracy by length) come from the Transformer's own tokenizer when it has one, else
-    from ``lengths`` (the tokenize stage's counts) when given.
-    """
+    test: np.ndarray
+    val: np.ndarray
+    crops: dict[str, pd.DataFrame]       # the crops scored (``lengths.crop_frames``)
+    crop_probabilities: dict[str, np.ndarray]
+    token_counts: np.ndarray | None
+    max_tokens: int | None
+    reads_windows: bool = False
+
+
+def score_splits(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFrame, lengths: ReviewLengths | None,
+                 given: GivenProbabilities | None) -> SplitScores:
+    """Score what an evaluation reads, or take ``given``'s probabilities; a Transformer's test reviews are encoded
+    once for both its scores and their token counts."""
     token_counts, max_tokens = (lengths.token_counts, lengths.max_tokens) if lengths else (None, None)
-    probabilities, val_probabilities = (given.test, given.val) if given else (None, None)
-    names = classifier.labels
-    labels = test["label"].to_numpy()
+    probabilities = given.test if given else None
     transformer = transformer_of(classifier)
     reads_windows = False
     if transformer is not None:
@@ -249,48 +234,75 @@ def evaluate_model(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFr
             probabilities = predict_ids(transformer.model, ids)  # else below, through its windows
     if probabilities is None:
         probabilities = classifier.probabilities(test["text"].tolist())
-    if val_probabilities is None:
-        val_probabilities = classifier.probabilities(val["text"].tolist())
-    metrics = classification_metrics(labels, probabilities, names)
-    val_metrics = classification_metrics(val["label"].to_numpy(), val_probabilities, names)
-    predictions = prediction_frame(test["source_file"], labels, probabilities, names)
-    val_predictions = prediction_frame(val["source_file"], val["label"].to_numpy(), val_probabilities, names)
+    val_probabilities = given.val if given else classifier.probabilities(val["text"].tolist())
+    crops = crop_frames(val, test)
+    crop_probabilities = given.crops if given else {split: classifier.probabilities(frame["text"].tolist())
+                                                    for split, frame in crops.items()}
+    return SplitScores(probabilities, val_probabilities, crops, crop_probabilities, token_counts, max_tokens,
+                       reads_windows)
+
+
+def evaluate_model(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFrame, out_dir: Path, title: str,
+                   lengths: ReviewLengths | None = None, pooling: str | None = None,
+                   given: GivenProbabilities | None = None) -> Evaluation:
+    """Score ``test`` and ``val`` (ingest's frames) and one sentence crop of each of their reviews with
+    ``classifier`` and write the evaluation to ``out_dir``.
+
+    ``given``: already computed probabilities (a fused model's, from its parts').
+    Token counts (for accuracy by length) come from the Transformer's own tokenizer when it has one, else
+    from ``lengths`` (the tokenize stage's counts) when given.
+    """
+    names = classifier.labels
+    labels = test["label"].to_numpy()
+    scores = score_splits(classifier, test, val, lengths, given)
+    metrics = classification_metrics(labels, scores.test, names)
+    val_metrics = classification_metrics(val["label"].to_numpy(), scores.val, names)
+    predictions = prediction_frame(test["source_file"], labels, scores.test, names)
+    val_predictions = prediction_frame(val["source_file"], val["label"].to_numpy(), scores.val, names)
+    crops = crop_predictions(scores.crops, scores.crop_probabilities, names)
+    by_length = length_report(test, val, predictions["correct"].to_numpy(), crops)
     out_dir.mkdir(parents=True, exist_ok=True)
     buckets = pd.DataFrame()
     plots = [plot_confusion_matrix(labels, predictions["predicted"], names, out_dir / "confusion_matrix.png"),
-             plot_roc(labels, probabilities, names, out_dir / "roc_curve.png"),
-             plot_reliability(labels, probabilities, names, out_dir / "reliability.png")]
-    if token_counts is not None and max_tokens is not None:
-        predictions["token_count"] = np.asarray(token_counts)
-        buckets = length_bucket_accuracy(predictions["correct"].to_numpy(), np.asarray(token_counts), max_tokens,
-                                         truncates=not reads_windows)
+             plot_roc(labels, scores.test, names, out_dir / "roc_curve.png"),
+             plot_reliability(labels, scores.test, names, out_dir / "reliability.png"),
+             plot_word_buckets(by_length, out_dir / "accuracy_by_words.png")]
+    if scores.token_counts is not None and scores.max_tokens is not None:
+        predictions["token_count"] = np.asarray(scores.token_counts)
+        buckets = length_bucket_accuracy(predictions["correct"].to_numpy(), np.asarray(scores.token_counts),
+                                         scores.max_tokens, truncates=not scores.reads_windows)
         plots.append(plot_length_buckets(buckets, out_dir / "accuracy_by_length.png"))
+    transformer = transformer_of(classifier)
     if transformer is not None and pooling is not None:
         plots.append(plot_attention(transformer, pooling, out_dir / "attention.png"))
     behaviour_rates = run_behaviour_tests(classifier, title, out_dir)
     most_confident_errors(test, predictions, names).to_csv(out_dir / "errors.csv", index=False)
     atomic_write_parquet(predictions, out_dir / TEST_PREDICTIONS_FILE)
     atomic_write_parquet(val_predictions, out_dir / VAL_PREDICTIONS_FILE)
+    atomic_write_parquet(crops, out_dir / CROP_PREDICTIONS_FILE)
     payload = {"title": title, "model_kind": classifier.kind, "test_rows": len(test), "val_rows": len(val),
                "labels": names, "metrics": {f"test_{k}": v for k, v in metrics.items()},
                "val_metrics": {f"val_{k}": v for k, v in val_metrics.items()},
-               "accuracy_by_length": buckets.to_dict(orient="records"), "behaviour": behaviour_rates}
+               "accuracy_by_length": buckets.to_dict(orient="records"), "behaviour": behaviour_rates,
+               **{key: by_length[key] for key in ("accuracy_by_words", "sentence_crops", "validated_min_words")},
+               "length_metrics": by_length["metrics"]}
     if pooling is not None:
         payload["pooling"] = pooling
     atomic_write_json(out_dir / METRICS_FILE, payload)
-    return Evaluation(payload, predictions, val_predictions, plots)
+    return Evaluation(payload, predictions, val_predictions, plots, crops)
 
 
 def log_evaluation(evaluation: Evaluation, out_dir: Path) -> None:
     """The evaluation's metrics and files on the active MLflow run (artifact folder ``evaluation/``)."""
     payload = evaluation.payload
-    mlflow.log_metrics(payload["metrics"])
+    mlflow.log_metrics({**payload["metrics"], **payload["length_metrics"]})
     mlflow.log_metrics({behaviour.metric_name(name): rate for name, rate in payload["behaviour"].items()})
     for row in payload["accuracy_by_length"]:
         mlflow.log_metric(f"test_accuracy_len_{row['bucket'].replace('>', 'gt')}", row["accuracy"])
     for path in evaluation.plots:
         mlflow.log_artifact(str(path), "evaluation")
-    for name in ("errors.csv", METRICS_FILE, TEST_PREDICTIONS_FILE, VAL_PREDICTIONS_FILE, "behaviour.md", "behaviour.csv"):
+    for name in ("errors.csv", METRICS_FILE, TEST_PREDICTIONS_FILE, VAL_PREDICTIONS_FILE, CROP_PREDICTIONS_FILE,
+                 "behaviour.md", "behaviour.csv"):
         if (out_dir / name).is_file():
             mlflow.log_artifact(str(out_dir / name), "evaluation")
 
@@ -317,8 +329,10 @@ class EvaluatedRun:
         return cls(run_id, out_dir, dict(mlflow.tracking.MlflowClient().get_run(run_id).data.metrics))
 
     def predictions(self, split: str = "test") -> pd.DataFrame:
-        """The run's ``test`` or ``val`` predictions (``pipeline.core.predictions.prediction_frame`` columns)."""
-        return pd.read_parquet(self.out_dir / (TEST_PREDICTIONS_FILE if split == "test" else VAL_PREDICTIONS_FILE))
+        """The run's ``test``, ``val`` or ``crops`` predictions (``pipeline.core.predictions.prediction_frame``
+        columns; the crops' also ``split``, ``review``, ``words``)."""
+        files = {"test": TEST_PREDICTIONS_FILE, "val": VAL_PREDICTIONS_FILE, "crops": CROP_PREDICTIONS_FILE}
+        return pd.read_parquet(self.out_dir / files[split])
 
 
 def evaluate_run(config: Config, run: str = "latest", force: bool = False) -> EvaluatedRun:
@@ -329,7 +343,8 @@ def evaluate_run(config: Config, run: str = "latest", force: bool = False) -> Ev
     setup_tracking(config.tracking)
     run_id = latest_training_run_id(config.tracking) if run == "latest" else run
     out_dir = config.reports_dir / run_id
-    done = all((out_dir / name).is_file() for name in (METRICS_FILE, TEST_PREDICTIONS_FILE, VAL_PREDICTIONS_FILE))
+    done = all((out_dir / name).is_file() for name in (METRICS_FILE, TEST_PREDICTIONS_FILE, VAL_PREDICTIONS_FILE,
+                                                       CROP_PREDICTIONS_FILE))
     if done and not force and "test_accuracy" in mlflow.get_run(run_id).data.metrics:
         print(f"evaluate: up to date, run {run_id} already evaluated ({out_dir}/{METRICS_FILE})")
         return EvaluatedRun.of(run_id, out_dir)
@@ -350,6 +365,7 @@ def evaluate_run(config: Config, run: str = "latest", force: bool = False) -> Ev
     metrics = evaluation.payload["metrics"]
     print(f"evaluate: read {len(test):,} test and {len(val):,} validation reviews from {ingest_dir}/; run {run_id} "
           f"({classifier.kind}{', ' + pooling if pooling else ''}): test_accuracy {metrics['test_accuracy']:.4f}, "
-          f"f1 {metrics['test_f1']:.4f}, roc_auc {metrics['test_roc_auc']:.4f}, ece {metrics['test_ece']:.4f}; "
+          f"f1 {metrics['test_f1']:.4f}, roc_auc {metrics['test_roc_auc']:.4f}, ece {metrics['test_ece']:.4f}, "
+          f"on sentence crops {evaluation.payload['length_metrics']['test_crop_accuracy']:.4f}; "
           f"{behaviour_summary(evaluation.payload['behaviour'])}; wrote {out_dir}/ in {time.perf_counter() - started:.0f}s")
     return EvaluatedRun.of(run_id, out_dir)

@@ -1,4 +1,5 @@
-"""The reader of ``make pseudo-label``'s output (``pseudo_labels.parquet``), for the train stage."""
+"""The readers of ``make pseudo-label``'s outputs (``pseudo_labels.parquet``, ``training_crops.parquet``), for the
+train stage."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline.core.catalog import PSEUDO_LABELS_FILE, UNLABELED_IDS_FILE, teacher_probability_column
+from pipeline.core.catalog import (
+    PSEUDO_CROPS_FILE,
+    PSEUDO_LABELS_FILE,
+    UNLABELED_IDS_FILE,
+    teacher_probability_column,
+)
 from pipeline.core.errors import InputError, MissingInputError
 from pipeline.core.files import read_manifest
 
@@ -46,3 +52,14 @@ def load_pseudo_labels(directory: Path, tokenize_dir: Path, num_classes: int,
                              "pseudo_label.soft; rerun `make pseudo-label FORCE=1`")
         labels = frame[columns].to_numpy(np.float32)
     return np.asarray(ids[frame["row"].to_numpy()]), labels, manifest
+
+
+def load_training_crops(directory: Path, num_classes: int) -> tuple[list[str], np.ndarray]:
+    """``(texts, [N, k] soft targets)`` of the sentence crops of train reviews the stage wrote
+    (``pseudo_label.crops_per_review``); refuses a stage output made without them."""
+    path = directory / PSEUDO_CROPS_FILE
+    if not path.is_file():
+        raise MissingInputError(f"no {path}: the pseudo labels were made without pseudo_label.crops_per_review; "
+                                "rerun `make pseudo-label`")
+    frame = pd.read_parquet(path)
+    return frame["text"].tolist(), frame[[teacher_probability_column(c) for c in range(num_classes)]].to_numpy(np.float32)

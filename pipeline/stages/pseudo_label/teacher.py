@@ -2,7 +2,9 @@
 
 Reads:  ``data/ingest/`` (``train.parquet``, ``val.parquet``, ``unlabeled.parquet``, manifest).
         Test texts are never read.
-Writes: ``data/pseudo_label/`` holding ``pseudo_labels.parquet`` (``row``: the review's row in
+Writes: ``data/pseudo_label/`` holding ``training_crops.parquet`` with ``pseudo_label.crops_per_review`` (sentence
+        crops of the train reviews and their soft targets, :func:`training_crops`), ``pseudo_labels.parquet``
+        (``row``: the review's row in
         ``unlabeled.parquet`` and so in ``data/tokenize/unlabeled_ids.npy``;
         ``label``: the class index; ``confidence``: the teacher's probability of it;
         ``probability_<index>``: its probability of every class, the soft targets) for the
@@ -33,6 +35,7 @@ from tqdm.auto import tqdm
 
 from pipeline.config import PSEUDO_LABEL_TEACHERS, BaselineConfig, Config, PseudoLabelConfig
 from pipeline.core.catalog import (
+    PSEUDO_CROPS_FILE,
     PSEUDO_LABELS_FILE,
     require_output,
     stage_dir,
@@ -63,6 +66,7 @@ TEACHER_CHUNK = 2048  # reviews a logged teacher scores at a time (one progress 
 def fit_teacher(settings: PseudoLabelConfig, baseline: BaselineConfig, train: pd.DataFrame, val: pd.DataFrame):
     """The teacher, fitted on the train split only: NBSVM (its C chosen on validation) or TF-IDF."""
     if settings.teacher == "nbsvm":
+        # on the reviews alone (baseline.crops_per_review aside): its labels are for reviews
         return nbsvm_baseline(train, val, baseline.nbsvm_c, baseline.ngram_max, baseline.max_features,
                               baseline.seed).model
     return tfidf_baseline(train, seed=settings.seed)
@@ -134,6 +138,28 @@ def confident_rows(probabilities: np.ndarray, num_classes: int, settings: Pseudo
     return kept
 
 
+def training_crops(train: pd.DataFrame, settings: PseudoLabelConfig, baseline: BaselineConfig,
+                   num_classes: int) -> pd.DataFrame:
+    """``pseudo_label.crops_per_review`` random 1-2-sentence crops of every train review (seeded by
+    ``pseudo_label.seed``) with soft targets: ``crop_label_weight`` on the review's label plus the rest times a
+    cross-fitted NBSVM's probabilities (a model that never read the crop's review). Columns ``text``, ``review`` and
+    one teacher-probability column per class, as the pseudo labels'."""
+    from pipeline.lexical import cross_fitted_teacher
+    from pipeline.text.crops import sentence_crops
+
+    print(f"pseudo-label: {settings.crops_per_review} sentence crop(s) of each of the {len(train):,} train reviews, "
+          "soft targets from their review's label and a cross-fitted NBSVM")
+    crops = sentence_crops(train, settings.seed, settings.crops_per_review)
+    teacher_c = sorted(baseline.nbsvm_c)[(len(baseline.nbsvm_c) - 1) // 2]
+    teacher = cross_fitted_teacher(train, crops, teacher_c, baseline.ngram_max, baseline.max_features, settings.seed)
+    targets = (1.0 - settings.crop_label_weight) * teacher
+    targets[np.arange(len(crops)), crops["label"].to_numpy()] += settings.crop_label_weight
+    frame = crops[["text", "review"]].copy()
+    for index in range(num_classes):
+        frame[teacher_probability_column(index)] = targets[:, index].astype(np.float32)
+    return frame
+
+
 def labelling_metrics(val_accuracy: float, kept: pd.DataFrame, unlabeled_rows: int) -> dict[str, float]:
     """What the stage's MLflow run and manifest record about the labels kept."""
     return {"teacher_val_accuracy": val_accuracy, "pseudo_label_rows": len(kept),
@@ -163,7 +189,8 @@ def stage_identity(config: Config, ingest_dir: Path, logged: bool) -> tuple[dict
     if logged:
         setup_tracking(config.tracking)  # a models:/ or runs:/ teacher is read from the tracking store
         inputs["teacher_model_uuid"] = teacher_identity(teacher)
-    return inputs, config.section_hash("pseudo_label", *(("baseline",) if teacher == "nbsvm" else ()))
+    crops_teacher = config.pseudo_label.crops_per_review > 0  # the crops' teacher is NBSVM, whatever labels the rest
+    return inputs, config.section_hash("pseudo_label", *(("baseline",) if teacher == "nbsvm" or crops_teacher else ()))
 
 
 def pseudo_label(config: Config, force: bool = False) -> Path:
@@ -177,7 +204,8 @@ def pseudo_label(config: Config, force: bool = False) -> Path:
     settings = config.pseudo_label
     logged = settings.teacher not in PSEUDO_LABEL_TEACHERS  # a model's URI: loaded, not fitted
     inputs, config_hash = stage_identity(config, ingest_dir, logged)
-    if not force and is_up_to_date(out_dir, config_hash, inputs, [PSEUDO_LABELS_FILE]):
+    outputs = [PSEUDO_LABELS_FILE] + ([PSEUDO_CROPS_FILE] if settings.crops_per_review else [])
+    if not force and is_up_to_date(out_dir, config_hash, inputs, outputs):
         print(f"pseudo-label: up to date, nothing to do ({out_dir}/ with config {config_hash})")
         return out_dir
 
@@ -206,6 +234,9 @@ def pseudo_label(config: Config, force: bool = False) -> Path:
         mlflow.log_metrics(metrics)
         with staged_directory(out_dir) as staging:
             kept.to_parquet(staging / PSEUDO_LABELS_FILE, index=False)
+            if settings.crops_per_review:
+                training_crops(train, settings, config.baseline, len(names)).to_parquet(
+                    staging / PSEUDO_CROPS_FILE, index=False)
             scored = probabilities[~np.isnan(probabilities).any(axis=1)]
             plot = plot_confidence(scored.max(axis=1), settings.min_confidence,
                                    f"{settings.teacher} teacher (val accuracy {val_accuracy:.4f}): "

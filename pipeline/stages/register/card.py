@@ -62,7 +62,10 @@ def lexical_lines(params: dict, prefix: str = "") -> list[str]:
     return [f"- {prefix}NBSVM: binary {get('nbsvm.ngram_range', '1,3').replace(',', '-')}-gram counts "
             f"({get('nbsvm.vocabulary')} n-grams), scaled by the naive-Bayes log-count ratio, liblinear logistic "
             f"regression with C={get('nbsvm.C')} (chosen on validation from {get('nbsvm.C_grid')}). It reads the "
-            "whole review, however long."]
+            "whole review, however long."
+            + (f" Trained on the reviews and {get('nbsvm.crops_per_review')} random 1-2-sentence crops of each, the "
+               f"crops with soft labels ({get('nbsvm.crop_label_weight')} on the review's label, the rest a "
+               "cross-fitted NBSVM's probability)." if int(get("nbsvm.crops_per_review") or 0) else "")]
 
 
 def model_lines(run, client) -> tuple[str, list[str], dict]:
@@ -125,9 +128,52 @@ def behaviour_lines(rates: dict[str, float]) -> list[str]:
             *(f"| {capability} | {rate:.0%} |" for capability, rate in rates.items())]
 
 
-def use_and_limit_lines(params: dict, kind: str, weak: list[str]) -> list[str]:
-    """Intended use and limits: how a long review is read (for a model with a Transformer), scope, and the
-    ``weak`` behaviour capabilities."""
+def length_lines(evaluation: dict) -> list[str]:
+    """Accuracy by length in words and on the sentence crops, and the shortest text the model was validated on;
+    nothing for an evaluation from before the crops."""
+    crops = evaluation.get("sentence_crops")
+    if not crops:
+        return []
+    rows = [(f"{row['bucket']} words", row) for row in evaluation["accuracy_by_words"]]
+    rows += [(f"sentence crops of the {name} reviews", crops[split]) for split, name in (("val", "validation"),
+                                                                                          ("test", "test"))]
+    return ["", "## Accuracy by length", "",
+            "Test reviews by length in words, and one random crop of one or two consecutive sentences of every "
+            f"validation and test review (seed {crops['seed']}), labelled with its review's label: short texts with "
+            "noisy labels (a positive review has negative sentences), a proxy for one-sentence reviews. The model "
+            "was chosen on the validation reviews and their crops; the shortest text it was validated on has "
+            f"**{evaluation['validated_min_words']} words** (1st percentile), and `make score` counts the rows "
+            "shorter than that.", "", "| texts | rows | accuracy (95% Wilson interval) |", "| --- | --- | --- |",
+            *(f"| {label} | {row['rows']:,} | {row['accuracy']:.4f} ({row['ci_low']:.4f} to {row['ci_high']:.4f}) |"
+              for label, row in rows)]
+
+
+def short_text_limit(evaluation: dict) -> str:
+    """The limit on short texts, from the measurements when the evaluation has them."""
+    crops = evaluation.get("sentence_crops")
+    if not crops:
+        return ("- English only; trained on IMDB movie reviews. Other languages, domains or very short texts are "
+                "out of scope and untested.")
+    return (f"- English only; trained on IMDB movie reviews. Other languages and domains are out of scope and "
+            f"untested. Short texts are weaker: {crops['test']['accuracy']:.1%} on one- or two-sentence crops of test "
+            f"reviews (noisy labels) against {evaluation['metrics']['test_accuracy']:.1%} on whole reviews; texts "
+            f"under {evaluation['validated_min_words']} words are below what the model was validated on.")
+
+
+def choice_sentence(metrics: dict, candidates: int, comparison_id: str) -> str:
+    """How the version was chosen, by the rule its comparison used."""
+    if "val_crop_accuracy" not in metrics:
+        return (f"chosen as the candidate with the highest mean validation accuracy among {candidates} model runs "
+                f"of comparison `{comparison_id}` (this run: {metrics.get('best_val_accuracy', float('nan')):.4f}).")
+    return (f"chosen among {candidates} model runs of comparison `{comparison_id}`: of the candidates within "
+            "`compare.champion_tolerance` of the best mean validation accuracy, the best on the validation sentence "
+            f"crops (this run: {metrics.get('best_val_accuracy', float('nan')):.4f} on validation reviews, "
+            f"{metrics['val_crop_accuracy']:.4f} on their crops).")
+
+
+def use_and_limit_lines(params: dict, kind: str, weak: list[str], evaluation: dict) -> list[str]:
+    """Intended use and limits: how a long review is read (for a model with a Transformer), scope and short texts,
+    and the ``weak`` behaviour capabilities."""
     get = params.get
     lines = ["", "## Intended use and limits", "",
              "- Intended use: scoring the overall sentiment of English reviews of films (and similar reviews) in "
@@ -137,8 +183,7 @@ def use_and_limit_lines(params: dict, kind: str, weak: list[str]) -> list[str]:
                    "covering every one, the windows' answers averaged." if get("model.long_reviews") == "windows" else
                    "cut for the Transformer: text in the cut part does not count"
                    + (" for that part of the model." if kind == "fusion" else "."))] if kind != "lexical" else []),
-             "- English only; trained on IMDB movie reviews. Other languages, domains or very short texts are "
-             "out of scope and untested.",
+             short_text_limit(evaluation),
              "- Not for decisions about people. Missing, blank or numeric texts get no score (a `score_error`)."]
     if weak:
         lines.append(f"- Weak capabilities (pass rate under {WEAK_PASS_RATE:.0%}): {', '.join(weak)}.")
@@ -169,9 +214,8 @@ def model_card(name: str, version: str, run, evaluation: dict, intervals: dict, 
     rates = {c: found[c] for c in behaviour.CAPABILITIES if c in found}
     lines = [f"# Model card: {name} version {version}", "",
              f"Sentiment classifier for English movie reviews: labels {', '.join(evaluation['labels'])}. "
-             f"MLflow run `{run.info.run_id}` ({run.data.tags.get(VARIANT_TAG, kind)}), chosen as the candidate with "
-             f"the highest mean validation accuracy among {candidates} model runs of comparison `{comparison_id}` "
-             f"(this run: {metrics.get('best_val_accuracy', float('nan')):.4f}).", "",
+             f"MLflow run `{run.info.run_id}` ({run.data.tags.get(VARIANT_TAG, kind)}), "
+             + choice_sentence(metrics, candidates, comparison_id), "",
              "## Model", "", *description,
              "", "## Data", "",
              f"- Source: {data_source(transformer_params)}.",
@@ -187,9 +231,10 @@ def model_card(name: str, version: str, run, evaluation: dict, intervals: dict, 
              f"- expected calibration error {test['test_ece']:.4f}"
              + (f", Brier score {test['test_brier']:.4f}" if "test_brier" in test else "")
              + "; reliability diagram: run artifact `evaluation/reliability.png`.",
+             *length_lines(evaluation),
              "", "## Behaviour tests", "", *behaviour_lines(rates)]
     weak = [c for c, rate in rates.items() if rate < WEAK_PASS_RATE]
-    lines += use_and_limit_lines(transformer_params, kind, weak) + deployment_lines(version_tags or {})
+    lines += use_and_limit_lines(transformer_params, kind, weak, evaluation) + deployment_lines(version_tags or {})
     return "\n".join(lines) + "\n"
 
 

@@ -1,5 +1,6 @@
-"""Which run becomes ``@champion``: the candidate with the best validation accuracy (never test), and its
-registration with its model card."""
+"""Which run becomes ``@champion``: the candidate ``pipeline.metrics.champion_choice`` picks on validation (never
+test): within ``compare.champion_tolerance`` of the best validation accuracy, the best on the validation sentence
+crops; and its registration with its model card."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from pipeline.config import Config
 from pipeline.core.errors import PipelineError
+from pipeline.metrics import champion_choice
 from pipeline.stages.register.card import write_model_card
 from pipeline.tracking import (
     CHAMPION_ALIAS,
@@ -24,11 +26,13 @@ from pipeline.tracking import (
 )
 
 
-def best_run(runs: list, candidates: dict[str, str] | None = None) -> "mlflow.entities.Run":
-    """The champion: of the candidate with the highest mean validation accuracy over its runs (its seeds), the run
-    with the highest validation accuracy (ties: the earliest started). A candidate is what the comparison
-    recorded for the run (``candidates``: run id -> name), else the run's ``variant`` tag (a Transformer variant,
-    ``nbsvm``, a fused variant); runs without either stand alone. Test accuracy is never read."""
+def best_run(runs: list, candidates: dict[str, str] | None = None, tolerance: float = 0.0) -> "mlflow.entities.Run":
+    """The champion: the candidate ``metrics.champion_choice`` picks from its runs' (its seeds') mean validation
+    accuracy and mean validation sentence-crop accuracy (within ``tolerance`` of the best validation accuracy, the
+    best on the crops), and of its runs the one with the highest validation accuracy (ties: the earliest started).
+    A candidate is what the comparison recorded for the run (``candidates``: run id -> name), else the run's
+    ``variant`` tag (a Transformer variant, ``nbsvm``, a fused variant); runs without either stand alone. Test
+    accuracy is never read."""
     candidates = candidates or {}
     scored = [run for run in runs if "best_val_accuracy" in run.data.metrics]
     if not scored:
@@ -37,10 +41,16 @@ def best_run(runs: list, candidates: dict[str, str] | None = None) -> "mlflow.en
     for run in scored:
         name = candidates.get(run.info.run_id) or run.data.tags.get(VARIANT_TAG) or run.info.run_id
         groups.setdefault(name, []).append(run)
-    mean = {name: float(np.mean([r.data.metrics["best_val_accuracy"] for r in group])) for name, group in groups.items()}
-    best_group = max(groups, key=lambda name: (mean[name], -min(r.info.start_time for r in groups[name])))
-    return max(groups[best_group], key=lambda run: (run.data.metrics["best_val_accuracy"], -run.info.start_time))
+    # in start order, so that ties go to the candidate that started first
+    groups = dict(sorted(groups.items(), key=lambda item: min(r.info.start_time for r in item[1])))
 
+    def mean(group: list, key: str) -> float:
+        return float(np.mean([r.data.metrics[key] for r in group]))
+
+    best_group = champion_choice({name: mean(group, "best_val_accuracy") for name, group in groups.items()},
+                                 {name: mean(group, "val_crop_accuracy") for name, group in groups.items()
+                                  if all("val_crop_accuracy" in r.data.metrics for r in group)}, tolerance)
+    return max(groups[best_group], key=lambda run: (run.data.metrics["best_val_accuracy"], -run.info.start_time))
 
 
 def register_champion(config: Config, force: bool = False) -> str:
@@ -48,7 +58,7 @@ def register_champion(config: Config, force: bool = False) -> str:
     setup_tracking(config.tracking)
     comparison = latest_champion_comparison(config.tracking)
     members = comparison_members(comparison)
-    best = best_run(members, member_candidates(comparison))
+    best = best_run(members, member_candidates(comparison), config.compare.champion_tolerance)
     client = mlflow.tracking.MlflowClient()
     name = config.tracking.registered_model_name
     uri = champion_uri(config.tracking)
@@ -67,7 +77,8 @@ def register_champion(config: Config, force: bool = False) -> str:
     card = write_model_card(config.reports_dir, name, version.version, best, len(members), comparison.info.run_id)
     print(f"register: read {len(members)} runs of comparison {comparison.info.run_id}; {uri} -> version "
           f"{version.version} (run {best.info.run_id}, {best.data.tags.get(VARIANT_TAG, 'transformer')}, "
-          f"best_val_accuracy {best.data.metrics['best_val_accuracy']:.4f}); wrote its model card {card}")
+          f"best_val_accuracy {best.data.metrics['best_val_accuracy']:.4f}, "
+          f"val_crop_accuracy {best.data.metrics.get('val_crop_accuracy', float('nan')):.4f}); wrote its model card {card}")
     return uri
 
 

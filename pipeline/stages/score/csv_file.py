@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import psutil
 from tqdm.auto import tqdm
@@ -37,6 +38,7 @@ from pipeline.core.errors import ConfigError, InputError, MissingInputError
 from pipeline.core.files import new_file_mode
 from pipeline.model.classifiers import ERROR_COLUMN, PipelineModel, load_classifier, output_columns, output_frame
 from pipeline.text.conventions import NOT_UNICODE, text_problem
+from pipeline.text.crops import word_counts
 
 _UNDECODABLE_RE = re.compile("[\udc80-\udcff]")
 
@@ -52,6 +54,7 @@ class PreparedChunk:
     errors: list[str]         # per row: why it cannot be scored, or ""
     scorable: list[int]       # positions of the rows to score
     features: object          # what the model's ``prepare`` made of them (token ids, n-gram counts, both)
+    words: np.ndarray | None = None  # the scorable rows' word counts
 
 
 def prepare_chunk(chunk: pd.DataFrame, text_column: str, classifier: PipelineModel, first_row: int,
@@ -72,7 +75,8 @@ def prepare_chunk(chunk: pd.DataFrame, text_column: str, classifier: PipelineMod
     for column in chunk.columns:  # surrogate-escaped bytes cannot be written as UTF-8
         if has_undecodable(clean[column]):
             clean[column] = clean[column].map(lambda v: _UNDECODABLE_RE.sub("\ufffd", v) if isinstance(v, str) else v)
-    return PreparedChunk(clean, errors, scorable, classifier.prepare([texts[i] for i in scorable]))
+    return PreparedChunk(clean, errors, scorable, classifier.prepare([texts[i] for i in scorable]),
+                         word_counts([texts[i] for i in scorable]))
 
 
 def has_undecodable(values) -> bool:
@@ -137,16 +141,19 @@ def header_columns(input_path: Path, output_path: Path, text_column: str, encodi
     return columns
 
 
-def write_scored_chunks(out, chunks, classifier: PipelineModel, progress, input_path: Path) -> dict[str, int]:
+def write_scored_chunks(out, chunks, classifier: PipelineModel, progress, input_path: Path,
+                        min_words: int = 0) -> dict[str, int]:
     """Write each prepared chunk of ``chunks``, scored, to ``out`` (the header with the first); returns the row, error
-    and positive counts (``scored`` filled in by the caller)."""
-    counts = {"rows": 0, "scored": 0, "errors": 0, "positives": 0}
+    and positive counts, and of the scored rows those shorter than ``min_words`` words (``scored`` filled in by the
+    caller)."""
+    counts = {"rows": 0, "scored": 0, "errors": 0, "positives": 0, "short": 0}
     try:
         for prepared in read_ahead(chunks):
             scored = finish_chunk(prepared, classifier)
             scored.to_csv(out, header=counts["rows"] == 0, index=False, quoting=csv.QUOTE_MINIMAL)
             counts["rows"] += len(scored)
             counts["errors"] += int((scored[ERROR_COLUMN] != "").sum())
+            counts["short"] += int((prepared.words < min_words).sum())
             if len(classifier.labels) == 2:
                 counts["positives"] += int((scored["predicted_label"] == classifier.labels[1]).sum())
             progress.update(len(scored))
@@ -156,7 +163,7 @@ def write_scored_chunks(out, chunks, classifier: PipelineModel, progress, input_
 
 
 def write_scored_csv(input_path: Path, output_path: Path, classifier: PipelineModel, output_header: list[str],
-                     text_column: str, encoding: str, chunk_size: int) -> dict[str, int]:
+                     text_column: str, encoding: str, chunk_size: int, min_words: int = 0) -> dict[str, int]:
     """Stream ``input_path`` through the model into a temporary file beside ``output_path``, renamed into place once
     complete (removed on any error); returns the counts. An input without rows gets ``output_header`` alone."""
     output_path.parent.mkdir(parents=True, exist_ok=True)
@@ -170,7 +177,7 @@ def write_scored_csv(input_path: Path, output_path: Path, classifier: PipelineMo
                                  skip_blank_lines=False,
                                  encoding=encoding, encoding_errors="surrogateescape")
             counts = write_scored_chunks(out, prepared_chunks(reader, text_column, classifier, encoding), classifier,
-                                         progress, input_path)
+                                         progress, input_path, min_words)
             if counts["rows"] == 0:
                 pd.DataFrame(columns=output_header).to_csv(out, index=False)
         os.replace(tmp_name, output_path)
@@ -184,7 +191,7 @@ def score_csv(tracking: TrackingConfig, input_path: str | Path, output_path: str
               model_uri: str | None = None,
               text_column: str = "text", encoding: str = "utf-8-sig", chunk_size: int = 2048) -> dict[str, float]:
     """Score ``input_path`` into ``output_path``; returns the summary counts."""
-    from pipeline.tracking import champion_uri, setup_tracking
+    from pipeline.tracking import VALIDATED_MIN_WORDS, champion_uri, model_run_metric, setup_tracking
 
     started = time.perf_counter()
     input_path, output_path = Path(input_path), Path(output_path)
@@ -199,12 +206,16 @@ def score_csv(tracking: TrackingConfig, input_path: str | Path, output_path: str
     if clashes:
         raise InputError(f"{input_path}: already has output column(s) {clashes}; "
                          "rename them or score the original file")
-    counts = write_scored_csv(input_path, output_path, classifier, columns + added, text_column, encoding, chunk_size)
+    min_words = int(model_run_metric(model_uri, VALIDATED_MIN_WORDS) or 0)  # 0: not known (a model folder)
+    counts = write_scored_csv(input_path, output_path, classifier, columns + added, text_column, encoding, chunk_size,
+                              min_words)
     counts["scored"] = counts["rows"] - counts["errors"]
     seconds = time.perf_counter() - started
     streaming = counts["rows"] / max(seconds - load_seconds, 1e-9)
     positives = f", positives {counts['positives']:,}" if len(classifier.labels) == 2 else ""
-    print(f"score: read {counts['rows']:,} rows from {input_path}; scored {counts['scored']:,}, "
+    short = (f", {counts['short']:,} shorter than the {min_words} words the model was validated on"
+             if min_words else "")
+    print(f"score: read {counts['rows']:,} rows from {input_path}; scored {counts['scored']:,}{short}, "
           f"errors {counts['errors']:,}{positives}; wrote {output_path} with {model_uri} "
           f"in {seconds:.1f}s ({counts['rows'] / max(seconds, 1e-9):,.0f} rows/s; {streaming:,.0f} rows/s after the "
           f"{load_seconds:.1f}s model load; start-up before reading {startup_seconds:.1f}s: interpreter, imports, "

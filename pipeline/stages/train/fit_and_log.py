@@ -35,6 +35,7 @@ from pipeline.core.catalog import (
     KERAS_MODEL_FILE,
     LABELS_FILE,
     MODEL_SETTINGS_FILE,
+    PSEUDO_CROPS_FILE,
     PSEUDO_LABELS_FILE,
     TOKEN_LENGTHS_PLOT,
     TOKENIZER_DIR,
@@ -68,7 +69,7 @@ from pipeline.runtime.datasets import make_dataset, padding_fractions, subsample
 from pipeline.runtime.hardware import choose_hardware, cluster_from_env, multi_worker_fit, worker_role
 from pipeline.stages.ingest.outputs import read_split, split_path
 from pipeline.stages.pretrain.outputs import check_vocabulary, load_backbone, resolve_pretrained
-from pipeline.stages.pseudo_label.outputs import load_pseudo_labels
+from pipeline.stages.pseudo_label.outputs import load_pseudo_labels, load_training_crops
 from pipeline.stages.pseudo_label.teacher import one_hot, with_pseudo_labels
 from pipeline.stages.tokenize.outputs import load_split
 from pipeline.stages.train.outputs import transformer_artifacts
@@ -153,6 +154,8 @@ def run_directory(config: Config, tokenize_dir: Path, pretrained_dir: Path | Non
     if config.training.pseudo_labels:  # the labels themselves: a rerun that writes the same ones changes nothing
         inputs["pseudo_labels_sha256"] = sha256_file(require_output(config, "pseudo-label") / PSEUDO_LABELS_FILE)
         inputs["pseudo_label_targets"] = "soft" if config.pseudo_label.soft else "hard"  # the same file, read two ways
+        if config.pseudo_label.crops_per_review:
+            inputs["training_crops_sha256"] = sha256_file(require_output(config, "pseudo-label") / PSEUDO_CROPS_FILE)
     if pretrained_dir is not None:
         load_backbone(pretrained_dir, check_only=True)  # a clear error when the folder holds no backbone
         inputs["pretrained_weights_sha256"] = sha256_file(pretrained_dir / BACKBONE_WEIGHTS_FILE)
@@ -160,6 +163,8 @@ def run_directory(config: Config, tokenize_dir: Path, pretrained_dir: Path | Non
     key = f"{run_name(config)}-{config_hash[:8]}-{inputs['tokenize_manifest_sha256'][:8]}"
     if "pseudo_labels_sha256" in inputs:  # runs on different pseudo labels (or read other ways) get other folders
         key += f"-{inputs['pseudo_labels_sha256'][:8]}" + ("-soft" if config.pseudo_label.soft else "")
+    if "training_crops_sha256" in inputs:
+        key += f"-crops{inputs['training_crops_sha256'][:8]}"
     return stage_dir(config, STAGE) / key, config_hash, inputs
 
 
@@ -198,6 +203,11 @@ def load_training_data(config: Config, tokenize_dir: Path, replicas: int, shard:
             require_output(config, "pseudo-label"), tokenize_dir, len(labels), config.pseudo_label.soft)
         if pseudo_labels.ndim == 2:  # soft targets: every row a probability vector, gold rows one-hot
             train_labels, val_labels = one_hot(train_labels, len(labels)), one_hot(val_labels, len(labels))
+        if config.pseudo_label.crops_per_review:  # sentence crops of the train reviews, soft (or hard) targets
+            texts, targets = load_training_crops(require_output(config, "pseudo-label"), len(labels))
+            pseudo_ids = np.concatenate([pseudo_ids, load_text_tokenizer(tokenize_dir).encode(texts)])
+            pseudo_labels = np.concatenate([pseudo_labels, targets if pseudo_labels.ndim == 2
+                                            else targets.argmax(axis=1).astype(pseudo_labels.dtype)])
         train_ids = np.concatenate([np.asarray(train_ids), pseudo_ids])
         train_labels = np.concatenate([np.asarray(train_labels, dtype=pseudo_labels.dtype), pseudo_labels])
         pseudo_rows, pseudo_run_id = len(pseudo_labels), pseudo_manifest.get("mlflow_run_id")
