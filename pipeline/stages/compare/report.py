@@ -70,7 +70,9 @@ def plot_comparison(payload: dict, path: Path) -> Path:
     from pipeline.core.plots import new_figure, save_figure
 
     summary, names = payload["summary"], payload["candidates"]
-    figure, (accuracy_axis, effect_axis) = new_figure(width=13, height=5, ncols=2)
+    lengths = {name: row for name, row in (payload.get("lengths") or {}).items() if "test crops" in row}
+    figure, axes = new_figure(width=19.5 if lengths else 13, height=5, ncols=3 if lengths else 2)
+    accuracy_axis, effect_axis = axes[0], axes[1]
     for x, name in enumerate(names):
         entry = summary[name]
         values = entry["test_accuracy"]["values"]
@@ -93,7 +95,21 @@ def plot_comparison(payload: dict, path: Path) -> Path:
     effect_axis.axvline(0, color="black", linewidth=0.8)
     effect_axis.set_yticks(range(len(rows)), [label for label, _ in rows], fontsize=8)
     effect_axis.set(xlabel="test accuracy difference (points), paired bootstrap 95% CI", title="Effects")
+    if lengths:
+        plot_short_texts(axes[2], lengths, summary)
     return save_figure(figure, path)
+
+
+def plot_short_texts(axis, lengths: dict, summary: dict) -> None:
+    """Per candidate, accuracy on the test crops (short texts, noisy labels) with its 95% Wilson interval."""
+    for y, (name, row) in enumerate(lengths.items()):
+        crops = row["test crops"]
+        axis.errorbar(crops["accuracy"], y, xerr=[[max(0.0, crops["accuracy"] - crops["ci_low"])],
+                                                  [max(0.0, crops["ci_high"] - crops["accuracy"])]],
+                      fmt="o", capsize=4, color=KINDS[summary[name]["kind"]].colour)
+    axis.set_yticks(range(len(lengths)), list(lengths), fontsize=8)
+    axis.set(xlabel="accuracy on one sentence crop per test review (95% Wilson interval)",
+             title="Short texts (crops labelled with their review's label)")
 
 
 def candidate_label(name: str, kind: str) -> str:
@@ -129,7 +145,8 @@ def length_lines(payload: dict) -> list[str]:
     rows_of = {column: next(row[column]["rows"] for row in table.values() if column in row) for column in columns}
     lines = ["", "## Accuracy by length and on short texts", "",
              "Test reviews by length in words, and one sentence crop of every validation and test review: a random run "
-             f"of one or two consecutive sentences (seed {payload.get('crop_seed')}, `pipeline/text/crops.py`), "
+             f"of one or two consecutive sentences (seeds {payload.get('crop_seed')} for validation and "
+             f"{payload.get('crop_seed', 0) + 1} for test, `pipeline/text/crops.py`), "
              "labelled with its review's label. Crop labels are noisy both ways (a positive review has negative "
              "sentences): the crops compare models on short texts, they do not measure a true accuracy. Mean over "
              "seeds, 95% Wilson interval in brackets.", "",

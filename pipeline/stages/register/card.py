@@ -139,7 +139,7 @@ def length_lines(evaluation: dict) -> list[str]:
                                                                                           ("test", "test"))]
     return ["", "## Accuracy by length", "",
             "Test reviews by length in words, and one random crop of one or two consecutive sentences of every "
-            f"validation and test review (seed {crops['seed']}), labelled with its review's label: short texts with "
+            f"validation and test review (seeds {crops['seed']} and {crops['seed'] + 1}), labelled with its review's label: short texts with "
             "noisy labels (a positive review has negative sentences), a proxy for one-sentence reviews. The model "
             "was chosen on the validation reviews and their crops; the shortest text it was validated on has "
             f"**{evaluation['validated_min_words']} words** (1st percentile), and `make score` counts the rows "
