@@ -318,7 +318,8 @@ class BaselineConfig:
     seed: int = 0
     # also train on this many random 1-2-sentence crops of every training review (short texts; 0: reviews only), each
     # with a soft label: crop_label_weight on its review's label, the rest a cross-fitted NBSVM's probability
-    crops_per_review: int = 0
+    # (4: +2.45 points on the test crops, +0.15 on the reviews; fused +0.97 / +0.22, both significant: docs/results.md)
+    crops_per_review: int = 4
     crop_label_weight: float = 0.5
 
     def __post_init__(self) -> None:
