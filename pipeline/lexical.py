@@ -195,12 +195,18 @@ def soft_crop_rows(crops: pd.DataFrame, teacher: np.ndarray, label_weight: float
 
 
 def cross_fitted_teacher(train: pd.DataFrame, crops: pd.DataFrame, c: float, ngram_max: int, max_features: int,
-                         seed: int) -> np.ndarray:
-    """NBSVM's ``[N, k]`` probabilities for each crop (``review``: its row in ``train``) from a model fitted on the
-    other half of the training reviews (two folds drawn with ``seed``), so no crop is scored by a model that read
-    its review."""
-    num_classes = int(train["label"].max()) + 1
+                         seed: int, num_classes: int | None = None) -> np.ndarray:
+    """NBSVM's ``[N, num_classes]`` probabilities for each crop (``review``: its row in ``train``) from a model
+    fitted on the other half of the training reviews (two folds drawn with ``seed``), so no crop is scored by a model
+    that read its review. Each half must hold every class of ``train``."""
+    num_classes = num_classes or int(train["label"].max()) + 1
     first_fold = np.random.default_rng(seed).random(len(train)) < 0.5
+    labels = train["label"].to_numpy()
+    for fold in (True, False):
+        if set(labels[first_fold == fold]) != set(labels):
+            raise InputError(f"sentence crops need a teacher fitted on half of the {len(train):,} training reviews, "
+                             "and one half lacks a class: too few reviews per class for crops (set "
+                             "baseline.crops_per_review=0 and pseudo_label.crops_per_review=0)")
     in_first = first_fold[crops["review"].to_numpy()]
     probabilities = np.zeros((len(crops), num_classes), dtype=np.float64)
     for fold in (True, False):
@@ -247,7 +253,8 @@ def nbsvm_baseline(train: pd.DataFrame, val: pd.DataFrame, c_values: Sequence[fl
 
         crops = sentence_crops(train, seed, crops_per_review)
         teacher_c = sorted(c_values)[(len(c_values) - 1) // 2]
-        teacher = cross_fitted_teacher(train, crops, teacher_c, ngram_max, max_features, seed)
+        teacher = cross_fitted_teacher(train, crops, teacher_c, ngram_max, max_features, seed,
+                                       int(np.max(train_labels)) + 1)
         texts, labels, crop_weights = soft_crop_rows(crops, teacher, crop_label_weight, teacher.shape[1])
         train_features = sparse.vstack([train_features, vectorizer.transform(texts)]).tocsr()
         train_labels = np.concatenate([train_labels, labels])

@@ -193,3 +193,10 @@ def test_crops_in_training_keep_reviews_and_help_on_single_sentences():
     # the crops were read: same vocabulary, other ratios and weights
     assert plain.params["nbsvm.vocabulary"] == cropped.params["nbsvm.vocabulary"]
     assert not np.allclose(plain.model.steps[-1][1].ratios_[0], cropped.model.steps[-1][1].ratios_[0])
+
+
+def test_crops_need_every_class_in_both_halves_of_the_teacher():
+    train = reviews(40, 10)
+    train = pd.concat([train[train["label"] == 0], train[train["label"] == 1].head(1)], ignore_index=True)
+    with pytest.raises(ValueError, match="one half lacks a class.*baseline.crops_per_review=0"):
+        nbsvm_baseline(train, reviews(20, 11), c_values=(0.1,), crops_per_review=1)

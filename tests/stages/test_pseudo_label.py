@@ -299,3 +299,6 @@ def test_sentence_crops_of_train_reviews_join_the_distilled_rows_with_soft_targe
                                              config.data_dir / "tokenize")
     crops_dir, _, inputs = training.run_directory(config, config.data_dir / "tokenize")
     assert crops_dir != plain_dir and "training_crops_sha256" in inputs
+    (out_dir / PSEUDO_CROPS_FILE).unlink()  # labels made before the setting: one error that says what to run
+    with pytest.raises(FileNotFoundError, match="pseudo_label.crops_per_review.*make pseudo-label"):
+        training.run_directory(config, config.data_dir / "tokenize")

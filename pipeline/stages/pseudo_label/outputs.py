@@ -54,12 +54,19 @@ def load_pseudo_labels(directory: Path, tokenize_dir: Path, num_classes: int,
     return np.asarray(ids[frame["row"].to_numpy()]), labels, manifest
 
 
-def load_training_crops(directory: Path, num_classes: int) -> tuple[list[str], np.ndarray]:
-    """``(texts, [N, k] soft targets)`` of the sentence crops of train reviews the stage wrote
-    (``pseudo_label.crops_per_review``); refuses a stage output made without them."""
+def training_crops_path(directory: Path) -> Path:
+    """The stage's sentence crops of train reviews (``pseudo_label.crops_per_review``); refuses an output made
+    without them."""
     path = directory / PSEUDO_CROPS_FILE
     if not path.is_file():
         raise MissingInputError(f"no {path}: the pseudo labels were made without pseudo_label.crops_per_review; "
                                 "rerun `make pseudo-label`")
-    frame = pd.read_parquet(path)
-    return frame["text"].tolist(), frame[[teacher_probability_column(c) for c in range(num_classes)]].to_numpy(np.float32)
+    return path
+
+
+def load_training_crops(directory: Path, num_classes: int) -> tuple[list[str], np.ndarray]:
+    """``(texts, [N, k] soft targets)`` of the sentence crops of train reviews the stage wrote (all of them:
+    distillation never runs on ``training.max_train_samples`` rows)."""
+    frame = pd.read_parquet(training_crops_path(directory))
+    columns = [teacher_probability_column(c) for c in range(num_classes)]
+    return frame["text"].tolist(), frame[columns].to_numpy(np.float32)

@@ -151,7 +151,8 @@ def training_crops(train: pd.DataFrame, settings: PseudoLabelConfig, baseline: B
           "soft targets from their review's label and a cross-fitted NBSVM")
     crops = sentence_crops(train, settings.seed, settings.crops_per_review)
     teacher_c = sorted(baseline.nbsvm_c)[(len(baseline.nbsvm_c) - 1) // 2]
-    teacher = cross_fitted_teacher(train, crops, teacher_c, baseline.ngram_max, baseline.max_features, settings.seed)
+    teacher = cross_fitted_teacher(train, crops, teacher_c, baseline.ngram_max, baseline.max_features, settings.seed,
+                                   num_classes)
     targets = (1.0 - settings.crop_label_weight) * teacher
     targets[np.arange(len(crops)), crops["label"].to_numpy()] += settings.crop_label_weight
     frame = crops[["text", "review"]].copy()

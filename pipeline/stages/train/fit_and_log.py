@@ -35,7 +35,6 @@ from pipeline.core.catalog import (
     KERAS_MODEL_FILE,
     LABELS_FILE,
     MODEL_SETTINGS_FILE,
-    PSEUDO_CROPS_FILE,
     PSEUDO_LABELS_FILE,
     TOKEN_LENGTHS_PLOT,
     TOKENIZER_DIR,
@@ -69,7 +68,7 @@ from pipeline.runtime.datasets import make_dataset, padding_fractions, subsample
 from pipeline.runtime.hardware import choose_hardware, cluster_from_env, multi_worker_fit, worker_role
 from pipeline.stages.ingest.outputs import read_split, split_path
 from pipeline.stages.pretrain.outputs import check_vocabulary, load_backbone, resolve_pretrained
-from pipeline.stages.pseudo_label.outputs import load_pseudo_labels, load_training_crops
+from pipeline.stages.pseudo_label.outputs import load_pseudo_labels, load_training_crops, training_crops_path
 from pipeline.stages.pseudo_label.teacher import one_hot, with_pseudo_labels
 from pipeline.stages.tokenize.outputs import load_split
 from pipeline.stages.train.outputs import transformer_artifacts
@@ -155,7 +154,7 @@ def run_directory(config: Config, tokenize_dir: Path, pretrained_dir: Path | Non
         inputs["pseudo_labels_sha256"] = sha256_file(require_output(config, "pseudo-label") / PSEUDO_LABELS_FILE)
         inputs["pseudo_label_targets"] = "soft" if config.pseudo_label.soft else "hard"  # the same file, read two ways
         if config.pseudo_label.crops_per_review:
-            inputs["training_crops_sha256"] = sha256_file(require_output(config, "pseudo-label") / PSEUDO_CROPS_FILE)
+            inputs["training_crops_sha256"] = sha256_file(training_crops_path(require_output(config, "pseudo-label")))
     if pretrained_dir is not None:
         load_backbone(pretrained_dir, check_only=True)  # a clear error when the folder holds no backbone
         inputs["pretrained_weights_sha256"] = sha256_file(pretrained_dir / BACKBONE_WEIGHTS_FILE)
