@@ -275,8 +275,8 @@ def is_model_uri(value: str) -> bool:
 class PseudoLabelConfig:
     """``make pseudo-label``: self-training data from the unlabeled reviews.
 
-    The teacher (``nbsvm``: the comparison's NBSVM baseline; ``tfidf``: TF-IDF + logistic regression;
-    both fitted on the train split only; or a model this pipeline logged, by its URI: ``models:/NAME@champion``,
+    The teacher (``nbsvm``: the comparison's NBSVM baseline on reviews alone, without its crops; ``tfidf``:
+    TF-IDF + logistic regression; both fitted on the train split only; or a model this pipeline logged, by its URI: ``models:/NAME@champion``,
     ``runs:/RUN_ID/model`` or a folder, loaded as it is) labels every unlabeled review; those whose top-class
     probability is at least ``min_confidence`` join the training set when ``training.pseudo_labels``
     is on: as their most likely class, or with ``soft`` as the teacher's probabilities (distillation).
@@ -325,7 +325,8 @@ class BaselineConfig:
 
     def __post_init__(self) -> None:
         if self.crops_per_review < 0:
-            raise ConfigError(f"baseline.crops_per_review must be 0 (reviews only) or more, got {self.crops_per_review}")
+            raise ConfigError(f"baseline.crops_per_review must be 0 (reviews only) or more, "
+                              f"got {self.crops_per_review}")
         if not 0.0 <= self.crop_label_weight <= 1.0:
             raise ConfigError(f"baseline.crop_label_weight must be in [0, 1], got {self.crop_label_weight}")
         if any(c <= 0 for c in self.nbsvm_c):

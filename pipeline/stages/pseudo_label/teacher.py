@@ -12,8 +12,8 @@ Writes: ``data/pseudo_label/`` holding ``training_crops.parquet`` with ``pseudo_
         ``teacher_confidence.png`` and ``manifest.json``; one MLflow run with the teacher's
         validation accuracy, how many reviews were kept and the plot.
 
-The teacher is the comparison's NBSVM baseline (``pseudo_label.teacher: nbsvm``; ``tfidf`` for the
-TF-IDF + logistic regression one), fitted on the train split only, or a model this pipeline logged, named by
+The teacher is the comparison's NBSVM baseline, on reviews alone (``baseline.crops_per_review`` aside;
+``pseudo_label.teacher: nbsvm``; ``tfidf`` for the TF-IDF + logistic regression one), fitted on the train split only, or a model this pipeline logged, named by
 its URI (``models:/imdb-sentiment@champion``: the candidate validation chose, a fusion included; a run's
 ``runs:/RUN_ID/model``; a folder), loaded as it is; its identity (MLflow's model UUID) is one of the stage's
 inputs, so moving the alias makes new labels. With ``training.pseudo_labels: true``
