@@ -187,11 +187,25 @@ def soft_crop_rows(crops: pd.DataFrame, teacher: np.ndarray, label_weight: float
     """Training rows for sentence crops with soft labels: each crop's target is ``label_weight`` on its review's
     label plus ``1 - label_weight`` times the teacher's ``[N, k]`` probabilities, given to a weighted model as one
     row per class weighted by the target's share (rows of weight 0 left out). Returns ``(texts, labels, weights)``."""
-    targets = (1.0 - label_weight) * np.asarray(teacher, dtype=np.float64)
-    targets[np.arange(len(crops)), crops["label"].to_numpy()] += label_weight
+    targets = mixed_targets(crops["label"].to_numpy(), teacher, label_weight)
     rows, classes = np.nonzero(targets > 0)
     texts = crops["text"].to_numpy()[rows].tolist()
     return texts, classes.astype(np.int64), targets[rows, classes]
+
+
+def mixed_targets(labels: np.ndarray, teacher: np.ndarray, label_weight: float) -> np.ndarray:
+    """``[N, k]`` soft targets: ``label_weight`` on each row's label plus ``1 - label_weight`` times the teacher's
+    probabilities."""
+    targets = (1.0 - label_weight) * np.asarray(teacher, dtype=np.float64)
+    targets[np.arange(len(targets)), np.asarray(labels)] += label_weight
+    return targets
+
+
+def crop_teacher(train: pd.DataFrame, crops: pd.DataFrame, c_values: Sequence[float], ngram_max: int,
+                 max_features: int, seed: int, num_classes: int) -> np.ndarray:
+    """The crops' teacher: :func:`cross_fitted_teacher` at the lower median of ``c_values``."""
+    teacher_c = sorted(c_values)[(len(c_values) - 1) // 2]
+    return cross_fitted_teacher(train, crops, teacher_c, ngram_max, max_features, seed, num_classes)
 
 
 def cross_fitted_teacher(train: pd.DataFrame, crops: pd.DataFrame, c: float, ngram_max: int, max_features: int,
@@ -252,9 +266,7 @@ def nbsvm_baseline(train: pd.DataFrame, val: pd.DataFrame, c_values: Sequence[fl
         from pipeline.text.crops import sentence_crops
 
         crops = sentence_crops(train, seed, crops_per_review)
-        teacher_c = sorted(c_values)[(len(c_values) - 1) // 2]
-        teacher = cross_fitted_teacher(train, crops, teacher_c, ngram_max, max_features, seed,
-                                       int(np.max(train_labels)) + 1)
+        teacher = crop_teacher(train, crops, c_values, ngram_max, max_features, seed, int(np.max(train_labels)) + 1)
         texts, labels, crop_weights = soft_crop_rows(crops, teacher, crop_label_weight, teacher.shape[1])
         train_features = sparse.vstack([train_features, vectorizer.transform(texts)]).tocsr()
         train_labels = np.concatenate([train_labels, labels])

@@ -27,24 +27,31 @@ DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 CHAMPION_ALIAS = "champion"
 
 
-def model_run_metric(model_uri: str, key: str) -> float | None:
-    """Metric ``key`` of the run that logged the model at ``model_uri`` (``models:/<name>@<alias>``,
-    ``models:/<name>/<version>``, ``runs:/<run_id>/...``); None for a model folder, or when the run lacks it."""
+def model_reference(model_uri: str) -> tuple[str | None, str | None, str | None]:
+    """(run id, registered name, version) behind ``model_uri``; None where it has none (a folder has neither). A
+    ``models:/`` URI that names no registered version raises ``ValueError`` or ``MlflowException``."""
+    if model_uri.startswith("runs:/"):
+        return model_uri.removeprefix("runs:/").split("/")[0], None, None
+    if not model_uri.startswith("models:/"):
+        return None, None, None
     client = mlflow.tracking.MlflowClient()
+    reference = model_uri.removeprefix("models:/")
+    if "@" in reference:
+        name, alias = reference.split("@", 1)
+        version = client.get_model_version_by_alias(name, alias)
+    else:
+        name, number = reference.split("/", 1)
+        version = client.get_model_version(name, number)
+    return version.run_id, name, str(version.version)
+
+
+def model_run_metric(model_uri: str, key: str) -> float | None:
+    """Metric ``key`` of the run that logged the model at ``model_uri`` (:func:`model_reference`); None for a model
+    folder, a URI that names no run, or a run without it."""
     try:
-        if model_uri.startswith("models:/"):
-            reference = model_uri[len("models:/"):]
-            if "@" in reference:
-                version = client.get_model_version_by_alias(*reference.split("@", 1))
-            else:
-                version = client.get_model_version(*reference.rsplit("/", 1))
-            run_id = version.run_id
-        elif model_uri.startswith("runs:/"):
-            run_id = model_uri[len("runs:/"):].split("/", 1)[0]
-        else:
-            return None
-        return client.get_run(run_id).data.metrics.get(key)
-    except (mlflow.exceptions.MlflowException, TypeError):
+        run_id, _, _ = model_reference(model_uri)
+        return None if run_id is None else mlflow.tracking.MlflowClient().get_run(run_id).data.metrics.get(key)
+    except (ValueError, mlflow.exceptions.MlflowException):
         return None
 
 

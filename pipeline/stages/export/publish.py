@@ -17,23 +17,13 @@ def model_source(model_uri: str) -> tuple[str | None, str | None, str | None]:
     """(run id, registered name, version) behind ``model_uri``; None where it has none (a folder has neither)."""
     import mlflow
 
-    client = mlflow.tracking.MlflowClient()
-    if model_uri.startswith("runs:/"):
-        return model_uri.removeprefix("runs:/").split("/")[0], None, None
-    if not model_uri.startswith("models:/"):
-        return None, None, None
-    reference = model_uri.removeprefix("models:/")
+    from pipeline.tracking import model_reference
+
     try:
-        if "@" in reference:
-            name, alias = reference.split("@", 1)
-            version = client.get_model_version_by_alias(name, alias)
-        else:
-            name, number = reference.split("/", 1)
-            version = client.get_model_version(name, number)
+        return model_reference(model_uri)
     except (ValueError, mlflow.exceptions.MlflowException) as error:
         raise InputError(f"--model {model_uri}: not a registered version (models:/NAME@ALIAS or models:/NAME/VERSION): "
                          f"{str(error).splitlines()[0]}") from None
-    return version.run_id, name, str(version.version)
 
 
 def publish(reports_dir: Path, saved_model: Path, run_id: str | None, name: str | None,

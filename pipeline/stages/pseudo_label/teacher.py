@@ -144,17 +144,15 @@ def training_crops(train: pd.DataFrame, settings: PseudoLabelConfig, baseline: B
     ``pseudo_label.seed``) with soft targets: ``crop_label_weight`` on the review's label plus the rest times a
     cross-fitted NBSVM's probabilities (a model that never read the crop's review). Columns ``text``, ``review`` and
     one teacher-probability column per class, as the pseudo labels'."""
-    from pipeline.lexical import cross_fitted_teacher
+    from pipeline.lexical import crop_teacher, mixed_targets
     from pipeline.text.crops import sentence_crops
 
     print(f"pseudo-label: {settings.crops_per_review} sentence crop(s) of each of the {len(train):,} train reviews, "
           "soft targets from their review's label and a cross-fitted NBSVM")
     crops = sentence_crops(train, settings.seed, settings.crops_per_review)
-    teacher_c = sorted(baseline.nbsvm_c)[(len(baseline.nbsvm_c) - 1) // 2]
-    teacher = cross_fitted_teacher(train, crops, teacher_c, baseline.ngram_max, baseline.max_features, settings.seed,
-                                   num_classes)
-    targets = (1.0 - settings.crop_label_weight) * teacher
-    targets[np.arange(len(crops)), crops["label"].to_numpy()] += settings.crop_label_weight
+    teacher = crop_teacher(train, crops, baseline.nbsvm_c, baseline.ngram_max, baseline.max_features, settings.seed,
+                           num_classes)
+    targets = mixed_targets(crops["label"].to_numpy(), teacher, settings.crop_label_weight)
     frame = crops[["text", "review"]].copy()
     for index in range(num_classes):
         frame[teacher_probability_column(index)] = targets[:, index].astype(np.float32)
