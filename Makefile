@@ -136,9 +136,10 @@ ablate-position: $(ENV) $(DATA_DIR)/tokenize/manifest.json ##@ learned vs no pos
 register: $(ENV) ## register the candidate with the best validation accuracy (Transformer, NBSVM or fused) as @champion
 	$(call STAGE,register) $(FORCE_ARG)
 
-score: $(ENV) ## score a CSV: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=...] [TEXT_COLUMN=text] [ENGINE=spark OVERWRITE=1]
-	@test -n "$(INPUT)" -a -n "$(OUTPUT)" || { echo "usage: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=...] [TEXT_COLUMN=text] [ENGINE=spark]"; exit 2; }
+score: $(ENV) ## score a CSV: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=...] [TEXT_COLUMN=text] [EXPLAIN=1] [ENGINE=spark OVERWRITE=1]
+	@test -n "$(INPUT)" -a -n "$(OUTPUT)" || { echo "usage: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=...] [TEXT_COLUMN=text] [EXPLAIN=1] [ENGINE=spark]"; exit 2; }
 	$(call STAGE,score) --input "$(INPUT)" --output "$(OUTPUT)" --text-column "$(TEXT_COLUMN)" $(if $(MODEL),--model "$(MODEL)") \
+	  $(if $(filter-out 0,$(EXPLAIN)),--explain) \
 	  $(if $(filter spark,$(ENGINE)),--engine spark $(if $(OVERWRITE),--overwrite))
 
 export: $(ENV) $(DATA_DIR)/ingest/manifest.json ## MODEL (default: the champion) as one TensorFlow SavedModel, raw text in, checked against make score on the test split (CHECK_ROWS=n) -> data/export/saved_model/

@@ -87,6 +87,37 @@ class NaiveBayesLogisticRegression(ClassifierMixin, BaseEstimator):
         return self.classes_[self.predict_proba(X).argmax(axis=1)]
 
 
+@dataclass(frozen=True)
+class LexicalWeights:
+    """An NBSVM as arrays: its n-gram features in column order, and per regression the naive-Bayes ratio times the
+    coefficients (float64, as scikit-learn computes) and the intercept. A review's logit of regression ``j`` is
+    ``intercepts[j] + sum(weights[f, j] for each n-gram f it holds)``: the exact contribution of every n-gram, which
+    the exported graph computes and ``make score EXPLAIN=1`` shows."""
+
+    features: list[str]
+    weights: np.ndarray     # [features, regressions]: one regression for two classes, one per class for more
+    intercepts: np.ndarray  # [regressions]
+    classes: np.ndarray     # the class index of each of the model's classes
+    lowercase: bool
+    ngram_range: tuple[int, int]
+
+
+def nbsvm_weights(pipeline, purpose: str) -> LexicalWeights:
+    """The NBSVM of a fitted (vectorizer, NBSVM) scikit-learn ``pipeline`` as :class:`LexicalWeights`; an error naming
+    ``purpose`` for any other model (a TF-IDF baseline has no such weights)."""
+    vectorizer, model = pipeline.steps[0][1], pipeline.steps[-1][1]
+    if not isinstance(model, NaiveBayesLogisticRegression) or vectorizer.token_pattern != NBSVM_TOKEN_PATTERN \
+            or not vectorizer.binary or vectorizer.analyzer != "word" or vectorizer.preprocessor \
+            or vectorizer.tokenizer or vectorizer.strip_accents or vectorizer.stop_words:
+        raise InputError(f"{purpose}: the lexical model is not the pipeline's NBSVM (binary word n-grams, token "
+                         f"pattern {NBSVM_TOKEN_PATTERN!r}): only that one has per-n-gram weights")
+    features = vectorizer.get_feature_names_out().tolist()  # in column order
+    weights = np.stack([ratio.astype(np.float64) * regression.coef_[0].astype(np.float64)
+                        for ratio, regression in zip(model.ratios_, model.regressions_)], axis=1)
+    intercepts = np.array([regression.intercept_[0] for regression in model.regressions_], dtype=np.float64)
+    return LexicalWeights(features, weights, intercepts, np.asarray(model.classes_, dtype=np.int64),
+                          bool(vectorizer.lowercase), tuple(vectorizer.ngram_range))
+
 
 class NgramCounts:
     """A fitted word n-gram ``CountVectorizer``'s binary counts, the same matrix faster.

@@ -22,6 +22,7 @@ import mlflow
 from pipeline.config import Config, ModelConfig, TrackingConfig
 from pipeline.core.errors import PipelineError
 from pipeline.core.files import code_version
+from pipeline.model.explain import TOP_ITEMS
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 CHAMPION_ALIAS = "champion"
@@ -198,6 +199,9 @@ def pinned_requirements(distributions: tuple[str, ...] = MODEL_DISTRIBUTIONS) ->
     return pins
 
 
+MODEL_PARAMS = {"explain": False, "explain_top": TOP_ITEMS}  # PipelineModel.predict's params and their defaults
+
+
 def log_pipeline_model(python_model, artifacts: dict[str, str], example_texts) -> str:
     """Log one of the pipeline's pyfunc models (``pipeline.model.classifiers``) on the active run; returns its URI.
 
@@ -212,7 +216,8 @@ def log_pipeline_model(python_model, artifacts: dict[str, str], example_texts) -
     info = mlflow.pyfunc.log_model(
         name="model", python_model=python_model, artifacts=artifacts,
         code_paths=[str(Path(__file__).resolve().parent)],
-        signature=mlflow.models.infer_signature(example, loaded.predict(None, example)),
+        # the request options: mlflow models serve and spark_udf pass only the params the signature declares
+        signature=mlflow.models.infer_signature(example, loaded.predict(None, example), params=MODEL_PARAMS),
         input_example=example, pip_requirements=pinned_requirements())
     return info.model_uri
 

@@ -15,9 +15,10 @@ def model_server(model_uri: str, tracking_uri: str, port: int | None = None, tim
                         env=serve_environment(tracking_uri), timeout=timeout)
 
 
-def invoke(base: str, records: list[dict]) -> list[dict]:
-    """POST ``records`` to ``/invocations``; the model's answer, one dict per record."""
-    body = json.dumps({"dataframe_records": records}).encode()
+def invoke(base: str, records: list[dict], params: dict | None = None) -> list[dict]:
+    """POST ``records`` (and the request options ``params``) to ``/invocations``; the model's answer, one dict per
+    record."""
+    body = json.dumps({"dataframe_records": records, **({"params": params} if params else {})}).encode()
     request = urllib.request.Request(f"{base}/invocations", data=body, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=120) as response:
         return json.loads(response.read())["predictions"]

@@ -40,6 +40,7 @@ from pipeline.core.predictions import (
     predicted_and_confidence,
     probability_columns,
 )
+from pipeline.model.explain import EXPLANATION_COLUMN, TOP_ITEMS
 from pipeline.model.forward import predict_ids
 from pipeline.text.conventions import load_labels, text_problem
 from pipeline.text.text_tokenizer import load_text_tokenizer
@@ -79,8 +80,18 @@ def output_frame(probabilities: np.ndarray, labels: Sequence[str], errors: Seque
                          ERROR_COLUMN: pd.Series(errors, dtype=object)})
 
 
-def output_columns(labels: Sequence[str]) -> list[str]:
-    return list(output_frame(np.zeros((0, len(labels))), labels).columns)
+def output_columns(labels: Sequence[str], explain: bool = False) -> list[str]:
+    return list(output_frame(np.zeros((0, len(labels))), labels).columns) + ([EXPLANATION_COLUMN] if explain else [])
+
+
+def explanation_column(explanations: Sequence[str], errors: Sequence[str]) -> pd.Series:
+    """``explanations`` of the scorable rows placed among all rows in order; a row with an error gets ""."""
+    column = pd.Series([""] * len(errors), dtype=object)
+    scorable = [i for i, error in enumerate(errors) if not error]
+    if len(explanations) != len(scorable):
+        raise ValueError(f"{len(explanations)} explanations for {len(scorable)} scorable rows")
+    column.iloc[scorable] = list(explanations)
+    return column
 
 
 def load_keras_model(path: str | Path):
@@ -188,7 +199,15 @@ class PipelineModel(mlflow.pyfunc.PythonModel):
     def probabilities(self, texts: Sequence[str]) -> np.ndarray:
         return self.score(self.prepare(list(texts)))
 
+    def explanations(self, prepared, top: int) -> list[str]:
+        """Per prepared text, the ``top`` words or n-grams that moved its log-odds most (``pipeline.model.explain``)."""
+        from pipeline.model.explain import explain, explanation_text
+
+        return [explanation_text(explanation.items, top) for explanation in explain(self, prepared)]
+
     def predict(self, context, model_input, params=None):
+        """The scored columns; ``params={"explain": True}`` (``explain_top``: how many items) adds
+        ``explanation``, empty for the rows with an error."""
         if isinstance(model_input, pd.DataFrame):
             if "text" not in model_input.columns:
                 raise InputError(f"input needs a 'text' column; it has {list(model_input.columns)}")
@@ -196,8 +215,13 @@ class PipelineModel(mlflow.pyfunc.PythonModel):
         else:
             texts = list(model_input)
         errors = [text_problem(text) for text in texts]
-        scorable = [text for text, error in zip(texts, errors) if not error]
-        return output_frame(self.probabilities(scorable), self.labels, errors)
+        prepared = self.prepare([text for text, error in zip(texts, errors) if not error])
+        frame = output_frame(self.score(prepared), self.labels, errors)
+        params = params or {}
+        if params.get("explain"):
+            frame[EXPLANATION_COLUMN] = explanation_column(self.explanations(prepared, int(params.get(
+                "explain_top", TOP_ITEMS))), errors)
+        return frame
 
 
 class SentimentClassifier(PipelineModel):

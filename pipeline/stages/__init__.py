@@ -39,6 +39,9 @@ def _score_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--text-column", default="text", help="column holding the review text (default: text)")
     parser.add_argument("--encoding", default="utf-8-sig", help="input encoding (default: utf-8 with optional BOM)")
     parser.add_argument("--chunk-size", type=int, default=2048, help="rows read and scored at a time")
+    parser.add_argument("--explain", action="store_true",
+                        help="add an explanation column: the words or n-grams that moved each row's score most")
+    parser.add_argument("--explain-top", type=int, default=5, help="items an explanation lists (default 5)")
     parser.add_argument("--engine", choices=("local", "spark"), default="local",
                         help="local: stream the CSV through this process (default); spark: Spark with spark.master")
     parser.add_argument("--output-format", choices=("parquet", "csv"), default=None,

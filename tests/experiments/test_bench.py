@@ -38,6 +38,8 @@ def test_markdown_report_gives_csv_scoring_with_and_without_the_model_load():
                "model_only_rows_per_second": 2000.0, "score_csv_rows_per_second": 1500.0,
                "score_csv_fraction_of_model_only": 0.75, "score_csv_streaming_rows_per_second": 1800.0,
                "score_csv_streaming_fraction_of_model_only": 0.9,
+               "explain": {"rows": 256, "plain_rows_per_second": 1700.0, "explained_rows_per_second": 17.0,
+                           "explained_fraction_of_plain": 0.01},
                "fresh_process": [{"rows": 25000, "peak_rss_mb": 2000.0, "rows_per_second": 1200.0,
                                   "fraction_of_model_only": 0.6, "startup_seconds": 7.5, "load_seconds": 0.5},
                                  {"rows": 250000, "peak_rss_mb": 2100.0, "rows_per_second": 1500.0,
@@ -50,6 +52,27 @@ def test_markdown_report_gives_csv_scoring_with_and_without_the_model_load():
     assert "25,000 rows 1,200 rows/s = 60% of the model-alone rate, start-up 7.5 s" in text
     assert "250,000 rows 1,500 rows/s = 75% of the model-alone rate, start-up 7.0 s" in text
     assert "2,000 MiB for 25,000 rows, 2,100 MiB for 250,000 rows" in text
+    assert "the same 256 rows score at 17.0 rows/s after the model load, 1.0% of the 1,700 rows/s without" in text
+
+
+def test_explanations_are_measured_beside_plain_scoring_on_the_same_rows(trained_run, tmp_path):
+    import json
+
+    import pandas as pd
+
+    from pipeline.experiments.bench.scoring_speed import measure_explain_csv
+
+    config, run_dir = trained_run
+    uri = f"runs:/{json.loads((run_dir / 'manifest.json').read_text())['mlflow_run_id']}/model"
+    measured = measure_explain_csv(config.tracking, uri, pd.Series(["A superb film.", "Dull.", "", "fine"] * 5),
+                                   tmp_path)
+    assert measured["rows"] == 20
+    assert measured["plain_rows_per_second"] > 0 and measured["explained_rows_per_second"] > 0
+    assert measured["explained_fraction_of_plain"] == measured["explained_rows_per_second"] / measured[
+        "plain_rows_per_second"]
+    explained = pd.read_csv(tmp_path / "scored_explained.csv", keep_default_na=False)
+    assert (explained["explanation"] != "").sum() == 15 and "explanation" not in pd.read_csv(
+        tmp_path / "scored_plain.csv").columns
 
 
 def test_sampled_batches_are_trimmed_real_rows():

@@ -12,6 +12,8 @@ sub-folder of ``FOLDER``, named as the command.
 - ``lazy-step FOLDER``: ``FOLDER/model.keras`` after one ``LazyAdamW`` step on ``ids.npy`` and ``labels.npy``
   (``weights.npz``, by variable path) and its probabilities then (``probabilities.npy``).
 - ``train-preset FOLDER``: the same step for a classifier on the KerasHub preset in ``FOLDER/preset`` (``step.json``).
+- ``explain FOLDER``: integrated gradients of ``FOLDER/model.keras`` on ``ids.npy`` over the vocabulary
+  ``vocabulary.json`` (``attributions.npy``, ``log_odds.npy``, ``reference.npy``).
 """
 
 from __future__ import annotations
@@ -89,6 +91,14 @@ def main(command: str, folder: Path) -> None:
         model = build_preset_model(ModelConfig(preset=str(folder / "preset"), ngram_max=1), backbone)
         step = one_step(model, ids, np.load(folder / "labels.npy"))
         (folder / "step.json").write_text(json.dumps(step))
+    elif command == "explain":
+        from pipeline.model.explain import integrated_gradients
+
+        model = keras.saving.load_model(folder / "model.keras")
+        vocabulary = json.loads((folder / "vocabulary.json").read_text())
+        for name, values in zip(("attributions", "log_odds", "reference"),
+                                integrated_gradients(model, ids, vocabulary, steps=8)):
+            np.save(folder / f"{name}.npy", values)
     else:
         raise SystemExit(f"unknown command {command!r}")
 

@@ -76,7 +76,7 @@ def on_jax(tmp_path_factory):
     from tests.tiny_preset import write_tiny_preset
 
     folder = tmp_path_factory.mktemp("on_jax")
-    for command in ("hash", "predict", "train", "lazy-step", "train-preset"):
+    for command in ("hash", "predict", "train", "lazy-step", "train-preset", "explain"):
         (folder / command).mkdir()
     hash_ids = np.random.default_rng(2).integers(0, 2**31 - 1, size=(4, 30)).astype(np.int32)
     np.save(folder / "hash" / "ids.npy", hash_ids)
@@ -98,7 +98,10 @@ def on_jax(tmp_path_factory):
     write_tiny_preset(folder / "train-preset" / "preset", with_tokenizer=False)
     np.save(folder / "train-preset" / "ids.npy", token_ids(vocabulary=40, seed=5))
     np.save(folder / "train-preset" / "labels.npy", np.array([0, 1, 0, 1, 1, 0], dtype=np.int32))
-    run_worker(["hash", "predict", "train", "lazy-step", "train-preset"], folder)
+    model.save(folder / "explain" / "model.keras")
+    np.save(folder / "explain" / "ids.npy", ids)
+    (folder / "explain" / "vocabulary.json").write_text(json.dumps([f"t{i}" for i in range(60)]))
+    run_worker(["hash", "predict", "train", "lazy-step", "train-preset", "explain"], folder)
     return folder, model, ids
 
 
@@ -132,6 +135,17 @@ def test_a_model_trained_under_tensorflow_scores_the_same_under_jax_fused_too(on
     lexical = np.random.default_rng(3).dirichlet([1, 1], size=len(ids)).astype(np.float32)
     np.testing.assert_allclose(fuse_probabilities(there, lexical, 0.4), fuse_probabilities(here, lexical, 0.4),
                                atol=1e-5)
+
+
+def test_integrated_gradients_under_jax_are_those_under_tensorflow(on_jax):
+    """Gradients from jax.grad and from TensorFlow's tape: the same attributions, summing to the same difference."""
+    from pipeline.model.explain import integrated_gradients
+
+    folder, model, ids = on_jax
+    here = integrated_gradients(model, ids, [f"t{i}" for i in range(60)], steps=8)
+    for name, values in zip(("attributions", "log_odds", "reference"), here):
+        np.testing.assert_allclose(np.load(folder / "explain" / f"{name}.npy"), values, atol=1e-4)
+    assert np.abs(here[0]).max() > 1e-3
 
 
 def test_a_jax_training_step_of_the_own_encoder_scores_the_same_under_tensorflow(on_jax):

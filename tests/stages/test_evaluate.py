@@ -63,8 +63,13 @@ def test_evaluate_logs_test_metrics_plots_and_report(trained_run):
     artifacts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(run_id, "evaluation")}
     for name in ("confusion_matrix.png", "roc_curve.png", "reliability.png", "accuracy_by_length.png",
                  "accuracy_by_words.png", "attention.png", "errors.csv", "metrics.json", "behaviour.md",
-                 "behaviour.csv", "crop_predictions.parquet"):
+                 "behaviour.csv", "crop_predictions.parquet", "confident_errors.html"):
         assert f"evaluation/{name}" in artifacts
+    page = (out_dir / "confident_errors.html").read_text()  # the first errors, their words coloured
+    assert page.count("<section>") == min(len(errors), 12)
+    if len(errors):
+        assert f"labelled {errors['label_name'][0]}, predicted {errors['predicted_label'][0]}" in page
+        assert "<b>Transformer</b>: log-odds" in page and 'title="+' in page or 'title="-' in page
 
     # accuracy by length in words, and one sentence crop per validation and test review
     from pipeline.core.catalog import stage_dir

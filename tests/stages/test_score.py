@@ -167,3 +167,48 @@ def test_refuses_to_overwrite_input(fast_model, tmp_path):
     pd.DataFrame({"text": ["x"]}).to_csv(tmp_path / "in.csv", index=False)
     with pytest.raises(ValueError, match="refusing to overwrite the input"):
         score.run(config, tmp_path / "in.csv", tmp_path / "in.csv", model_uri=uri)
+
+
+EXPLAINED = ["A superb, wonderful film.", "", "Awful and dull, truly awful.", "42", "superb " * 300,
+             "Great acting, and a moving story."]
+
+
+def test_explain_adds_the_words_behind_every_scored_row_and_keeps_the_error_rows(model, tmp_path, capsys):
+    """`make score EXPLAIN=1` (the CLI's --explain): one column more, "" on the error rows, the scored rows' items
+    signed words of their own text; the pyfunc model's `explain` request option answers the same."""
+    config, uri, _ = model
+    pd.DataFrame({"id": range(len(EXPLAINED)), "text": EXPLAINED}).to_csv(tmp_path / "in.csv", index=False)
+    code = cli_main(["score", "--input", str(tmp_path / "in.csv"), "--output", str(tmp_path / "out.csv"),
+                     "--model", uri, "--explain", "--explain-top", "3", "--chunk-size", "2",
+                     "--set", f"tracking.tracking_uri={config.tracking.tracking_uri}"])
+    assert code == 0
+    out = read_output(tmp_path / "out.csv")
+    assert list(out.columns) == ["id", "text", "positive_probability", "predicted_label", "score_error", "explanation"]
+    assert out["id"].tolist() == [str(i) for i in range(len(EXPLAINED))]
+    bad = out["score_error"] != ""
+    assert bad.tolist() == [False, True, False, True, False, False]
+    assert (out.loc[bad, "explanation"] == "").all()
+    for text, explanation in zip(out.loc[~bad, "text"], out.loc[~bad, "explanation"]):
+        items = explanation.split(", ")
+        assert 1 <= len(items) <= 3 and all(item[0] in "+-" and item[1:] in text.lower() for item in items)
+    assert "scored and explained (explanation: top 3)" in capsys.readouterr().out
+    plain = score.run(config, tmp_path / "in.csv", tmp_path / "plain.csv", model_uri=uri)
+    assert plain["rows"] == len(EXPLAINED) and "explanation" not in read_output(tmp_path / "plain.csv").columns
+    np.testing.assert_allclose(read_output(tmp_path / "plain.csv")["positive_probability"].replace("", "nan")
+                               .astype(float), out["positive_probability"].replace("", "nan").astype(float),
+                               atol=1e-6)
+    served = mlflow.pyfunc.load_model(uri).predict(pd.DataFrame({"text": EXPLAINED}),
+                                                  params={"explain": True, "explain_top": 3})
+    assert served["explanation"].tolist() == out["explanation"].tolist()
+    assert "explanation" not in mlflow.pyfunc.load_model(uri).predict(pd.DataFrame({"text": EXPLAINED})).columns
+
+
+def test_explain_top_must_be_positive(fast_model, tmp_path):
+    config, uri, _ = fast_model
+    pd.DataFrame({"text": ["good film"]}).to_csv(tmp_path / "in.csv", index=False)
+    with pytest.raises(ValueError, match="--explain-top must be 1 or more"):
+        score.run(config, tmp_path / "in.csv", tmp_path / "out.csv", model_uri=uri, explain_top=-1)
+    code = cli_main(["score", "--input", str(tmp_path / "in.csv"), "--output", str(tmp_path / "out.csv"),
+                     "--model", uri, "--explain", "--explain-top", "0"])
+    assert code == 2
+    assert not (tmp_path / "out.csv").exists()

@@ -48,12 +48,21 @@ def test_make_score_flags_the_unscorable_rows(make_score_answer):
                                                          "not text (a number)", "", ""]
 
 
-def test_mlflow_models_serve_answers_like_make_score(logged_model, make_score_answer):
+def test_mlflow_models_serve_answers_like_make_score(logged_model, make_score_answer, tmp_path):
     config, model_uri = logged_model
     with model_server(model_uri, config.tracking.tracking_uri) as base:
         answer = invoke(base, [{"text": text} for text in ROWS])
         missing = invoke(base, [{"text": None}, {"text": "A superb, wonderful film."}])
+        explained = invoke(base, [{"text": text} for text in ROWS], params={"explain": True})
     assert_same_rows(answer, make_score_answer)
+    assert "explanation" not in answer[0]
+    # the request option `explain`: the explanation column `make score EXPLAIN=1` writes, "" on the error rows
+    pd.DataFrame({"text": ROWS}).to_csv(tmp_path / "in.csv", index=False)
+    score.run(config, tmp_path / "in.csv", tmp_path / "out.csv", model_uri=model_uri, explain_top=5)
+    expected = pd.read_csv(tmp_path / "out.csv", keep_default_na=False, dtype=str)
+    assert_same_rows(explained, expected)
+    assert [row["explanation"] for row in explained] == expected["explanation"].tolist()
+    assert expected["explanation"][0] != "" and expected["explanation"][1] == ""
     assert missing[0]["score_error"] == "missing or empty text" and missing[0]["predicted_label"] == ""
     assert missing[1] == answer[0]
 

@@ -75,7 +75,18 @@ def scoring_lines(scoring: dict) -> list[str]:
               + ", ".join(f"{m['peak_rss_mb']:,.0f} MiB for {m['rows']:,} rows"
                           for m in scoring.get("fresh_process", [])),
               ""]
-    return lines + fusion_lines(scoring.get("fusion")) + fresh_process_lines(scoring.get("fresh_process", []))
+    return (lines + fusion_lines(scoring.get("fusion")) + explain_lines(scoring.get("explain"))
+            + fresh_process_lines(scoring.get("fresh_process", [])))
+
+
+def explain_lines(explain: dict | None) -> list[str]:
+    """``make score`` with and without ``EXPLAIN=1``, side by side."""
+    if not explain:
+        return []
+    return [f"With explanations (`make score EXPLAIN=1`) the same {explain['rows']:,} rows score at "
+            f"{explain['explained_rows_per_second']:,.1f} rows/s after the model load, "
+            f"{explain['explained_fraction_of_plain']:.1%} of the {explain['plain_rows_per_second']:,.0f} rows/s "
+            "without, measured side by side.", ""]
 
 
 def fusion_lines(fusion: dict | None) -> list[str]:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from pipeline.config import ModelConfig, TrackingConfig
 from pipeline.core.errors import InputError
+from pipeline.model.explain import TOP_ITEMS
 from pipeline.stages.score.csv_file import score_csv
 
 
@@ -97,6 +98,23 @@ def measure_fusion_csv(tracking: TrackingConfig, model_uri: str, transformer_run
     return fusion
 
 
+EXPLAIN_ROWS = 256  # rows scored with and without explanations (integrated gradients cost many passes a row)
+
+
+def measure_explain_csv(tracking: TrackingConfig, model_uri: str, texts: pd.Series, tmp: Path) -> dict:
+    """``make score`` with and without ``EXPLAIN=1`` on the same ``EXPLAIN_ROWS`` texts, side by side: rows/s after
+    the model load and their ratio."""
+    path = tmp / "explain.csv"
+    pd.DataFrame({"text": texts.head(EXPLAIN_ROWS)}).to_csv(path, index=False)
+    rates = {}
+    for name, top in (("plain", 0), ("explained", TOP_ITEMS)):
+        summary = score_csv(tracking, path, tmp / f"scored_{name}.csv", model_uri=model_uri, explain_top=top)
+        rates[f"{name}_rows_per_second"] = summary["rows"] / (summary["seconds"] - summary["load_seconds"])
+    rates["rows"] = int(min(len(texts), EXPLAIN_ROWS))
+    rates["explained_fraction_of_plain"] = rates["explained_rows_per_second"] / rates["plain_rows_per_second"]
+    return rates
+
+
 def measure_fresh_process(tracking: TrackingConfig, model_uri: str, csv_paths: list[Path], tmp: Path,
                           model_only: float) -> list[dict]:
     """What ``make score`` costs a user: for each CSV a new process, model load and compiling included, its rate,
@@ -134,6 +152,7 @@ def measure_scoring(tracking: TrackingConfig, model_uri: str, texts: pd.Series, 
         transformer_run = getattr(champion, "transformer_run_id", None)
         if transformer_run:  # a fused model: its CSV rate against its own Transformer's, side by side
             results["fusion"] = measure_fusion_csv(tracking, model_uri, transformer_run, small, tmp)
+        results["explain"] = measure_explain_csv(tracking, model_uri, texts, tmp)
         results["fresh_process"] = measure_fresh_process(tracking, model_uri, [small, big], tmp, model_only)
     return results
 

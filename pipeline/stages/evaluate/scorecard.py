@@ -5,7 +5,9 @@ fused model): ``make evaluate`` calls it for a trained run, ``make compare`` for
 candidates, so every candidate for ``@champion`` carries the same evaluation. It writes into ``out_dir``
 ``metrics.json``, ``test_predictions.parquet``, ``val_predictions.parquet`` (what fusion weights and the
 champion are chosen on), ``crop_predictions.parquet`` (one sentence crop of every validation and test review:
-short texts, ``pipeline.stages.evaluate.lengths``), ``errors.csv`` (the most confident mistakes), the plots
+short texts, ``pipeline.stages.evaluate.lengths``), ``errors.csv`` (the most confident mistakes) and
+``confident_errors.html`` (the first of them with their words coloured by how they moved the score,
+``pipeline.stages.evaluate.explained_errors``), the plots
 (confusion matrix, ROC, reliability diagram, accuracy by review length in tokens and in words with the crops, and
 for Transformers attention heatmaps) and the behaviour tests; :func:`log_evaluation` puts them on the run.
 """
@@ -35,6 +37,7 @@ from pipeline.core.predictions import predicted_and_confidence, prediction_frame
 from pipeline.metrics import classification_metrics
 from pipeline.model.classifiers import PipelineModel, SentimentClassifier, load_classifier, predict_ids
 from pipeline.stages.evaluate import behaviour
+from pipeline.stages.evaluate.explained_errors import ERRORS_PAGE, write_errors_page
 from pipeline.stages.evaluate.lengths import (
     crop_frames,
     crop_predictions,
@@ -276,7 +279,9 @@ def evaluate_model(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFr
     if transformer is not None and pooling is not None:
         plots.append(plot_attention(transformer, pooling, out_dir / "attention.png"))
     behaviour_rates = run_behaviour_tests(classifier, title, out_dir)
-    most_confident_errors(test, predictions, names).to_csv(out_dir / "errors.csv", index=False)
+    errors = most_confident_errors(test, predictions, names)
+    errors.to_csv(out_dir / "errors.csv", index=False)
+    write_errors_page(classifier, title, test, errors, out_dir / ERRORS_PAGE)
     atomic_write_parquet(predictions, out_dir / TEST_PREDICTIONS_FILE)
     atomic_write_parquet(val_predictions, out_dir / VAL_PREDICTIONS_FILE)
     atomic_write_parquet(crops, out_dir / CROP_PREDICTIONS_FILE)
@@ -301,7 +306,7 @@ def log_evaluation(evaluation: Evaluation, out_dir: Path) -> None:
         mlflow.log_metric(f"test_accuracy_len_{row['bucket'].replace('>', 'gt')}", row["accuracy"])
     for path in evaluation.plots:
         mlflow.log_artifact(str(path), "evaluation")
-    for name in ("errors.csv", METRICS_FILE, TEST_PREDICTIONS_FILE, VAL_PREDICTIONS_FILE, CROP_PREDICTIONS_FILE,
+    for name in ("errors.csv", ERRORS_PAGE, METRICS_FILE, TEST_PREDICTIONS_FILE, VAL_PREDICTIONS_FILE, CROP_PREDICTIONS_FILE,
                  "behaviour.md", "behaviour.csv"):
         if (out_dir / name).is_file():
             mlflow.log_artifact(str(out_dir / name), "evaluation")

@@ -11,48 +11,16 @@ row gets NaN, "" and its reason. Loading it needs TensorFlow and tensorflow-text
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 from pipeline.core.errors import InputError
 from pipeline.core.predictions import FUSION_EPS
-from pipeline.lexical import NBSVM_TOKEN_PATTERN, NaiveBayesLogisticRegression
+from pipeline.lexical import LexicalWeights, nbsvm_weights
 from pipeline.model.classifiers import FusedClassifier, LexicalClassifier, PipelineModel, SentimentClassifier
 from pipeline.stages.export.text_ops import clean_texts, padded_rows, pool_windows, text_errors, window_rows
 
 SIGNATURE = "serving_default"
 INPUT = "text"
-
-
-@dataclass(frozen=True)
-class LexicalWeights:
-    """An NBSVM as arrays: its n-gram features in column order, and per regression the naive-Bayes ratio times the
-    coefficients (float64, as scikit-learn computes) and the intercept."""
-
-    features: list[str]
-    weights: np.ndarray     # [features, regressions]: one regression for two classes, one per class for more
-    intercepts: np.ndarray  # [regressions]
-    classes: np.ndarray     # the class index of each of the model's classes
-    lowercase: bool
-    ngram_range: tuple[int, int]
-
-
-def lexical_weights(lexical: LexicalClassifier) -> LexicalWeights:
-    """The NBSVM inside ``lexical`` as :class:`LexicalWeights`; an error for any other scikit-learn model."""
-    vectorizer, model = lexical.lexical.steps[0][1], lexical.lexical.steps[-1][1]
-    if not isinstance(model, NaiveBayesLogisticRegression) or vectorizer.token_pattern != NBSVM_TOKEN_PATTERN \
-            or not vectorizer.binary or vectorizer.analyzer != "word" or vectorizer.preprocessor \
-            or vectorizer.tokenizer or vectorizer.strip_accents or vectorizer.stop_words:
-        raise InputError("export: the lexical model is not the pipeline's NBSVM (binary word n-grams, token pattern "
-                         f"{NBSVM_TOKEN_PATTERN!r}): only that one has a graph form")
-    features = vectorizer.get_feature_names_out().tolist()  # in column order
-    weights = np.stack([ratio.astype(np.float64) * regression.coef_[0].astype(np.float64)
-                        for ratio, regression in zip(model.ratios_, model.regressions_)], axis=1)
-    intercepts = np.array([regression.intercept_[0] for regression in model.regressions_], dtype=np.float64)
-    return LexicalWeights(features, weights, intercepts, np.asarray(model.classes_, dtype=np.int64),
-                          bool(vectorizer.lowercase), tuple(vectorizer.ngram_range))
 
 
 def lexical_module(lexical: LexicalWeights, num_classes: int):
@@ -146,7 +114,7 @@ def scoring_parts(classifier: PipelineModel) -> tuple[list, object]:
     if isinstance(classifier, SentimentClassifier):
         return [classifier.model], transformer_function(classifier, k)
     if isinstance(classifier, LexicalClassifier):
-        lexical = lexical_module(lexical_weights(classifier), k)
+        lexical = lexical_module(nbsvm_weights(classifier.lexical, "export's graph"), k)
         return [lexical], lexical
     if isinstance(classifier, FusedClassifier):
         weight, tracked, parts = classifier.weight, [], []

@@ -8,8 +8,10 @@ Reads:  a CSV of reviews (``--input``; any columns, text in ``--text-column``) a
 Writes: ``--output``, a CSV with every input column and row in the input's order plus
         ``positive_probability``, ``predicted_label`` (``positive``/``negative``) and
         ``score_error`` (empty when the row was scored); a model with more than two classes
-        adds one ``probability_<label>`` column per class instead of ``positive_probability``. It is written to a temporary file
-        beside the output and renamed at the end, so an interrupted run leaves no partial file.
+        adds one ``probability_<label>`` column per class instead of ``positive_probability``; with
+        ``--explain`` an ``explanation`` column (the words or n-grams behind each score,
+        ``pipeline.model.explain``). It is written to a temporary file beside the output and renamed
+        at the end, so an interrupted run leaves no partial file.
 
 The input is streamed in chunks, so memory stays flat for any file size; a read-ahead thread
 parses, checks and tokenizes the next chunk while the model scores the current one. Every value is
@@ -36,11 +38,20 @@ from tqdm.auto import tqdm
 from pipeline.config import TrackingConfig
 from pipeline.core.errors import ConfigError, InputError, MissingInputError
 from pipeline.core.files import new_file_mode
-from pipeline.model.classifiers import ERROR_COLUMN, PipelineModel, load_classifier, output_columns, output_frame
+from pipeline.model.classifiers import (
+    ERROR_COLUMN,
+    PipelineModel,
+    explanation_column,
+    load_classifier,
+    output_columns,
+    output_frame,
+)
+from pipeline.model.explain import EXPLANATION_COLUMN
 from pipeline.text.conventions import NOT_UNICODE, text_problem
 from pipeline.text.crops import word_counts
 
 _UNDECODABLE_RE = re.compile("[\udc80-\udcff]")
+EXPLAIN_CHUNK = 256  # rows read at a time when explaining
 
 
 # --------------------------------------------------------------------------- pure functions
@@ -89,10 +100,23 @@ def has_undecodable(values) -> bool:
     return False
 
 
-def finish_chunk(prepared: PreparedChunk, classifier: PipelineModel) -> pd.DataFrame:
-    """The chunk with the probability, label and error columns added; rows keep their order."""
+@dataclass(frozen=True)
+class RowNotes:
+    """What a scored row gets besides its score: counted as short below ``min_words`` words (0: not known), and an
+    explanation of ``explain_top`` items (0: none)."""
+
+    min_words: int = 0
+    explain_top: int = 0
+
+
+def finish_chunk(prepared: PreparedChunk, classifier: PipelineModel, explain_top: int = 0) -> pd.DataFrame:
+    """The chunk with the probability, label and error columns added (and with ``explain_top`` the explanation of
+    each scored row, ``pipeline.model.explain``); rows keep their order."""
     chunk = prepared.chunk
     scored = output_frame(classifier.score(prepared.features), classifier.labels, prepared.errors)
+    if explain_top:
+        scored[EXPLANATION_COLUMN] = explanation_column(classifier.explanations(prepared.features, explain_top),
+                                                        prepared.errors)
     scored.index = chunk.index
     out = chunk.copy()
     for column in scored.columns:  # rows with an error: empty probability and label cells
@@ -142,18 +166,18 @@ def header_columns(input_path: Path, output_path: Path, text_column: str, encodi
 
 
 def write_scored_chunks(out, chunks, classifier: PipelineModel, progress, input_path: Path,
-                        min_words: int = 0) -> dict[str, int]:
+                        notes: RowNotes = RowNotes()) -> dict[str, int]:
     """Write each prepared chunk of ``chunks``, scored, to ``out`` (the header with the first); returns the row, error
-    and positive counts, and of the scored rows those shorter than ``min_words`` words (``scored`` filled in by the
-    caller)."""
+    and positive counts, and of the scored rows those shorter than ``notes.min_words`` words (``scored`` filled in by
+    the caller)."""
     counts = {"rows": 0, "scored": 0, "errors": 0, "positives": 0, "short": 0}
     try:
         for prepared in read_ahead(chunks):
-            scored = finish_chunk(prepared, classifier)
+            scored = finish_chunk(prepared, classifier, notes.explain_top)
             scored.to_csv(out, header=counts["rows"] == 0, index=False, quoting=csv.QUOTE_MINIMAL)
             counts["rows"] += len(scored)
             counts["errors"] += int((scored[ERROR_COLUMN] != "").sum())
-            counts["short"] += int((prepared.words < min_words).sum())
+            counts["short"] += int((prepared.words < notes.min_words).sum())
             if len(classifier.labels) == 2:
                 counts["positives"] += int((scored["predicted_label"] == classifier.labels[1]).sum())
             progress.update(len(scored))
@@ -163,7 +187,7 @@ def write_scored_chunks(out, chunks, classifier: PipelineModel, progress, input_
 
 
 def write_scored_csv(input_path: Path, output_path: Path, classifier: PipelineModel, output_header: list[str],
-                     text_column: str, encoding: str, chunk_size: int, min_words: int = 0) -> dict[str, int]:
+                     text_column: str, encoding: str, chunk_size: int, notes: RowNotes = RowNotes()) -> dict[str, int]:
     """Stream ``input_path`` through the model into a temporary file beside ``output_path``, renamed into place once
     complete (removed on any error); returns the counts. An input without rows gets ``output_header`` alone."""
     output_path.parent.mkdir(parents=True, exist_ok=True)
@@ -177,7 +201,7 @@ def write_scored_csv(input_path: Path, output_path: Path, classifier: PipelineMo
                                  skip_blank_lines=False,
                                  encoding=encoding, encoding_errors="surrogateescape")
             counts = write_scored_chunks(out, prepared_chunks(reader, text_column, classifier, encoding), classifier,
-                                         progress, input_path, min_words)
+                                         progress, input_path, notes)
             if counts["rows"] == 0:
                 pd.DataFrame(columns=output_header).to_csv(out, index=False)
         os.replace(tmp_name, output_path)
@@ -189,8 +213,14 @@ def write_scored_csv(input_path: Path, output_path: Path, classifier: PipelineMo
 
 def score_csv(tracking: TrackingConfig, input_path: str | Path, output_path: str | Path,
               model_uri: str | None = None,
-              text_column: str = "text", encoding: str = "utf-8-sig", chunk_size: int = 2048) -> dict[str, float]:
-    """Score ``input_path`` into ``output_path``; returns the summary counts."""
+              text_column: str = "text", encoding: str = "utf-8-sig", chunk_size: int = 2048,
+              explain_top: int = 0) -> dict[str, float]:
+    """Score ``input_path`` into ``output_path``; returns the summary counts. With ``explain_top`` every scored row
+    also gets that many words or n-grams behind its score (``explanation``), read in chunks of at most
+    ``EXPLAIN_CHUNK`` rows so the progress bar moves (integrated gradients cost many forward passes a row)."""
+    if explain_top < 0:
+        raise ConfigError(f"--explain-top must be 1 or more, got {explain_top}")
+    explain = explain_top > 0
     from pipeline.tracking import VALIDATED_MIN_WORDS, champion_uri, model_run_metric, setup_tracking
 
     started = time.perf_counter()
@@ -201,21 +231,23 @@ def score_csv(tracking: TrackingConfig, input_path: str | Path, output_path: str
     classifier = load_classifier(model_uri)
     load_seconds = time.perf_counter() - started  # header check and model load, inside this call
     startup_seconds = time.time() - psutil.Process().create_time()  # interpreter, imports and model load
-    added = output_columns(classifier.labels)
+    added = output_columns(classifier.labels, explain)
     clashes = [c for c in added if c in columns]
     if clashes:
         raise InputError(f"{input_path}: already has output column(s) {clashes}; "
                          "rename them or score the original file")
     min_words = int(model_run_metric(model_uri, VALIDATED_MIN_WORDS) or 0)  # 0: not known (a model folder)
-    counts = write_scored_csv(input_path, output_path, classifier, columns + added, text_column, encoding, chunk_size,
-                              min_words)
+    counts = write_scored_csv(input_path, output_path, classifier, columns + added, text_column, encoding,
+                              min(chunk_size, EXPLAIN_CHUNK) if explain else chunk_size,
+                              RowNotes(min_words, explain_top))
     counts["scored"] = counts["rows"] - counts["errors"]
     seconds = time.perf_counter() - started
     streaming = counts["rows"] / max(seconds - load_seconds, 1e-9)
     positives = f", positives {counts['positives']:,}" if len(classifier.labels) == 2 else ""
     short = (f", {counts['short']:,} shorter than the {min_words} words the model was validated on"
              if min_words else "")
-    print(f"score: read {counts['rows']:,} rows from {input_path}; scored {counts['scored']:,}{short}, "
+    explained = f" and explained ({EXPLANATION_COLUMN}: top {explain_top})" if explain else ""
+    print(f"score: read {counts['rows']:,} rows from {input_path}; scored{explained} {counts['scored']:,}{short}, "
           f"errors {counts['errors']:,}{positives}; wrote {output_path} with {model_uri} "
           f"in {seconds:.1f}s ({counts['rows'] / max(seconds, 1e-9):,.0f} rows/s; {streaming:,.0f} rows/s after the "
           f"{load_seconds:.1f}s model load; start-up before reading {startup_seconds:.1f}s: interpreter, imports, "

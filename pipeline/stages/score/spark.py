@@ -4,9 +4,10 @@ Reads:  ``--input``: a CSV file, a Parquet file, a folder of either, or a glob (
         every file needs the text column. The model as for ``make score``.
 Writes: ``--output``, a folder of Parquet (default) or CSV part files plus ``_SUCCESS``: every
         input column, then ``positive_probability`` (``probability_<label>`` per class for more
-        than two classes), ``predicted_label`` and ``score_error``. Spark writes into a hidden
-        temporary folder beside the output, renamed into place once complete; an existing output
-        is refused unless ``--overwrite`` (then replaced only after the new one is complete).
+        than two classes), ``predicted_label``, ``score_error`` (and ``explanation`` with ``--explain``,
+        the model's ``explain`` request option). Spark writes into a hidden temporary folder beside the
+        output, renamed into place once complete; an existing output is refused unless ``--overwrite``
+        (then replaced only after the new one is complete).
 
 The model runs through MLflow's ``mlflow.pyfunc.spark_udf`` with the pipeline's own pyfunc model,
 so a row gets exactly what ``make score``, ``mlflow models serve`` and ``mlflow models predict`` give
@@ -32,6 +33,7 @@ from pathlib import Path
 from pipeline.config import Config, SparkConfig
 from pipeline.core.errors import InputError, MissingInputError, PipelineError
 from pipeline.model.classifiers import ERROR_COLUMN
+from pipeline.model.explain import EXPLANATION_COLUMN
 
 ROW_INDEX = "row_index"
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
@@ -83,8 +85,9 @@ def input_columns(files: list[Path], file_format: str) -> list[str]:
     return columns
 
 
-def output_schema(model_uri: str) -> list[tuple[str, str]]:
-    """(name, Spark SQL type) of the columns the model adds, from its logged signature."""
+def output_schema(model_uri: str, explain: bool = False) -> list[tuple[str, str]]:
+    """(name, Spark SQL type) of the columns the model adds, from its logged signature (and ``explanation`` when
+    ``explain``: a model logged before its signature took the ``explain`` param is refused)."""
     import mlflow
 
     try:
@@ -99,6 +102,12 @@ def output_schema(model_uri: str) -> list[tuple[str, str]]:
     if ERROR_COLUMN not in [name for name, _ in outputs]:
         raise InputError(f"model {model_uri!r} was logged before unscorable rows got a {ERROR_COLUMN!r} column; "
                          "retrain it (`make train` or `make compare`) to score it with Spark")
+    if explain:
+        params = [spec.name for spec in (signature.params.params if signature.params else [])]
+        if "explain" not in params:
+            raise InputError(f"model {model_uri!r} was logged before explanations were a request option; retrain it "
+                             "(`make train` or `make compare`), or explain it with the local engine")
+        outputs.append((EXPLANATION_COLUMN, "string"))
     return outputs
 
 
@@ -166,14 +175,16 @@ def checked_inputs(input_pattern: str, output: Path, text_column: str,
 
 
 def scored_frame(spark, frame, model_uri: str, added: list[tuple[str, str]], columns: list[str], text_column: str,
-                 keep_row_index: bool):
+                 keep_row_index: bool, explain_top: int = 0):
     """``frame``'s input ``columns`` (and ``row_index`` if kept), then the ``added`` columns the model at
-    ``model_uri`` gives each text."""
+    ``model_uri`` gives each text (asked for explanations of ``explain_top`` items when that is not 0)."""
     import mlflow
     from pyspark.sql import functions as F
 
     struct = ", ".join(f"`{name}` {kind}" for name, kind in added)
-    udf = mlflow.pyfunc.spark_udf(spark, model_uri, result_type=f"struct<{struct}>", env_manager="local")
+    params = {"explain": True, "explain_top": explain_top} if explain_top else None
+    udf = mlflow.pyfunc.spark_udf(spark, model_uri, result_type=f"struct<{struct}>", env_manager="local",
+                                  params=params)
     scored = frame.withColumn(SCORE_STRUCT, udf(F.col(f"`{text_column}`")))
     outputs = []
     for name, kind in added:  # NaN (no score) becomes null: an empty cell in CSV, null in Parquet and SQL
@@ -219,17 +230,18 @@ def count_rows(spark, output: Path, output_format: str) -> tuple[int, int]:
 
 def score_table(config: Config, input_pattern: str, output_path: str | Path, model_uri: str | None = None,
                 text_column: str = "text", overwrite: bool = False, keep_row_index: bool = False,
-                output_format: str | None = None) -> dict[str, float]:
-    """Score every input file with Spark into the ``output_path`` folder; returns the summary counts."""
+                explain_top: int = 0) -> dict[str, float]:
+    """Score every input file with Spark into the ``output_path`` folder as ``spark.output_format`` part files (with
+    ``explain_top``, an ``explanation`` column of that many items too); returns the summary counts."""
     from pipeline.tracking import champion_uri, setup_tracking
 
     started = time.perf_counter()
-    output_format = output_format or config.spark.output_format
+    output_format = config.spark.output_format
     output = Path(output_path)
     files, file_format, columns = checked_inputs(input_pattern, output, text_column, overwrite)
     setup_tracking(config.tracking)
     model_uri = model_uri or champion_uri(config.tracking)
-    added = output_schema(model_uri)
+    added = output_schema(model_uri, explain_top > 0)
     clashes = [name for name, _ in added if name in columns] + ([ROW_INDEX] if ROW_INDEX in columns else [])
     if clashes:
         raise InputError(f"{files[0]}: already has output column(s) {clashes}; rename them first")
@@ -239,7 +251,7 @@ def score_table(config: Config, input_pattern: str, output_path: str | Path, mod
     from pyspark.sql import functions as F
 
     frame = read_frame(spark, files, file_format).withColumn(ROW_INDEX, F.monotonically_increasing_id())
-    result = scored_frame(spark, frame, model_uri, added, columns, text_column, keep_row_index)
+    result = scored_frame(spark, frame, model_uri, added, columns, text_column, keep_row_index, explain_top)
     write_folder(result, output, output_format, input_pattern)
     rows, errors = count_rows(spark, output, output_format)
     seconds = time.perf_counter() - started

@@ -3,7 +3,8 @@
 Reads:  a model (default ``models:/<registered name>@champion``) from the tracking store.
 Writes: nothing; answers ``POST /invocations`` on 127.0.0.1 until Ctrl-C. The answer is the
         pyfunc model's output, the same columns ``make score`` adds (``positive_probability``,
-        ``predicted_label``, ``score_error``), one record per input row in the input's order.
+        ``predicted_label``, ``score_error``), one record per input row in the input's order; a request with
+        ``"params": {"explain": true}`` also gets ``explanation`` (as ``make score EXPLAIN=1``).
 
 ``--env-manager local`` serves from this environment (the default, ``virtualenv``, would build a
 new environment from PyPI on every start).
@@ -26,7 +27,8 @@ def main(config: Config, args) -> None:
     model_uri = check_model_uri(args.model or champion_uri(config.tracking))
     environment = serve_environment(tracking_uri(config.tracking))
     print(f"serve: {model_uri} from {tracking_uri(config.tracking)} at http://127.0.0.1:{args.port}/invocations "
-          f"(Ctrl-C to stop); try:\n  {curl_line(args.port)}")
+          f"(Ctrl-C to stop); try:\n  {curl_line(args.port)}\nand with the words behind each score:\n  "
+          f"{curl_line(args.port, explain=True)}")
     sys.stdout.flush()
     with contextlib.suppress(KeyboardInterrupt):
         completed = subprocess.run(serve_command(model_uri, args.port), env=environment, check=False)

@@ -29,6 +29,9 @@ def serve_command(model_uri: str, port: int, host: str = "127.0.0.1") -> list[st
             "--host", host, "--port", str(port)]
 
 
-def curl_line(port: int, host: str = "127.0.0.1") -> str:
+def curl_line(port: int, host: str = "127.0.0.1", explain: bool = False) -> str:
+    """The example request; with ``explain``, asking for the ``explanation`` column too (the model's request option
+    ``explain``, and ``explain_top`` for how many words)."""
+    request = {**EXAMPLE_REQUEST, "params": {"explain": True}} if explain else EXAMPLE_REQUEST
     return (f"curl -s http://{host}:{port}/invocations -H 'Content-Type: application/json' "
-            f"-d '{json.dumps(EXAMPLE_REQUEST)}'")
+            f"-d '{json.dumps(request)}'")

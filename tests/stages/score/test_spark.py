@@ -34,6 +34,11 @@ def spark_setup(trained_run, tmp_path_factory):
         SparkSession.getActiveSession().stop()
 
 
+def as_csv(config):
+    """``config`` writing CSV part files (``make score ENGINE=spark``'s ``--output-format csv``)."""
+    return config.replace(spark={"output_format": "csv"})
+
+
 def read_parts(folder, file_format: str) -> pd.DataFrame:
     """The part files in name order (Spark writes them in input order), as text like `make score` writes."""
     parts = sorted(p for p in folder.iterdir() if p.name.startswith("part-"))
@@ -77,8 +82,8 @@ def test_spark_scores_a_parquet_folder_to_csv_parts(spark_setup):
     source.mkdir()
     frame.iloc[:25].to_parquet(source / "a.parquet", index=False)
     frame.iloc[25:].to_parquet(source / "b.parquet", index=False)
-    spark.score_table(config, str(source), folder / "out_parquet_input", model_uri=model_uri, output_format="csv",
-                    keep_row_index=True)
+    spark.score_table(as_csv(config), str(source), folder / "out_parquet_input", model_uri=model_uri,
+                      keep_row_index=True)
     got = read_parts(folder / "out_parquet_input", "csv")
     assert_matches(got, expected)
     assert got["row_index"].astype(int).is_monotonic_increasing
@@ -145,30 +150,37 @@ def test_spark_answers_like_the_code_that_logged_a_model_before_the_layout_chang
     config, legacy = spark_setup[0], LEGACY[commit]
     texts = legacy.csv_texts
     pd.DataFrame({"id": range(len(texts)), "text": texts}).to_csv(tmp_path / "in.csv", index=False)
-    spark.score_table(config, str(tmp_path / "in.csv"), tmp_path / "out", model_uri=str(legacy.path),
-                      output_format="csv")
+    spark.score_table(as_csv(config), str(tmp_path / "in.csv"), tmp_path / "out", model_uri=str(legacy.path))
     got = read_parts(tmp_path / "out", "csv")
     assert got["id"].astype(int).tolist() == list(range(len(texts)))  # every row, in order
     assert_rows(got.fillna("").to_dict("records"), legacy.rows(texts))
 
 
-def assert_spark_answers_like_make_score(config, model_uri: str, folder) -> None:
-    """REVIEWS scored by Spark (local[2]) and by `make score` with ``model_uri``: the same rows, in order."""
+def assert_spark_answers_like_make_score(config, model_uri: str, folder, explain: bool = False) -> None:
+    """REVIEWS scored by Spark (local[2]) and by `make score` with ``model_uri``: the same rows, in order (with
+    ``explain``, the same explanations too)."""
     frame = pd.DataFrame({"id": [f"r{i}" for i in range(len(REVIEWS))], "text": REVIEWS})
     frame.to_csv(folder / "in.csv", index=False)
-    score.run(config, folder / "in.csv", folder / "expected.csv", model_uri=model_uri)
+    score.run(config, folder / "in.csv", folder / "expected.csv", model_uri=model_uri, explain_top=3 if explain else 0)
     expected = pd.read_csv(folder / "expected.csv", keep_default_na=False, dtype=str)
-    spark.score_table(config, str(folder / "in.csv"), folder / "out", model_uri=model_uri, output_format="csv")
-    assert_matches(read_parts(folder / "out", "csv"), expected)
+    spark.score_table(as_csv(config), str(folder / "in.csv"), folder / "out", model_uri=model_uri,
+                      explain_top=3 if explain else 0)
+    got = read_parts(folder / "out", "csv")
+    assert_matches(got, expected)
+    if explain:
+        assert list(got.columns)[-1] == "explanation"
+        assert got["explanation"].tolist() == expected["explanation"].tolist()
+        assert (expected["explanation"] != "").sum() == (expected["score_error"] == "").sum()
 
 
-def test_spark_scores_with_a_fused_model_like_make_score(spark_setup, comparison, tmp_path):
-    """A fused champion candidate (Transformer + NBSVM in one pyfunc) answers on Spark as `make score` does."""
+def test_spark_scores_and_explains_with_a_fused_model_like_make_score(spark_setup, comparison, tmp_path):
+    """A fused champion candidate (Transformer + NBSVM in one pyfunc) answers on Spark as `make score` does,
+    explanations (the model's `explain` request option) included."""
     compare_config, _ = comparison
     run_id = json.loads((compare_config.reports_dir / "comparison.json").read_text())["summary"]["nbsvm+first_token"][
         "run_ids"][0]
     config = spark_setup[0].replace(tracking={"tracking_uri": compare_config.tracking.tracking_uri})
-    assert_spark_answers_like_make_score(config, f"runs:/{run_id}/model", tmp_path)
+    assert_spark_answers_like_make_score(config, f"runs:/{run_id}/model", tmp_path, explain=True)
 
 
 def test_spark_scores_with_a_model_fine_tuned_from_a_preset_like_make_score(spark_setup, preset_comparison, tmp_path):

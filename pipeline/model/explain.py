@@ -1,0 +1,298 @@
+"""Why a text scored as it did: the signed contributions of its words and n-grams to the model's log-odds.
+
+What is explained, for every model kind, is one number per text, the *log-odds* of a target class ``t``:
+``log p_t - mean(log p_j for j != t)``. For two classes ``t`` is the second label (``positive``), and this is the
+logit ``log(p / (1 - p))``: a ``+`` item pushed the text towards ``positive``. For more classes ``t`` is the
+predicted class (NBSVM: its one-vs-rest logit).
+
+- **NBSVM** (:func:`lexical_explanations`): exact. Its logit is the intercept plus one weight (naive-Bayes ratio
+  times coefficient) per n-gram the text holds (``pipeline.lexical.nbsvm_weights``), so each n-gram's contribution
+  is that weight and they sum to ``logit - intercept``.
+- **Transformer** (:func:`integrated_gradients`; the pipeline's own encoder and a preset's backbone alike):
+  integrated gradients (Sundararajan et al. 2017) over the token-embedding vectors (and the hashed n-gram vectors,
+  which belong to the token they end at), from a reference where every text token is ``[PAD]`` (its vector, no
+  n-gram vector), the special tokens and the padding mask kept: the all-``[PAD]`` review of the same length, whose
+  special tokens then get no attribution. The
+  path integral is a midpoint sum over ``steps`` points, so the contributions sum to ``logit - reference logit`` up to
+  that sum's error (tests bound it). Word pieces (``##``) add up into their word; a word met twice adds up.
+  Gradients come from the Keras backend in use (TensorFlow's tape, ``jax.grad``).
+- **Fusion** (:func:`explain`): the fused log-odds is ``w`` times the Transformer's plus ``1 - w`` times NBSVM's
+  (``pipeline.core.predictions.fuse_probabilities``), so the items are the two parts' items weighted the same way.
+
+:func:`explanation_text` writes the items that moved the log-odds most as ``+great, +loved, -boring``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from pipeline.core.errors import ConfigError, InputError
+from pipeline.text.conventions import PAD_ID
+
+EXPLANATION_COLUMN = "explanation"
+TOP_ITEMS = 5          # items an explanation shows
+IG_STEPS = 16          # points of the integrated-gradients path sum
+IG_BATCH = 256         # interpolated sequences per forward and backward pass
+SPECIAL_TOKENS = frozenset({"[CLS]", "[SEP]", "[PAD]", "[MASK]", "<s>", "</s>", "<pad>", "<mask>"})
+PIECE_PREFIX = "##"    # WordPiece's mark of a piece continuing the previous word
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """One text's explanation: ``items`` (word or n-gram -> contribution to the log-odds), the log-odds itself and
+    at the reference input (NBSVM: the intercept; a Transformer: the all-[PAD] review), so that ``sum(items)`` is
+    ``log_odds - reference`` (exactly for NBSVM, up to the path sum's error for integrated gradients)."""
+
+    items: dict[str, float]
+    log_odds: float
+    reference: float
+    words: tuple[tuple[str, float], ...] = ()  # the text's words in order with their contributions (for pages)
+
+
+def explanation_text(items: dict[str, float], top: int = TOP_ITEMS) -> str:
+    """The ``top`` items with the largest absolute contributions, signed and ordered: ``+great, +loved, -boring``
+    (ties by name; items that moved nothing are left out)."""
+    ranked = sorted((item for item in items.items() if item[1] != 0.0), key=lambda item: (-abs(item[1]), item[0]))
+    return ", ".join(f"{'+' if value > 0 else '-'}{name}" for name, value in ranked[:top])
+
+
+def log_odds(log_probabilities: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """``log p_t - mean_{j != t} log p_j`` per row, for the target class ``t`` of each row."""
+    log_probabilities = np.asarray(log_probabilities, dtype=np.float64)
+    rows = np.arange(len(log_probabilities))
+    others = (log_probabilities.sum(axis=1) - log_probabilities[rows, target]) / (log_probabilities.shape[1] - 1)
+    return log_probabilities[rows, target] - others
+
+
+def target_classes(probabilities: np.ndarray) -> np.ndarray:
+    """The class each row is explained towards: the second for two classes, the predicted one for more."""
+    probabilities = np.asarray(probabilities)
+    if probabilities.shape[1] == 2:
+        return np.ones(len(probabilities), dtype=np.int64)
+    return probabilities.argmax(axis=1)
+
+
+# --------------------------------------------------------------------------- NBSVM: exact
+
+
+def lexical_explanations(lexical, counts, texts: Sequence[str] | None = None) -> list[Explanation]:
+    """Explanations of a ``LexicalClassifier`` for the n-gram ``counts`` its ``prepare`` made; with ``texts`` (cleaned
+    as ``prepare`` cleans them) each also lists the text's words in order, an n-gram's contribution shared equally
+    among the words of each of its occurrences."""
+    from pipeline.lexical import nbsvm_weights
+
+    weights = getattr(lexical, "_explained_weights", None)
+    if weights is None:  # the feature names and weights, once per loaded model
+        weights = lexical._explained_weights = nbsvm_weights(lexical.lexical, "explanations")
+    counts = counts.tocsr()
+    probabilities = lexical.score(counts)
+    targets = target_classes(probabilities)
+    explanations = []
+    for row, target in enumerate(targets):
+        regression = 0 if weights.weights.shape[1] == 1 else int(np.flatnonzero(weights.classes == target)[0])
+        start, end = counts.indptr[row], counts.indptr[row + 1]
+        columns, values = counts.indices[start:end], counts.data[start:end]
+        contributions = weights.weights[columns, regression] * values
+        items = {weights.features[c]: float(v) for c, v in zip(columns, contributions)}
+        intercept = float(weights.intercepts[regression])
+        words = () if texts is None else lexical_words(texts[row], items, weights)
+        explanations.append(Explanation(items, intercept + float(contributions.sum()), intercept, words))
+    return explanations
+
+
+def lexical_words(text: str, items: dict[str, float], weights) -> tuple[tuple[str, float], ...]:
+    """``text``'s NBSVM tokens in order, each with its share of the contributions of the n-grams it is part of."""
+    import re
+
+    from pipeline.lexical import NBSVM_TOKEN_PATTERN
+
+    tokens = re.findall(NBSVM_TOKEN_PATTERN, text.lower() if weights.lowercase else text)
+    low, high = weights.ngram_range
+    spans = [(i, n, " ".join(tokens[i:i + n])) for n in range(low, high + 1) for i in range(len(tokens) - n + 1)]
+    occurrences: dict[str, int] = {}
+    for _, _, gram in spans:
+        occurrences[gram] = occurrences.get(gram, 0) + 1
+    scores = np.zeros(len(tokens))
+    for i, n, gram in spans:
+        if gram in items:
+            scores[i:i + n] += items[gram] / (n * occurrences[gram])
+    return tuple(zip(tokens, scores.tolist()))
+
+
+# --------------------------------------------------------------------------- Transformer: integrated gradients
+
+
+def _embedding_layers(model):
+    """The layers whose outputs are the token vectors (``token_embedding``, in the model or a preset's backbone) and
+    the hashed n-gram vectors (``ngram_embedding``, the own encoder's, when it has one)."""
+    layers = {layer.name: layer for layer in model._flatten_layers(include_self=False, recursive=True)}
+    if "token_embedding" not in layers:
+        raise InputError(f"explanations: model {model.name!r} has no layer named token_embedding to integrate over")
+    return layers["token_embedding"], layers.get("ngram_embedding")
+
+
+@contextlib.contextmanager
+def _outputs_given(values: dict):
+    """While inside, each layer in ``values`` returns ``values[layer]["value"]`` instead of computing its output:
+    the rest of the model (positions, blocks, pooling, head, padding mask from the ids) runs unchanged on it."""
+    for layer, slot in values.items():
+        layer.call = lambda *args, _slot=slot, **kwargs: _slot["value"]
+    try:
+        yield
+    finally:
+        for layer in values:
+            del layer.call
+
+
+def _gradients(function, inputs: list):
+    """``function(inputs)`` (a scalar) and its gradients with respect to each of ``inputs``, on the Keras backend in
+    use."""
+    import keras
+
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            value = function(inputs)
+        return value, tape.gradient(value, inputs)
+    if backend == "jax":
+        import jax
+
+        return jax.value_and_grad(function)(inputs)
+    raise ConfigError(f"explanations need gradients, computed on the tensorflow or jax Keras backend, not {backend}")
+
+
+def integrated_gradients(model, ids: np.ndarray, vocabulary: Sequence[str], steps: int = IG_STEPS,
+                         targets: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-position attributions ``[N, length]`` of ``model`` on token ``ids`` towards ``targets`` (default
+    :func:`target_classes`), and the log-odds ``[N]`` at the ids and at the all-[PAD] reference."""
+    import keras
+    from keras import ops
+
+    from pipeline.model.forward import forward_pass
+
+    if steps < 1:
+        raise ConfigError(f"explanations: integrated gradients need 1 or more steps, got {steps}")
+    ids = np.asarray(ids, dtype=np.int32)
+    token_layer, ngram_layer = _embedding_layers(model)
+    special = np.isin(ids, [i for i, token in enumerate(vocabulary) if token in SPECIAL_TOKENS])
+    reference_ids = np.where(special, ids, PAD_ID).astype(np.int32)
+    tokens, reference = token_layer(ids), token_layer(reference_ids)
+    vectors = [(tokens, reference)]
+    if ngram_layer is not None:
+        vectors.append((ngram_layer(ids), ngram_layer(reference_ids)))  # the n-grams ending at [CLS] in both
+    layers = [token_layer] + ([ngram_layer] if ngram_layer is not None else [])
+    slots = {layer: {} for layer in layers}
+    alphas = (np.arange(steps) + 0.5) / steps
+    rows_per_pass = max(1, IG_BATCH // steps)
+    attributions = np.zeros(ids.shape, dtype=np.float64)
+    at_text, at_reference = np.zeros(len(ids)), np.zeros(len(ids))
+    with _outputs_given(slots):
+        def outputs(given, batch_ids):
+            for layer, value in zip(layers, given):
+                slots[layer]["value"] = value
+            return forward_pass(model, batch_ids)
+
+        probabilities = ops.convert_to_numpy(outputs([v for v, _ in vectors], ids))
+        targets = target_classes(probabilities) if targets is None else np.asarray(targets)
+        at_text = log_odds(np.log(np.clip(probabilities, 1e-30, 1.0)), targets)
+        reference_probabilities = ops.convert_to_numpy(outputs([r for _, r in vectors], ids))
+        at_reference = log_odds(np.log(np.clip(reference_probabilities, 1e-30, 1.0)), targets)
+        for start in range(0, len(ids), rows_per_pass):
+            rows = slice(start, start + rows_per_pass)
+            count = len(ids[rows])
+            batch_ids = np.repeat(ids[rows], steps, axis=0)
+            scale = ops.convert_to_tensor(np.tile(alphas, count).reshape(-1, 1, 1), dtype="float32")
+            deltas = [ops.cast(v[rows], "float32") - ops.cast(r[rows], "float32") for v, r in vectors]
+            points = [ops.repeat(ops.cast(r[rows], "float32"), steps, axis=0) + scale * ops.repeat(d, steps, axis=0)
+                      for (v, r), d in zip(vectors, deltas)]
+            batch_targets = np.repeat(targets[rows], steps)
+            one_hot = keras.ops.one_hot(batch_targets, probabilities.shape[1])
+            others = (1.0 - one_hot) / (probabilities.shape[1] - 1)
+
+            def total(given, batch_ids=batch_ids, one_hot=one_hot, others=others):
+                logs = ops.log(ops.clip(ops.cast(outputs(given, batch_ids), "float32"), 1e-30, 1.0))
+                return ops.sum(logs * one_hot) - ops.sum(logs * others)
+
+            _, gradients = _gradients(total, points)
+            for delta, gradient in zip(deltas, gradients):
+                mean = ops.mean(ops.reshape(gradient, (count, steps, *gradient.shape[1:])), axis=1)
+                attributions[rows] += ops.convert_to_numpy(ops.sum(delta * mean, axis=-1)).astype(np.float64)
+    return attributions, at_text, at_reference
+
+
+def word_attributions(ids: np.ndarray, attributions: np.ndarray,
+                      vocabulary: Sequence[str]) -> tuple[tuple[str, float], ...]:
+    """One row's words in order with their attributions: word pieces (``##``) joined to their word, special tokens
+    and padding left out."""
+    words: list[list] = []
+    for token_id, value in zip(ids, attributions):
+        if token_id == PAD_ID:
+            continue
+        token = vocabulary[token_id]
+        if token in SPECIAL_TOKENS:
+            continue
+        if token.startswith(PIECE_PREFIX) and words:
+            words[-1][0] += token[len(PIECE_PREFIX):]
+            words[-1][1] += float(value)
+        else:
+            words.append([token, float(value)])
+    return tuple((word, value) for word, value in words)
+
+
+def transformer_explanations(transformer, prepared, steps: int = IG_STEPS) -> list[Explanation]:
+    """Explanations of a ``SentimentClassifier`` for what its ``prepare`` made: ids, or (ids, owner) when it reads
+    long reviews by windows (then a text's explanation is the mean of its rows', as its log-odds is)."""
+    ids, owner = prepared if isinstance(prepared, tuple) else (prepared, np.arange(len(prepared)))
+    vocabulary = transformer.text_tokenizer.vocabulary
+    if len(ids) == 0:
+        return []
+    attributions, at_text, at_reference = integrated_gradients(transformer.model, ids, vocabulary, steps)
+    texts = int(np.max(owner)) + 1
+    explanations = []
+    for text in range(texts):
+        rows = np.flatnonzero(owner == text)
+        items: dict[str, float] = {}
+        for row in rows:
+            for word, value in word_attributions(ids[row], attributions[row], vocabulary):
+                items[word] = items.get(word, 0.0) + value / len(rows)
+        words = word_attributions(ids[rows[0]], attributions[rows[0]], vocabulary)
+        explanations.append(Explanation(items, float(at_text[rows].mean()), float(at_reference[rows].mean()), words))
+    return explanations
+
+
+# --------------------------------------------------------------------------- any pipeline model
+
+
+def fused_explanation(transformer: Explanation, lexical: Explanation, weight: float) -> Explanation:
+    """The fusion's explanation: each part's items, log-odds and reference weighted by its fusion weight."""
+    items = {name: weight * value for name, value in transformer.items.items()}
+    for name, value in lexical.items.items():
+        items[name] = items.get(name, 0.0) + (1.0 - weight) * value
+    return Explanation(items, weight * transformer.log_odds + (1.0 - weight) * lexical.log_odds,
+                       weight * transformer.reference + (1.0 - weight) * lexical.reference)
+
+
+def explain(classifier, prepared, steps: int = IG_STEPS) -> list[Explanation]:
+    """Explanations of any model the pipeline logs (``pipeline.model.classifiers``) for what its ``prepare`` made."""
+    kind = getattr(classifier, "kind", "")
+    if kind == "transformer":
+        return transformer_explanations(classifier, prepared, steps)
+    if kind == "lexical":
+        return lexical_explanations(classifier, prepared)
+    if kind == "fusion":
+        ids, counts = prepared
+        if counts is None:  # weight 1: the Transformer alone, as the fused model scores
+            return transformer_explanations(classifier.transformer, ids, steps)
+        if ids is None:
+            return lexical_explanations(classifier.lexical, counts)
+        return [fused_explanation(t, x, classifier.weight) for t, x in
+                zip(transformer_explanations(classifier.transformer, ids, steps),
+                    lexical_explanations(classifier.lexical, counts))]
+    raise InputError(f"explanations: no explanation for a {type(classifier).__name__}")
