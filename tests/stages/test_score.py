@@ -212,3 +212,13 @@ def test_explain_top_must_be_positive(fast_model, tmp_path):
                      "--model", uri, "--explain", "--explain-top", "0"])
     assert code == 2
     assert not (tmp_path / "out.csv").exists()
+
+
+def test_the_progress_bar_counts_the_input_bytes_so_it_can_say_what_is_left(fast_model, tmp_path, capsys):
+    config, uri, _ = fast_model
+    pd.DataFrame({"text": ["A superb film, truly wonderful."] * 300}).to_csv(tmp_path / "in.csv", index=False)
+    size = (tmp_path / "in.csv").stat().st_size
+    score.run(config, tmp_path / "in.csv", tmp_path / "out.csv", model_uri=uri, chunk_size=50)
+    final = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()
+    last = [line for line in final if line.startswith("scoring in.csv")][-1]
+    assert "100%" in last and f"{size / 1000:.1f}k/{size / 1000:.1f}k" in last and "300 rows" in last

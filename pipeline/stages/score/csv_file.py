@@ -186,6 +186,19 @@ def write_scored_chunks(out, chunks, classifier: PipelineModel, progress, input_
     return counts
 
 
+class ReadProgress:
+    """The progress bar over the input's bytes read (so it gives the share done and the time left, which a row count
+    cannot before the end), with the rows written beside it."""
+
+    def __init__(self, bar, source):
+        self.bar, self.source, self.rows = bar, source, 0
+
+    def update(self, rows: int) -> None:
+        self.rows += rows
+        self.bar.set_postfix_str(f"{self.rows:,} rows", refresh=False)
+        self.bar.update(max(0, min(self.source.tell(), self.bar.total) - self.bar.n))
+
+
 def write_scored_csv(input_path: Path, output_path: Path, classifier: PipelineModel, output_header: list[str],
                      text_column: str, encoding: str, chunk_size: int, notes: RowNotes = RowNotes()) -> dict[str, int]:
     """Stream ``input_path`` through the model into a temporary file beside ``output_path``, renamed into place once
@@ -194,14 +207,15 @@ def write_scored_csv(input_path: Path, output_path: Path, classifier: PipelineMo
     handle, tmp_name = tempfile.mkstemp(prefix=f".{output_path.name}.", suffix=".tmp", dir=output_path.parent)
     try:
         os.fchmod(handle, new_file_mode())  # the mode open(path, "w") gives, not mkstemp's 0o600
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as out, \
-                tqdm(unit=" rows", desc=f"scoring {input_path.name}", mininterval=0.5) as progress:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as out, open(input_path, "rb") as source, \
+                tqdm(total=input_path.stat().st_size, unit="B", unit_scale=True, desc=f"scoring {input_path.name}",
+                     mininterval=0.5) as bar:
             # skip_blank_lines=False: in a one-column CSV a whitespace-only review is a line of spaces, still a row
-            reader = pd.read_csv(input_path, dtype=object, keep_default_na=False, na_filter=False, chunksize=chunk_size,
+            reader = pd.read_csv(source, dtype=object, keep_default_na=False, na_filter=False, chunksize=chunk_size,
                                  skip_blank_lines=False,
                                  encoding=encoding, encoding_errors="surrogateescape")
             counts = write_scored_chunks(out, prepared_chunks(reader, text_column, classifier, encoding), classifier,
-                                         progress, input_path, notes)
+                                         ReadProgress(bar, source), input_path, notes)
             if counts["rows"] == 0:
                 pd.DataFrame(columns=output_header).to_csv(out, index=False)
         os.replace(tmp_name, output_path)
