@@ -171,59 +171,75 @@ def _gradients(function, inputs: list):
 def integrated_gradients(model, ids: np.ndarray, vocabulary: Sequence[str], steps: int = IG_STEPS,
                          targets: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-position attributions ``[N, length]`` of ``model`` on token ``ids`` towards ``targets`` (default
-    :func:`target_classes`), and the log-odds ``[N]`` at the ids and at the all-[PAD] reference."""
+    :func:`target_classes`), and the log-odds ``[N]`` at the ids and at the all-[PAD] reference.
+
+    Rows go through in groups of similar length, each cut to its longest row (padding changes nothing, and a short
+    text then costs what its tokens cost, not the longest text's).
+    """
+    if steps < 1:
+        raise ConfigError(f"explanations: integrated gradients need 1 or more steps, got {steps}")
+    ids = np.asarray(ids, dtype=np.int32)
+    layers = [layer for layer in _embedding_layers(model) if layer is not None]
+    special_ids = [i for i, token in enumerate(vocabulary) if token in SPECIAL_TOKENS]
+    real = ids != PAD_ID
+    widths = np.where(real.any(axis=1), ids.shape[1] - np.argmax(real[:, ::-1], axis=1), 1)
+    attributions = np.zeros(ids.shape, dtype=np.float64)
+    at_text, at_reference = np.zeros(len(ids)), np.zeros(len(ids))
+    rows_per_pass = max(1, IG_BATCH // steps)
+    order = np.argsort(widths, kind="stable")
+    for start in range(0, len(ids), rows_per_pass):
+        rows = order[start:start + rows_per_pass]
+        width = int(widths[rows].max())
+        given = None if targets is None else np.asarray(targets)[rows]
+        group, at_text[rows], at_reference[rows] = _group_attributions(
+            model, layers, ids[rows, :width], np.isin(ids[rows, :width], special_ids), steps, given)
+        attributions[rows, :width] = group
+    return attributions, at_text, at_reference
+
+
+def _group_attributions(model, layers: list, ids: np.ndarray, special: np.ndarray, steps: int,
+                        targets: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`integrated_gradients` for one group of rows: attributions ``[rows, width]``, log-odds at the text and at
+    the reference."""
     import keras
     from keras import ops
 
     from pipeline.model.forward import forward_pass
 
-    if steps < 1:
-        raise ConfigError(f"explanations: integrated gradients need 1 or more steps, got {steps}")
-    ids = np.asarray(ids, dtype=np.int32)
-    token_layer, ngram_layer = _embedding_layers(model)
-    special = np.isin(ids, [i for i, token in enumerate(vocabulary) if token in SPECIAL_TOKENS])
     reference_ids = np.where(special, ids, PAD_ID).astype(np.int32)
-    tokens, reference = token_layer(ids), token_layer(reference_ids)
-    vectors = [(tokens, reference)]
-    if ngram_layer is not None:
-        vectors.append((ngram_layer(ids), ngram_layer(reference_ids)))  # the n-grams ending at [CLS] in both
-    layers = [token_layer] + ([ngram_layer] if ngram_layer is not None else [])
+    # the embedding layers' own outputs for the text and the reference (the n-grams ending at [CLS] are the same)
+    vectors = [(layer(ids), layer(reference_ids)) for layer in layers]
     slots = {layer: {} for layer in layers}
-    alphas = (np.arange(steps) + 0.5) / steps
-    rows_per_pass = max(1, IG_BATCH // steps)
-    attributions = np.zeros(ids.shape, dtype=np.float64)
-    at_text, at_reference = np.zeros(len(ids)), np.zeros(len(ids))
-    with _outputs_given(slots):
-        def outputs(given, batch_ids):
-            for layer, value in zip(layers, given):
-                slots[layer]["value"] = value
+
+    def outputs(given, batch_ids):
+        for layer, value in zip(layers, given):
+            slots[layer]["value"] = value
+        with _outputs_given(slots):
             return forward_pass(model, batch_ids)
 
-        probabilities = ops.convert_to_numpy(outputs([v for v, _ in vectors], ids))
-        targets = target_classes(probabilities) if targets is None else np.asarray(targets)
-        at_text = log_odds(np.log(np.clip(probabilities, 1e-30, 1.0)), targets)
-        reference_probabilities = ops.convert_to_numpy(outputs([r for _, r in vectors], ids))
-        at_reference = log_odds(np.log(np.clip(reference_probabilities, 1e-30, 1.0)), targets)
-        for start in range(0, len(ids), rows_per_pass):
-            rows = slice(start, start + rows_per_pass)
-            count = len(ids[rows])
-            batch_ids = np.repeat(ids[rows], steps, axis=0)
-            scale = ops.convert_to_tensor(np.tile(alphas, count).reshape(-1, 1, 1), dtype="float32")
-            deltas = [ops.cast(v[rows], "float32") - ops.cast(r[rows], "float32") for v, r in vectors]
-            points = [ops.repeat(ops.cast(r[rows], "float32"), steps, axis=0) + scale * ops.repeat(d, steps, axis=0)
-                      for (v, r), d in zip(vectors, deltas)]
-            batch_targets = np.repeat(targets[rows], steps)
-            one_hot = keras.ops.one_hot(batch_targets, probabilities.shape[1])
-            others = (1.0 - one_hot) / (probabilities.shape[1] - 1)
+    probabilities = ops.convert_to_numpy(outputs([v for v, _ in vectors], ids))
+    targets = target_classes(probabilities) if targets is None else targets
+    at_text = log_odds(np.log(np.clip(probabilities, 1e-30, 1.0)), targets)
+    at_reference = log_odds(np.log(np.clip(ops.convert_to_numpy(outputs([r for _, r in vectors], ids)), 1e-30,
+                                           1.0)), targets)
+    count, alphas = len(ids), (np.arange(steps) + 0.5) / steps
+    batch_ids = np.repeat(ids, steps, axis=0)
+    scale = ops.convert_to_tensor(np.tile(alphas, count).reshape(-1, 1, 1), dtype="float32")
+    deltas = [ops.cast(v, "float32") - ops.cast(r, "float32") for v, r in vectors]
+    points = [ops.repeat(ops.cast(r, "float32"), steps, axis=0) + scale * ops.repeat(d, steps, axis=0)
+              for (_, r), d in zip(vectors, deltas)]
+    one_hot = keras.ops.one_hot(np.repeat(targets, steps), probabilities.shape[1])
+    others = (1.0 - one_hot) / (probabilities.shape[1] - 1)
 
-            def total(given, batch_ids=batch_ids, one_hot=one_hot, others=others):
-                logs = ops.log(ops.clip(ops.cast(outputs(given, batch_ids), "float32"), 1e-30, 1.0))
-                return ops.sum(logs * one_hot) - ops.sum(logs * others)
+    def total(given):
+        logs = ops.log(ops.clip(ops.cast(outputs(given, batch_ids), "float32"), 1e-30, 1.0))
+        return ops.sum(logs * one_hot) - ops.sum(logs * others)
 
-            _, gradients = _gradients(total, points)
-            for delta, gradient in zip(deltas, gradients):
-                mean = ops.mean(ops.reshape(gradient, (count, steps, *gradient.shape[1:])), axis=1)
-                attributions[rows] += ops.convert_to_numpy(ops.sum(delta * mean, axis=-1)).astype(np.float64)
+    _, gradients = _gradients(total, points)
+    attributions = np.zeros(ids.shape, dtype=np.float64)
+    for delta, gradient in zip(deltas, gradients):
+        mean = ops.mean(ops.reshape(gradient, (count, steps, *gradient.shape[1:])), axis=1)
+        attributions += ops.convert_to_numpy(ops.sum(delta * mean, axis=-1)).astype(np.float64)
     return attributions, at_text, at_reference
 
 

@@ -176,3 +176,13 @@ def test_a_saved_and_loaded_model_explains_the_same(tmp_path):
     for a, b in zip(here, there):
         np.testing.assert_allclose(a, b, atol=1e-5)
 
+
+
+def test_rows_explained_together_get_what_each_gets_alone():
+    """Rows are grouped by length and cut to the group's longest: a short text next to long ones is unchanged."""
+    model, ids = tiny_model("mean", 3), token_ids(rows=6, seed=5)
+    together = integrated_gradients(model, ids, VOCABULARY, steps=4)
+    for row in range(len(ids)):
+        alone = integrated_gradients(model, ids[row:row + 1], VOCABULARY, steps=4)
+        for a, b in zip(together, alone):
+            np.testing.assert_allclose(a[row], b[0], atol=1e-5)
