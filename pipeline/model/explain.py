@@ -25,6 +25,7 @@ predicted class (NBSVM: its one-vs-rest logit).
 from __future__ import annotations
 
 import contextlib
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -39,6 +40,7 @@ IG_STEPS = 16          # points of the integrated-gradients path sum
 IG_BATCH = 256         # interpolated sequences per forward and backward pass
 SPECIAL_TOKENS = frozenset({"[CLS]", "[SEP]", "[PAD]", "[MASK]", "<s>", "</s>", "<pad>", "<mask>"})
 PIECE_PREFIX = "##"    # WordPiece's mark of a piece continuing the previous word
+_WORDLIKE = re.compile(r"[^\W_]|[!?]")  # an item the column shows: a letter or digit, or ! or ?
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,10 @@ class Explanation:
 
 def explanation_text(items: dict[str, float], top: int = TOP_ITEMS) -> str:
     """The ``top`` items with the largest absolute contributions, signed and ordered: ``+great, +loved, -boring``
-    (ties by name; items that moved nothing are left out)."""
-    ranked = sorted((item for item in items.items() if item[1] != 0.0), key=lambda item: (-abs(item[1]), item[0]))
+    (ties by name). Left out: items that moved nothing, and punctuation other than ``!`` and ``?`` (a ``.`` or ``,``
+    the Transformer leans on is not a reason a reader can act on; the errors page still colours it)."""
+    ranked = sorted((item for item in items.items() if item[1] != 0.0 and _WORDLIKE.search(item[0])),
+                    key=lambda item: (-abs(item[1]), item[0]))
     return ", ".join(f"{'+' if value > 0 else '-'}{name}" for name, value in ranked[:top])
 
 
@@ -106,8 +110,6 @@ def lexical_explanations(lexical, counts, texts: Sequence[str] | None = None) ->
 
 def lexical_words(text: str, items: dict[str, float], weights) -> tuple[tuple[str, float], ...]:
     """``text``'s NBSVM tokens in order, each with its share of the contributions of the n-grams it is part of."""
-    import re
-
     from pipeline.lexical import NBSVM_TOKEN_PATTERN
 
     tokens = re.findall(NBSVM_TOKEN_PATTERN, text.lower() if weights.lowercase else text)

@@ -143,6 +143,8 @@ def test_the_column_lists_the_largest_contributions_signed_and_ordered():
     assert explanation_text(items, top=4) == "-boring, +great, +loved, -not good"
     assert explanation_text(items, top=10) == "-boring, +great, +loved, -not good, +film"  # zero left out
     assert explanation_text({}) == ""
+    # punctuation is left out of the column, except ! and ?
+    assert explanation_text({".": -3.0, ",": 2.0, "!": 1.5, "good": 1.0, "?": -0.5, "_": 4.0}) == "+!, +good, -?"
 
 
 def test_log_odds_of_more_classes_is_the_target_against_the_mean_of_the_others():
