@@ -221,6 +221,23 @@ def best_fusion_weight(val_transformer: np.ndarray, val_lexical: np.ndarray, val
     return best, {w: s[0] for w, s in scores.items()}, cross_fitted_accuracy(correct)
 
 
+def cross_fitted_fusion(transformer: np.ndarray, lexical: np.ndarray, labels: np.ndarray, groups: np.ndarray,
+                        steps: int, seed: int = 0) -> tuple[float, np.ndarray]:
+    """The fusion weight chosen on all rows (:func:`best_fusion_weight`), and every row's probabilities fused with the
+    weight chosen on the other half of the rows: an honest validation figure for a weight chosen on these rows.
+    Halves hold whole ``groups`` (the review a sentence crop was cut from goes with the crop); at least two groups."""
+    groups = np.asarray(groups)
+    unique = np.unique(groups)
+    if len(unique) < 2:
+        raise ValueError("cross-fitting a fusion weight needs rows of two or more groups")
+    first = np.isin(groups, np.random.default_rng(seed).permutation(unique)[: len(unique) // 2])
+    fused = np.zeros(transformer.shape, dtype=np.float32)
+    for chosen_on in (first, ~first):
+        weight = best_fusion_weight(transformer[chosen_on], lexical[chosen_on], labels[chosen_on], steps)[0]
+        fused[~chosen_on] = fuse_probabilities(transformer[~chosen_on], lexical[~chosen_on], weight)
+    return best_fusion_weight(transformer, lexical, labels, steps)[0], fused
+
+
 def accuracy_interval(correct: np.ndarray, z: float = 1.96) -> dict[str, float]:
     """Accuracy of ``correct`` (booleans, or each row's share of correct runs over seeds) with its Wilson score
     interval (95 % for ``z`` = 1.96): ``rows``, ``accuracy``, ``ci_low``, ``ci_high``. For a mean over seeds the

@@ -134,6 +134,8 @@ CHECKPOINT_ARTIFACTS = "checkpoint"
 # params of a fused run: its Transformer's weight (the rest is the lexical model's), the weights tried, the runs fused
 FUSION_WEIGHT_PARAM = "fusion.transformer_weight"
 FUSION_WEIGHTS_TRIED_PARAM = "fusion.weights_tried"
+FUSION_SHORT_WEIGHT_PARAM = "fusion.short_transformer_weight"  # a length-aware fusion's weight for short texts
+FUSION_SHORT_WORDS_PARAM = "fusion.short_max_words"            # and the words up to which a text is short
 FUSION_TRANSFORMER_RUN_PARAM = "fusion.transformer_run"
 FUSION_LEXICAL_RUN_PARAM = "fusion.lexical_run"
 COMPARE_KEY_TAG = "compare_key"          # a comparison's identity: factor, config hash, tokenizer hash

@@ -50,6 +50,9 @@ class CompareConfig:
     long_reviews: tuple[str, ...] | None = None  # model.long_reviews levels: [truncate, windows]
     fusion: bool = True            # also fuse every Transformer run with the NBSVM baseline (a candidate each)
     fusion_weights: int = 21       # weights 0, 0.05, ..., 1 on the Transformer, chosen on validation
+    # > 0: texts of at most this many words get their own fusion weight, chosen on the short validation reviews and
+    # the validation sentence crops (cross-fitted for the figures the champion is chosen on); 0: one weight
+    short_fusion_words: int = 0
     tfidf_baseline: bool = True    # the earlier TF-IDF + logistic regression baseline, a reference row
     tuned: str | None = None       # make compare-tuned: the tuned config file (null: <reports_dir>/tune/best.yaml)
     # make register: the candidates within this of the best full-review validation accuracy compete on the validation
@@ -71,6 +74,9 @@ class CompareConfig:
             raise ConfigError(f"compare varies at most two factors at a time, got {varied}")
         if self.fusion_weights < 2:
             raise ConfigError("compare.fusion_weights must be at least 2 (the weights 0 and 1)")
+        if self.short_fusion_words < 0:
+            raise ConfigError(f"compare.short_fusion_words must be 0 (one weight) or more, "
+                              f"got {self.short_fusion_words}")
         if not 0.0 <= self.champion_tolerance <= 1.0:
             raise ConfigError(f"compare.champion_tolerance must be in [0, 1], got {self.champion_tolerance}")
 

@@ -112,6 +112,19 @@ def log_third_parties_to_file(environ=os.environ) -> str:
     return path
 
 
+@contextlib.contextmanager
+def printed_to_log(environ=os.environ):
+    """What third parties *print* inside the block (MLflow's registry prints "Successfully registered model ..." and
+    "Created version ..." to ``sys.stderr``, not through its logger) appended to :func:`third_party_log` instead of the
+    terminal; shown as usual with ``VERBOSE=1``."""
+    if verbose_requested(environ):
+        yield
+        return
+    with open(third_party_log(environ), "a", encoding="utf-8") as log, contextlib.redirect_stderr(log), \
+            contextlib.redirect_stdout(log):
+        yield
+
+
 def quiet_third_party(environ=os.environ) -> None:
     """Start TensorFlow with its C++ start-up lines captured, drop the known third-party warnings, and send MLflow's
     log lines to a file (:func:`log_third_parties_to_file`).

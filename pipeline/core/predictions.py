@@ -78,14 +78,19 @@ def prediction_frame(source_files, labels: np.ndarray, probabilities: np.ndarray
                          **probability_columns(probabilities, names)})
 
 
-def fuse_probabilities(transformer: np.ndarray, lexical: np.ndarray, weight: float) -> np.ndarray:
-    """The weighted average of two models' log-probabilities, renormalised: ``weight`` on the Transformer.
+def fuse_probabilities(transformer: np.ndarray, lexical: np.ndarray, weight) -> np.ndarray:
+    """The weighted average of two models' log-probabilities, renormalised: ``weight`` on the Transformer (one
+    weight, or one per row: a length-aware fusion gives short texts their own).
 
     For two classes this is the weighted average of the two logits, ``sigmoid(w * logit(p_t) + (1 - w) *
     logit(p_l))``; probabilities are clipped away from 0 and 1 so a sure model cannot veto the other.
     """
-    if not 0.0 <= weight <= 1.0:
+    weights = np.asarray(weight, dtype=np.float64)
+    if weights.ndim > 1 or (weights.ndim == 1 and len(weights) != len(transformer)):
+        raise ValueError(f"fusion weights: one, or one per row ({len(transformer)}), got shape {weights.shape}")
+    if weights.size and not (np.all(weights >= 0.0) and np.all(weights <= 1.0)):
         raise ValueError(f"fusion weight must be in [0, 1], got {weight}")
+    weight = weights[:, None] if weights.ndim == 1 else float(weights)
     transformer = np.asarray(np.asarray(transformer, dtype=np.float32), dtype=np.float64)
     lexical = np.asarray(np.asarray(lexical, dtype=np.float32), dtype=np.float64)
     if transformer.shape != lexical.shape:

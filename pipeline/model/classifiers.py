@@ -302,7 +302,9 @@ class LexicalClassifier(PipelineModel):
 
 class FusedClassifier(PipelineModel):
     """A Transformer and a lexical model in one artifact: their log-probabilities averaged with the weight
-    chosen on validation (:func:`fuse_probabilities`; ``fusion.json`` holds it)."""
+    chosen on validation (:func:`fuse_probabilities`; ``fusion.json`` holds it). A length-aware fusion also holds
+    ``short_transformer_weight`` and ``short_max_words``: texts of at most that many words (``word_counts``) get
+    that weight instead."""
 
     kind = "fusion"
 
@@ -325,23 +327,36 @@ class FusedClassifier(PipelineModel):
         self.lexical._load(artifacts)
         settings = json.loads(Path(artifacts[ARTIFACT_FUSION]).read_text())
         self.weight = float(settings["transformer_weight"])
+        self.short_max_words = int(settings.get("short_max_words", 0))  # 0: one weight for every text
+        self.short_weight = float(settings.get("short_transformer_weight", self.weight))
         self.transformer_run_id = settings.get("transformer_run_id")  # where its Transformer was trained
         self.labels = self.transformer.labels
         if self.lexical.labels != self.labels or settings.get("labels", self.labels) != self.labels:
             raise InputError(f"fused model: the Transformer's labels {self.labels} differ from the lexical model's "
                              f"{self.lexical.labels}")
 
+    def row_weights(self, texts: Sequence[str]) -> np.ndarray:
+        """The Transformer's weight for each text: ``short_weight`` up to ``short_max_words`` words, else ``weight``."""
+        from pipeline.text.conventions import clean_text
+        from pipeline.text.crops import word_counts
+
+        if not self.short_max_words:
+            return np.full(len(texts), self.weight)
+        words = word_counts([clean_text(text) for text in texts])  # as the parts read them
+        return np.where(words <= self.short_max_words, self.short_weight, self.weight)
+
     def prepare(self, texts: Sequence[str]):
         # a part with weight 0 cannot change the answer: it is not run (validation may give all weight to one)
-        return (self.transformer.prepare(texts) if self.weight > 0 else None,
-                self.lexical.prepare(texts) if self.weight < 1 else None)
+        weights = self.row_weights(texts)
+        return (self.transformer.prepare(texts) if max(self.weight, self.short_weight) > 0 else None,
+                self.lexical.prepare(texts) if min(self.weight, self.short_weight) < 1 else None, weights)
 
     def score(self, prepared) -> np.ndarray:
-        ids, counts = prepared
+        ids, counts, weights = prepared
         transformer = self.transformer.score(ids) if ids is not None else None
         lexical = self.lexical.score(counts) if counts is not None else None
         return fuse_probabilities(lexical if transformer is None else transformer,
-                                  transformer if lexical is None else lexical, self.weight)
+                                  transformer if lexical is None else lexical, weights)
 
 
 def check_model_uri(model_uri: str) -> str:

@@ -17,7 +17,8 @@ predicted class (NBSVM: its one-vs-rest logit).
   that sum's error (tests bound it). Word pieces (``##``) add up into their word; a word met twice adds up.
   Gradients come from the Keras backend in use (TensorFlow's tape, ``jax.grad``).
 - **Fusion** (:func:`explain`): the fused log-odds is ``w`` times the Transformer's plus ``1 - w`` times NBSVM's
-  (``pipeline.core.predictions.fuse_probabilities``), so the items are the two parts' items weighted the same way.
+  (``pipeline.core.predictions.fuse_probabilities``; ``w`` the text's own in a length-aware fusion), so the items
+  are the two parts' items weighted the same way.
 
 :func:`explanation_text` writes the items that moved the log-odds most as ``+great, +loved, -boring``.
 """
@@ -305,12 +306,12 @@ def explain(classifier, prepared, steps: int = IG_STEPS) -> list[Explanation]:
     if kind == "lexical":
         return lexical_explanations(classifier, prepared)
     if kind == "fusion":
-        ids, counts = prepared
+        ids, counts, weights = prepared
         if counts is None:  # weight 1: the Transformer alone, as the fused model scores
             return transformer_explanations(classifier.transformer, ids, steps)
         if ids is None:
             return lexical_explanations(classifier.lexical, counts)
-        return [fused_explanation(t, x, classifier.weight) for t, x in
+        return [fused_explanation(t, x, float(w)) for t, x, w in
                 zip(transformer_explanations(classifier.transformer, ids, steps),
-                    lexical_explanations(classifier.lexical, counts))]
+                    lexical_explanations(classifier.lexical, counts), weights)]
     raise InputError(f"explanations: no explanation for a {type(classifier).__name__}")

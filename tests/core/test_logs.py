@@ -11,7 +11,7 @@ import sys
 from tests.conftest import PROJECT_ROOT
 
 NOISE = ("INFO mlflow", "WARNING mlflow", "Downloading artifacts", "UserWarning", "cuInit", "cuda drivers",
-         "Creating initial MLflow database tables", "CloudPickle")
+         "Creating initial MLflow database tables", "CloudPickle", "Successfully registered model", "Created version")
 
 
 def run_stage(config, stage: str, log_file) -> str:
@@ -54,3 +54,19 @@ def test_mlflows_loggers_write_to_the_file_and_not_the_terminal(tmp_path, monkey
     assert len(logging.getLogger("mlflow").handlers) == 1
     assert "WARNING mlflow.store.db.utils: a line for the file" in (tmp_path / "third.log").read_text()
     assert "a line for the file" not in "".join(capsys.readouterr())
+
+
+def test_what_mlflow_prints_goes_to_the_file_unless_verbose(tmp_path, capsys):
+    """MLflow's registry prints its notices (``eprint``) instead of logging them: quiet, they go to the log file."""
+    from mlflow.utils.logging_utils import eprint
+
+    from pipeline.core.logs import printed_to_log
+
+    environ = {"PIPELINE_LOG_FILE": str(tmp_path / "third.log")}
+    with printed_to_log(environ):
+        eprint("Successfully registered model 'x'.")
+    assert "Successfully registered model 'x'." in (tmp_path / "third.log").read_text()
+    assert "Successfully registered" not in "".join(capsys.readouterr())
+    with printed_to_log({**environ, "PIPELINE_VERBOSE": "1"}):
+        eprint("Created version '1' of model 'x'.")
+    assert "Created version '1'" in capsys.readouterr().err  # the control: shown when verbose

@@ -498,3 +498,32 @@ def test_the_progress_line_gives_the_index_the_time_so_far_and_an_estimate_from_
         "elapsed, estimate after the first")
     assert lines[1].startswith("compare: [2/3] Transformer mean seed 2: ") and lines[1].endswith(
         "elapsed, about 20m00s left")  # this one and NBSVM, each at the mean so far
+
+
+def test_a_length_aware_fusion_gives_short_texts_their_own_weight(own_comparison, monkeypatch, capsys):
+    """compare.short_fusion_words: the Transformers are reused, every fused run logs its two weights, its model scores
+    a short text with the short one and a long text with the other, and the model card says so."""
+    from pipeline.model.classifiers import load_classifier
+    from pipeline.stages.compare import fusion_weights
+    from pipeline.stages.register import card as register_card
+
+    config, _ = own_comparison
+    monkeypatch.setattr(fusion_weights, "MIN_ROWS", 2)  # the tiny data's few short texts still choose
+    config = config.replace(compare={"short_fusion_words": 12})
+    compare.run(config)
+    output = capsys.readouterr().out
+    assert output.count("train: up to date") == 4
+    assert "up to 12 words) on the Transformer" in output, output
+    payload = json.loads((config.reports_dir / "comparison.json").read_text())
+    client = mlflow.tracking.MlflowClient()
+    for name in FUSED:
+        for run_id in payload["summary"][name]["run_ids"]:
+            params = client.get_run(run_id).data.params
+            assert params["fusion.short_max_words"] == "12"
+            classifier = load_classifier(f"runs:/{run_id}/model")
+            assert classifier.short_max_words == 12
+            assert classifier.short_weight == pytest.approx(float(params["fusion.short_transformer_weight"]))
+            weights = classifier.row_weights(["Dull.", " ".join(["word"] * 13)])
+            assert weights.tolist() == [classifier.short_weight, classifier.weight]
+            _, lines, _ = register_card.model_lines(client.get_run(run_id), client)
+            assert "texts of at most 12 words get their own" in lines[0]

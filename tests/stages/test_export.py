@@ -47,7 +47,8 @@ def exported(classifier, folder: Path):
     return tf.saved_model.load(str(folder)).signatures[SIGNATURE]
 
 
-@pytest.mark.parametrize("kind", ["transformer", "lexical", "fusion", "fusion at 0.35", "transformer by windows"])
+@pytest.mark.parametrize("kind", ["transformer", "lexical", "fusion", "fusion at 0.35", "fusion by length",
+                                  "transformer by windows"])
 def test_the_graph_answers_as_make_score_does(comparison, tmp_path, kind):
     from pipeline.model.classifiers import load_classifier
     from pipeline.stages.export.check import BAD_TEXTS, identity_check
@@ -58,6 +59,11 @@ def test_the_graph_answers_as_make_score_does(comparison, tmp_path, kind):
     texts = sample_texts(config)
     if kind == "fusion at 0.35":  # the tiny comparison's fusions chose weight 0; both parts must count
         classifier.weight = 0.35
+    if kind == "fusion by length":  # texts of at most 6 words (as str.split counts them, any Unicode space) their own
+        classifier.weight, classifier.short_weight, classifier.short_max_words = 0.35, 0.9, 6
+        texts += ["Dull.", "A\u3000superb\u00a0film, truly", "one two three four five six",
+                  "one two three four five six seven", "  spaced\tout\n\nwords  ", "a<br />b c d e f"]
+        assert {0.35, 0.9} <= set(classifier.row_weights(texts).tolist())
     if kind == "transformer by windows":
         classifier.settings = {"long_reviews": "windows"}
         assert classifier.reads_windows

@@ -17,6 +17,9 @@ def test_register_picks_the_best_validation_candidate_of_any_kind_and_score_uses
     payload = json.loads((config.reports_dir / "comparison.json").read_text())
     uri = register.run(config)
     assert uri == "models:/smoke-sentiment@champion"
+    printed = "".join(capsys.readouterr())  # quiet: the stage's line, not MLflow's registry notices
+    assert "register: read " in printed
+    assert "Successfully registered" not in printed and "Created version" not in printed
     client = mlflow.tracking.MlflowClient()
     champion = client.get_model_version_by_alias("smoke-sentiment", "champion")
     group = payload["recommendation"]["variant"]  # the candidate with the best mean validation accuracy

@@ -33,9 +33,10 @@ from pipeline.core.errors import InputError
 from pipeline.core.files import atomic_dump, atomic_write_json, atomic_write_parquet
 from pipeline.core.predictions import from_probability_columns, prediction_frame
 from pipeline.lexical import class_probabilities, nbsvm_baseline, tfidf_baseline
-from pipeline.metrics import best_fusion_weight, classification_metrics
-from pipeline.model.classifiers import FusedClassifier, LexicalClassifier, fuse_probabilities
+from pipeline.metrics import classification_metrics
+from pipeline.model.classifiers import FusedClassifier, LexicalClassifier
 from pipeline.stages.compare.designs import Design, level_name, variant_config, variant_name
+from pipeline.stages.compare.fusion_weights import EvaluatedRows, PartScores, choose_fusion
 from pipeline.stages.evaluate import behaviour
 from pipeline.stages.evaluate.scorecard import (
     GivenProbabilities,
@@ -49,9 +50,11 @@ from pipeline.stages.tokenize.vocabulary import own_tokenization
 from pipeline.stages.train.fit_and_log import train_model
 from pipeline.stages.train.outputs import transformer_artifacts
 from pipeline.text.conventions import load_labels
-from pipeline.text.crops import CROP_SPLITS
+from pipeline.text.crops import CROP_SPLITS, word_counts
 from pipeline.tracking import (
     FUSION_LEXICAL_RUN_PARAM,
+    FUSION_SHORT_WEIGHT_PARAM,
+    FUSION_SHORT_WORDS_PARAM,
     FUSION_TRANSFORMER_RUN_PARAM,
     FUSION_WEIGHT_PARAM,
     FUSION_WEIGHTS_TRIED_PARAM,
@@ -243,11 +246,30 @@ def tfidf_candidate(config: Config, key: str, frames: IngestedRows, names: list[
 # --------------------------------------------------------------------------- fusions
 
 
+def part_scores(candidate: Candidate, names: list[str]) -> PartScores:
+    """A candidate's evaluated probabilities: validation, test and per crop split."""
+    crops = {split: from_probability_columns(candidate.crops[candidate.crops["split"] == split], names)
+             for split in CROP_SPLITS}
+    return PartScores(from_probability_columns(candidate.val_predictions, names),
+                      from_probability_columns(candidate.predictions, names), crops)
+
+
+def evaluated_rows(frames: IngestedRows, child: Candidate) -> EvaluatedRows:
+    """The validation labels and the word counts of the rows a fusion is chosen and applied on."""
+    val_crops = child.crops[child.crops["split"] == "val"]
+    return EvaluatedRows(frames.val["label"].to_numpy(), word_counts(frames.val["text"].tolist()),
+                         word_counts(frames.test["text"].tolist()),
+                         {split: child.crops.loc[child.crops["split"] == split, "words"].to_numpy()
+                          for split in CROP_SPLITS},
+                         val_crops["label"].to_numpy(), val_crops["review"].to_numpy())
+
+
 def fusion_candidate(config: Config, key: str, child: Candidate, lexical: Candidate, frames: IngestedRows,
                      names: list[str], force: bool) -> Candidate:
     """Fuse one Transformer run with NBSVM: the weight chosen on validation, one pyfunc artifact, its own run."""
     name = fused_name(child.name)
-    out_dir = config.reports_dir / f"fusion-{child.run_id}-{lexical.run_id}"
+    limit = config.compare.short_fusion_words  # a length-aware fusion's files apart from the one-weight fusion's
+    out_dir = config.reports_dir / (f"fusion-{child.run_id}-{lexical.run_id}" + (f"-s{limit}" if limit else ""))
     existing = None if force else find_fusion_run(config.tracking, key, child.run_id, lexical.run_id)
     paths = [out_dir / TEST_PREDICTIONS_FILE, out_dir / VAL_PREDICTIONS_FILE, out_dir / CROP_PREDICTIONS_FILE]
     if existing is not None and all(path.is_file() for path in paths):
@@ -262,34 +284,29 @@ def fusion_candidate(config: Config, key: str, child: Candidate, lexical: Candid
         if not getattr(child, split)["source_file"].equals(getattr(lexical, split)["source_file"]):
             raise InputError(f"cannot fuse run {child.run_id} with run {lexical.run_id}: they were evaluated "
                              f"on different {rows} rows (other splits); rerun `make compare FORCE=1`")
-    val_labels = frames.val["label"].to_numpy()
-    val_t, val_l = (from_probability_columns(child.val_predictions, names),
-                    from_probability_columns(lexical.val_predictions, names))
-    weight, by_weight, honest = best_fusion_weight(val_t, val_l, val_labels, config.compare.fusion_weights)
+    choice = choose_fusion(part_scores(child, names), part_scores(lexical, names), evaluated_rows(frames, child),
+                           config.compare.fusion_weights, config.compare.short_fusion_words)
+    weight, by_weight, honest = choice.weight, choice.by_weight, choice.honest
     out_dir.mkdir(parents=True, exist_ok=True)
-    fusion_file = atomic_write_json(out_dir / FUSION_FILE, {"transformer_weight": weight, "labels": names,
-                                                            "transformer_run_id": child.run_id,
-                                                            "lexical_run_id": lexical.run_id})
+    short_settings = ({"short_transformer_weight": choice.short_weight, "short_max_words": choice.short_max_words}
+                      if choice.short_max_words else {})
+    fusion_file = atomic_write_json(out_dir / FUSION_FILE, {
+        "transformer_weight": weight, **short_settings, "labels": names, "transformer_run_id": child.run_id,
+        "lexical_run_id": lexical.run_id})
     artifacts = {**transformer_artifacts(child.folder),
                  **FusedClassifier.lexical_artifacts(lexical.folder / LEXICAL_MODEL_FILE, tokenizer_dir, fusion_file)}
     classifier = FusedClassifier.from_artifacts(artifacts)
-    test_probabilities = fuse_probabilities(from_probability_columns(child.predictions, names),
-                                            from_probability_columns(lexical.predictions, names), weight)
-    val_probabilities = fuse_probabilities(val_t, val_l, weight)
-    crop_probabilities = {split: fuse_probabilities(
-        from_probability_columns(child.crops[child.crops["split"] == split], names),
-        from_probability_columns(lexical.crops[lexical.crops["split"] == split], names), weight)
-        for split in CROP_SPLITS}
     with mlflow.start_run(run_name=f"fusion-{child.name}-seed{child.seed}".replace("/", "-"), nested=True) as run:
         mlflow.set_tags(fusion_tags(key, name, child.run_id, lexical.run_id))
         mlflow.log_params({FUSION_WEIGHT_PARAM: weight, FUSION_WEIGHTS_TRIED_PARAM: config.compare.fusion_weights,
                            FUSION_TRANSFORMER_RUN_PARAM: child.run_id, FUSION_LEXICAL_RUN_PARAM: lexical.run_id,
+                           **({FUSION_SHORT_WEIGHT_PARAM: choice.short_weight,
+                               FUSION_SHORT_WORDS_PARAM: choice.short_max_words} if short_settings else {}),
                            "training.seed": child.seed, **{f"fused.{k}": v for k, v in child.settings.items()}})
         evaluation = evaluate_model(classifier, frames.test, frames.val, out_dir, f"{name}, seed {child.seed}",
                                     ReviewLengths(frames.test_token_counts,
                                                   child.max_tokens or config.tokenizer.max_sequence_length - 1),
-                                    given=GivenProbabilities(test_probabilities, val_probabilities,
-                                                             crop_probabilities))
+                                    given=GivenProbabilities(choice.test, choice.val, choice.crops))
         # what `make register` compares: the weight's choice is not scored on its own rows
         mlflow.log_metrics({"best_val_accuracy": honest, "val_accuracy_chosen_weight": by_weight[weight],
                             **{f"val_accuracy_w_{w:g}": a for w, a in by_weight.items()}})
@@ -298,7 +315,8 @@ def fusion_candidate(config: Config, key: str, child: Candidate, lexical: Candid
         run_id = run.info.run_id
     metrics = {**evaluation.payload["metrics"], **evaluation.payload["length_metrics"], "best_val_accuracy": honest,
                **{behaviour.metric_name(c): r for c, r in evaluation.payload["behaviour"].items()}}
-    print(f"compare: {name} seed {child.seed}: weight {weight:g} on the Transformer, val_accuracy "
+    short_text = (f" ({choice.short_weight:g} up to {choice.short_max_words} words)" if choice.short_max_words else "")
+    print(f"compare: {name} seed {child.seed}: weight {weight:g}{short_text} on the Transformer, val_accuracy "
           f"{by_weight[weight]:.4f} at that weight ({honest:.4f} cross-fitted), test_accuracy "
           f"{metrics['test_accuracy']:.4f}")
     return Candidate(name, "fusion", child.seed, run_id, summary_metrics(metrics), evaluation.predictions,

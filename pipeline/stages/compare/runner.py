@@ -224,9 +224,11 @@ def run_candidates(config: Config, design: Design, design_name: str, parent_id: 
     lexical = (progress.run("NBSVM", "nbsvm", lambda: nbsvm_candidate(config, lexical_key, frames, labels,
                                                                       ingest_sha256, force))
                if with_lexical else None)
+    # a fusion's key: the lexical model's, the weights tried and a length-aware fusion's limit (none: as before it)
+    fusion_key = f"{lexical_key}-w{config.compare.fusion_weights}" + (
+        f"-s{config.compare.short_fusion_words}" if config.compare.short_fusion_words else "")
     fused = [progress.run(f"fusion of {child.name} seed {child.seed} with NBSVM", "fused",
-                          lambda c=child: fusion_candidate(config, f"{lexical_key}-w{config.compare.fusion_weights}",
-                                                           c, lexical, frames, labels, force))
+                          lambda c=child: fusion_candidate(config, fusion_key, c, lexical, frames, labels, force))
              for child in (transformers if fusing else [])]
     references = ([progress.run("TF-IDF reference", "tfidf", lambda: tfidf_candidate(
         config, f"{ingest_sha256[:8]}-{config.data.seed}", frames, labels, force))]

@@ -31,12 +31,16 @@ def part_explanations(classifier, texts: list[str]) -> list[tuple[str, list[Expl
     the Transformer, NBSVM, or both for a fusion."""
     kind = classifier.kind
     if kind == "fusion":
-        parts = []
-        if classifier.weight > 0:
-            parts += [(f"Transformer (weight {classifier.weight:.2f})", transformer_words(classifier.transformer,
-                                                                                         texts))]
-        if classifier.weight < 1:
-            parts += [(f"NBSVM (weight {1 - classifier.weight:.2f})", lexical_words(classifier.lexical, texts))]
+        weights, parts = (classifier.weight, classifier.short_weight), []
+        short = f" up to {classifier.short_max_words} words" if classifier.short_max_words else ""
+
+        def named(part: str, first: float, second: float) -> str:
+            return f"{part} (weight {first:.2f}" + (f"; {second:.2f}{short}" if short else "") + ")"
+
+        if max(weights) > 0:
+            parts += [(named("Transformer", *weights), transformer_words(classifier.transformer, texts))]
+        if min(weights) < 1:
+            parts += [(named("NBSVM", 1 - weights[0], 1 - weights[1]), lexical_words(classifier.lexical, texts))]
         return parts
     if kind == "transformer":
         return [("Transformer", transformer_words(classifier, texts))]

@@ -17,7 +17,14 @@ from pipeline.core.errors import InputError
 from pipeline.core.predictions import FUSION_EPS
 from pipeline.lexical import LexicalWeights, nbsvm_weights
 from pipeline.model.classifiers import FusedClassifier, LexicalClassifier, PipelineModel, SentimentClassifier
-from pipeline.stages.export.text_ops import clean_texts, padded_rows, pool_windows, text_errors, window_rows
+from pipeline.stages.export.text_ops import (
+    clean_texts,
+    padded_rows,
+    pool_windows,
+    text_errors,
+    whitespace_class,
+    window_rows,
+)
 
 SIGNATURE = "serving_default"
 INPUT = "text"
@@ -95,8 +102,25 @@ def transformer_function(classifier: SentimentClassifier, num_classes: int):
     return probabilities
 
 
-def fuse(transformer, lexical, weight: float):
-    """``fuse_probabilities``: the weighted mean of the two log-probabilities, clipped, renormalised (float64)."""
+def row_weights(classifier: FusedClassifier, texts):
+    """``FusedClassifier.row_weights`` of cleaned ``texts``: ``float64[N, 1]``, the short weight for texts of at most
+    ``short_max_words`` words (runs of non-space characters, as ``str.split`` counts them)."""
+    import tensorflow as tf
+
+    if not classifier.short_max_words:
+        return tf.fill([tf.shape(texts)[0], 1], tf.constant(classifier.weight, tf.float64))
+    space = whitespace_class()
+    spaced = tf.strings.regex_replace(tf.strings.regex_replace(texts, f"{space}+", " "), "^ | $", "")
+    words = tf.where(tf.equal(spaced, ""), tf.zeros_like(texts, tf.int64),
+                     tf.strings.split(spaced, sep=" ").row_lengths())
+    short = words <= classifier.short_max_words
+    return tf.expand_dims(tf.where(short, tf.constant(classifier.short_weight, tf.float64),
+                                   tf.constant(classifier.weight, tf.float64)), 1)
+
+
+def fuse(transformer, lexical, weight):
+    """``fuse_probabilities``: the weighted mean of the two log-probabilities, clipped, renormalised (float64);
+    ``weight`` one number or ``[N, 1]``."""
     import tensorflow as tf
 
     transformer, lexical = tf.cast(transformer, tf.float64), tf.cast(lexical, tf.float64)
@@ -117,17 +141,17 @@ def scoring_parts(classifier: PipelineModel) -> tuple[list, object]:
         lexical = lexical_module(nbsvm_weights(classifier.lexical, "export's graph"), k)
         return [lexical], lexical
     if isinstance(classifier, FusedClassifier):
-        weight, tracked, parts = classifier.weight, [], []
-        if weight > 0:  # as the pyfunc model, a part with weight 0 is not run
+        weights, tracked, parts = (classifier.weight, classifier.short_weight), [], []
+        if max(weights) > 0:  # as the pyfunc model, a part with weight 0 is not run
             part_tracked, transformer = scoring_parts(classifier.transformer)
             tracked, parts = tracked + part_tracked, parts + [transformer]
-        if weight < 1:
+        if min(weights) < 1:
             part_tracked, lexical = scoring_parts(classifier.lexical)
             tracked, parts = tracked + part_tracked, parts + [lexical]
 
         def fused(texts):  # one part alone (a weight of 0 or 1) is run once and fused with itself, as the pyfunc does
             first = parts[0](texts)
-            return fuse(first, parts[-1](texts) if len(parts) > 1 else first, weight)
+            return fuse(first, parts[-1](texts) if len(parts) > 1 else first, row_weights(classifier, texts))
 
         return tracked, fused
     raise InputError(f"export: no graph form for a {type(classifier).__name__}")

@@ -21,6 +21,8 @@ from pipeline.tracking import (
     CHECKPOINT_LICENCE_TAG,
     CHECKPOINT_SOURCE_TAG,
     FUSION_LEXICAL_RUN_PARAM,
+    FUSION_SHORT_WEIGHT_PARAM,
+    FUSION_SHORT_WORDS_PARAM,
     FUSION_TRANSFORMER_RUN_PARAM,
     FUSION_WEIGHT_PARAM,
     MODEL_KIND_TAG,
@@ -78,8 +80,11 @@ def model_lines(run, client) -> tuple[str, list[str], dict]:
         transformer = client.get_run(params[FUSION_TRANSFORMER_RUN_PARAM])
         lexical = client.get_run(params[FUSION_LEXICAL_RUN_PARAM])
         weight = float(params[FUSION_WEIGHT_PARAM])
+        short = (f"; texts of at most {params[FUSION_SHORT_WORDS_PARAM]} words get their own, "
+                 f"**{float(params[FUSION_SHORT_WEIGHT_PARAM]):g}** (chosen on the short validation reviews and "
+                 "sentence crops)" if FUSION_SHORT_WEIGHT_PARAM in params else "")
         lines = [f"- A fused model in one artifact: the weighted average of two models' logits, **{weight:g} on the "
-                 f"Transformer** and {1 - weight:g} on NBSVM (the weight chosen on validation). Runs "
+                 f"Transformer** and {1 - weight:g} on NBSVM (the weight chosen on validation){short}. Runs "
                  f"`{transformer.info.run_id}` and `{lexical.info.run_id}`."]
         lines += transformer_lines(transformer.data.params, transformer.data.tags, "Part one: ")
         lines += lexical_lines(lexical.data.params, "Part two: ")

@@ -11,6 +11,7 @@ import numpy as np
 
 from pipeline.config import Config
 from pipeline.core.errors import PipelineError
+from pipeline.core.logs import printed_to_log
 from pipeline.metrics import champion_choice
 from pipeline.stages.register.card import write_model_card
 from pipeline.tracking import (
@@ -71,7 +72,8 @@ def register_champion(config: Config, force: bool = False) -> str:
         print(f"register: up to date, {uri} is already version {current.version} (run {best.info.run_id}); "
               f"refreshed its model card {card}")
         return uri
-    version = mlflow.register_model(f"runs:/{best.info.run_id}/model", name)
+    with printed_to_log():  # MLflow prints its "Successfully registered" and "Created version" notices
+        version = mlflow.register_model(f"runs:/{best.info.run_id}/model", name)
     client.set_registered_model_alias(name, CHAMPION_ALIAS, version.version)
     tag_champion_version(name, version.version, best, comparison.info.run_id)
     card = write_model_card(config.reports_dir, name, version.version, best, len(members), comparison.info.run_id)

@@ -1,0 +1,99 @@
+"""Choosing a fused candidate's weights on validation: one weight, or with ``compare.short_fusion_words`` one for
+short texts and one for the rest (a length-aware fusion). Pure: probabilities and word counts in, the choice out.
+
+A length-aware fusion's long weight is chosen on the validation reviews longer than the limit, its short weight on
+the short validation reviews and the validation sentence crops of at most that many words (the texts a scorer of
+short reviews will meet; IMDB has few short reviews). The validation figures the champion is chosen on
+(``best_val_accuracy`` and the validation crops' accuracy) must not be scored on the rows a weight was chosen on, so
+the short texts' validation probabilities are cross-fitted (``pipeline.metrics.cross_fitted_fusion``: each half of the
+reviews, a crop with its review, fused with the weight chosen on the other half), and the long reviews' accuracy is
+the cross-fitted accuracy of choosing their weight. Test probabilities use the two weights chosen on all of
+validation, each text by its word count, as the fused model scores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.core.predictions import fuse_probabilities
+from pipeline.metrics import best_fusion_weight, cross_fitted_fusion
+
+MIN_ROWS = 20  # fewer short (or long) validation texts than this: one weight for all (too few to choose on)
+
+
+@dataclass(frozen=True)
+class PartScores:
+    """One part's (the Transformer's or NBSVM's) probabilities on what a comparison evaluates."""
+
+    val: np.ndarray
+    test: np.ndarray
+    crops: dict[str, np.ndarray]  # per crop split
+
+
+@dataclass(frozen=True)
+class EvaluatedRows:
+    """What a fusion is chosen and applied on: the validation labels, every row's word count, and the validation
+    crops' labels and the review each was cut from."""
+
+    val_labels: np.ndarray
+    val_words: np.ndarray
+    test_words: np.ndarray
+    crop_words: dict[str, np.ndarray]
+    crop_labels: np.ndarray     # the validation crops'
+    crop_reviews: np.ndarray    # the validation crops' review rows
+
+
+@dataclass(frozen=True)
+class FusionChoice:
+    weight: float                  # the Transformer's weight (for texts longer than short_max_words when set)
+    short_weight: float            # for texts of at most short_max_words words (= weight without a limit)
+    short_max_words: int           # 0: one weight
+    by_weight: dict[float, float]  # validation accuracy of every weight tried (the long texts' with a limit)
+    honest: float                  # cross-fitted validation accuracy of choosing the weight(s) this way
+    val: np.ndarray                # the fused validation probabilities (short texts cross-fitted)
+    test: np.ndarray
+    crops: dict[str, np.ndarray]   # per crop split (validation crops of short texts cross-fitted)
+
+
+def one_weight(transformer: PartScores, lexical: PartScores, rows: EvaluatedRows, steps: int) -> FusionChoice:
+    weight, by_weight, honest = best_fusion_weight(transformer.val, lexical.val, rows.val_labels, steps)
+    return FusionChoice(weight, weight, 0, by_weight, honest,
+                        fuse_probabilities(transformer.val, lexical.val, weight),
+                        fuse_probabilities(transformer.test, lexical.test, weight),
+                        {split: fuse_probabilities(transformer.crops[split], lexical.crops[split], weight)
+                         for split in transformer.crops})
+
+
+def choose_fusion(transformer: PartScores, lexical: PartScores, rows: EvaluatedRows, steps: int,
+                  short_max_words: int = 0) -> FusionChoice:
+    """The fusion's weight or weights and its probabilities on validation, test and the crops (module docstring)."""
+    if not short_max_words:
+        return one_weight(transformer, lexical, rows, steps)
+    long = rows.val_words > short_max_words
+    short_crops = rows.crop_words["val"] <= short_max_words
+    if min(long.sum(), (~long).sum() + short_crops.sum()) < MIN_ROWS:
+        return one_weight(transformer, lexical, rows, steps)
+    weight, by_weight, honest_long = best_fusion_weight(transformer.val[long], lexical.val[long],
+                                                        rows.val_labels[long], steps)
+    short_reviews = np.flatnonzero(~long)
+    short_weight, honest_short = cross_fitted_fusion(
+        np.concatenate([transformer.val[~long], transformer.crops["val"][short_crops]]),
+        np.concatenate([lexical.val[~long], lexical.crops["val"][short_crops]]),
+        np.concatenate([rows.val_labels[~long], rows.crop_labels[short_crops]]),
+        np.concatenate([short_reviews, rows.crop_reviews[short_crops]]), steps)
+
+    def fused(part: str, words: np.ndarray, split: str | None = None) -> np.ndarray:
+        t, x = (getattr(transformer, part), getattr(lexical, part)) if split is None else (
+            transformer.crops[split], lexical.crops[split])
+        return fuse_probabilities(t, x, np.where(words <= short_max_words, short_weight, weight))
+
+    val = fused("val", rows.val_words)
+    val[~long] = honest_short[:len(short_reviews)]
+    crops = {split: fused("crops", rows.crop_words[split], split) for split in transformer.crops}
+    crops["val"][short_crops] = honest_short[len(short_reviews):]
+    short_correct = (val[~long].argmax(axis=1) == rows.val_labels[~long]).sum()
+    honest = float((honest_long * long.sum() + short_correct) / len(long))
+    return FusionChoice(weight, short_weight, short_max_words, by_weight, honest, val,
+                        fused("test", rows.test_words), crops)

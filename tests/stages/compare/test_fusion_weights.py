@@ -1,0 +1,102 @@
+"""A fused candidate's weights: one, or one for short texts and one for the rest, with honest validation figures."""
+
+import numpy as np
+import pytest
+
+from pipeline.core.predictions import fuse_probabilities
+from pipeline.metrics import cross_fitted_fusion
+from pipeline.stages.compare import fusion_weights
+from pipeline.stages.compare.fusion_weights import EvaluatedRows, PartScores, choose_fusion
+
+
+def probabilities(labels, right: np.ndarray, rng, sure: float = 0.8) -> np.ndarray:
+    """Two-class probabilities that are right (on the label's side) where ``right``, wrong elsewhere."""
+    positive = np.where(right == (labels == 1), rng.uniform(0.55, sure, len(labels)), rng.uniform(1 - sure, 0.45,
+                                                                                                  len(labels)))
+    return np.stack([1 - positive, positive], axis=1)
+
+
+def synthetic(seed: int = 0, rows: int = 400, crops: int = 400):
+    """A Transformer that is right on long texts and NBSVM on short ones (both 60/40 on the other kind)."""
+    rng = np.random.default_rng(seed)
+    val_words, test_words = rng.integers(5, 300, rows), rng.integers(5, 300, rows)
+    crop_words = {"val": rng.integers(3, 60, crops), "test": rng.integers(3, 60, crops)}
+    labels = {"val": rng.integers(0, 2, rows), "test": rng.integers(0, 2, rows),
+              "crops_val": rng.integers(0, 2, crops), "crops_test": rng.integers(0, 2, crops)}
+
+    def part(good_on_long: bool):
+        def scores(words, y):
+            long = words > 80
+            right = np.where(long == good_on_long, rng.random(len(y)) < 0.95, rng.random(len(y)) < 0.6)
+            return probabilities(y, right, rng)
+        return PartScores(scores(val_words, labels["val"]), scores(test_words, labels["test"]),
+                          {"val": scores(crop_words["val"], labels["crops_val"]),
+                           "test": scores(crop_words["test"], labels["crops_test"])})
+
+    rows_ = EvaluatedRows(labels["val"], val_words, test_words, crop_words, labels["crops_val"],
+                          rng.integers(0, rows, crops))
+    return part(True), part(False), rows_, labels
+
+
+def test_one_weight_without_a_limit_is_todays_fusion():
+    transformer, lexical, rows, _ = synthetic()
+    choice = choose_fusion(transformer, lexical, rows, steps=21)
+    assert choice.short_max_words == 0 and choice.short_weight == choice.weight
+    np.testing.assert_allclose(choice.test, fuse_probabilities(transformer.test, lexical.test, choice.weight))
+
+
+def test_short_texts_get_their_own_weight_and_the_test_rows_theirs_by_length():
+    transformer, lexical, rows, labels = synthetic()
+    one = choose_fusion(transformer, lexical, rows, steps=21)
+    two = choose_fusion(transformer, lexical, rows, steps=21, short_max_words=80)
+    assert two.short_max_words == 80 and two.weight > 0.5 > two.short_weight  # each text to the part right on it
+    short = rows.test_words <= 80
+    np.testing.assert_allclose(two.test[short], fuse_probabilities(transformer.test[short], lexical.test[short],
+                                                                   two.short_weight))
+    np.testing.assert_allclose(two.test[~short], fuse_probabilities(transformer.test[~short], lexical.test[~short],
+                                                                    two.weight))
+    accuracy = {name: (choice.crops["test"].argmax(1) == labels["crops_test"]).mean() for name, choice in
+                (("one", one), ("two", two))}
+    assert accuracy["two"] > accuracy["one"] + 0.1
+
+
+def test_the_validation_figures_of_short_texts_are_cross_fitted_not_scored_where_chosen():
+    transformer, lexical, rows, labels = synthetic()
+    two = choose_fusion(transformer, lexical, rows, steps=21, short_max_words=80)
+    short_crops = rows.crop_words["val"] <= 80
+    in_sample = fuse_probabilities(transformer.crops["val"][short_crops], lexical.crops["val"][short_crops],
+                                   two.short_weight)
+    assert not np.allclose(two.crops["val"][short_crops], in_sample)  # the other half's weight, not the chosen one
+    long = rows.val_words > 80
+    np.testing.assert_allclose(two.val[long], fuse_probabilities(transformer.val[long], lexical.val[long],
+                                                                 two.weight))
+    assert 0.5 < two.honest < 1.0
+
+
+def test_too_few_short_texts_fall_back_to_one_weight(monkeypatch):
+    transformer, lexical, rows, _ = synthetic(rows=400, crops=400)
+    monkeypatch.setattr(fusion_weights, "MIN_ROWS", 10_000)
+    assert choose_fusion(transformer, lexical, rows, steps=21, short_max_words=80).short_max_words == 0
+
+
+def test_cross_fitting_keeps_a_crop_with_its_review():
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 2, 200)
+    t, x = probabilities(labels, rng.random(200) < 0.9, rng), probabilities(labels, rng.random(200) < 0.6, rng)
+    groups = np.repeat(np.arange(100), 2)
+    weight, fused = cross_fitted_fusion(t, x, labels, groups, steps=11)
+    assert weight == 1.0 and fused.shape == t.shape
+    with pytest.raises(ValueError, match="two or more groups"):
+        cross_fitted_fusion(t, x, labels, np.zeros(200), steps=11)
+
+
+def test_per_row_weights_fuse_each_row_with_its_own():
+    t = np.array([[0.2, 0.8], [0.6, 0.4]])
+    x = np.array([[0.7, 0.3], [0.1, 0.9]])
+    both = fuse_probabilities(t, x, np.array([0.25, 0.9]))
+    np.testing.assert_allclose(both[0], fuse_probabilities(t[:1], x[:1], 0.25)[0])
+    np.testing.assert_allclose(both[1], fuse_probabilities(t[1:], x[1:], 0.9)[0])
+    with pytest.raises(ValueError, match="one per row"):
+        fuse_probabilities(t, x, np.array([0.5, 0.5, 0.5]))
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        fuse_probabilities(t, x, np.array([0.5, 1.5]))
