@@ -69,7 +69,8 @@ def test_evaluate_logs_test_metrics_plots_and_report(trained_run):
     assert page.count("<section>") == min(len(errors), 12)
     if len(errors):
         assert f"labelled {errors['label_name'][0]}, predicted {errors['predicted_label'][0]}" in page
-        assert "<b>Transformer</b>: log-odds" in page and 'title="+' in page or 'title="-' in page
+        assert "<b>Transformer</b> (" in page and "tokens read): log-odds" in page
+        assert 'title="+' in page or 'title="-' in page
 
     # accuracy by length in words, and one sentence crop per validation and test review
     from pipeline.core.catalog import stage_dir

@@ -76,7 +76,8 @@ def errors_page(title: str, errors: pd.DataFrame, texts: list[str],
         blocks = []
         for name, explanations in parts:
             explanation = explanations[index]
-            blocks.append(f"<p><b>{html.escape(name)}</b>: log-odds {explanation.log_odds:+.2f}; "
+            blocks.append(f"<p><b>{html.escape(name)}</b> ({len(explanation.words)} tokens read): log-odds "
+                          f"{explanation.log_odds:+.2f}; "
                           f"most: <code>{html.escape(explanation_text(explanation.items))}</code></p>"
                           f"<p class=\"words\">{highlighted(explanation.words)}</p>")
         rows.append(f"<section><h2>{index + 1}. labelled {html.escape(str(error['label_name']))}, predicted "
