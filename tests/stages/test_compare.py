@@ -379,7 +379,7 @@ def test_a_fused_model_skips_a_part_whose_weight_is_zero_and_answers_the_same(co
     texts = ["a superb and wonderful film", "dull and awful", "the plot was a film"]
     reference = {w: fuse_probabilities_of(fused, texts, w) for w in (0.0, 1.0)}
     for weight in (0.0, 1.0):
-        fused.weight = weight
+        fused.weight = fused.short_weight = weight  # every text's weight (a length-aware fusion has two)
         prepared = fused.prepare(texts)
         assert (prepared[0] is None) == (weight == 0.0) and (prepared[1] is None) == (weight == 1.0)
         np.testing.assert_allclose(fused.score(prepared), reference[weight], atol=1e-6)
