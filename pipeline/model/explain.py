@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import weakref
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -42,6 +43,7 @@ IG_BATCH = 256         # interpolated sequences per forward and backward pass
 SPECIAL_TOKENS = frozenset({"[CLS]", "[SEP]", "[PAD]", "[MASK]", "<s>", "</s>", "<pad>", "<mask>"})
 PIECE_PREFIX = "##"    # WordPiece's mark of a piece continuing the previous word
 _WORDLIKE = re.compile(r"[^\W_]|[!?]")  # an item the column shows: a letter or digit, or ! or ?
+_NBSVM_WEIGHTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # LexicalClassifier -> its LexicalWeights
 
 
 @dataclass(frozen=True)
@@ -90,12 +92,13 @@ def lexical_explanations(lexical, counts, texts: Sequence[str] | None = None) ->
     among the words of each of its occurrences."""
     from pipeline.lexical import nbsvm_weights
 
-    weights = getattr(lexical, "_explained_weights", None)
+    weights = _NBSVM_WEIGHTS.get(lexical)
     if weights is None:  # the feature names and weights, once per loaded model
-        weights = lexical._explained_weights = nbsvm_weights(lexical.lexical, "explanations")
+        weights = _NBSVM_WEIGHTS[lexical] = nbsvm_weights(lexical.lexical, "explanations")
     counts = counts.tocsr()
-    probabilities = lexical.score(counts)
-    targets = target_classes(probabilities)
+    # two classes: towards the second, whatever the scores; more: towards the predicted class
+    targets = (np.ones(counts.shape[0], dtype=np.int64) if len(lexical.labels) == 2
+               else target_classes(lexical.score(counts)))
     explanations = []
     for row, target in enumerate(targets):
         regression = 0 if weights.weights.shape[1] == 1 else int(np.flatnonzero(weights.classes == target)[0])
@@ -132,6 +135,8 @@ def lexical_words(text: str, items: dict[str, float], weights) -> tuple[tuple[st
 def _embedding_layers(model):
     """The layers whose outputs are the token vectors (``token_embedding``, in the model or a preset's backbone) and
     the hashed n-gram vectors (``ngram_embedding``, the own encoder's, when it has one)."""
+    # every nested layer: a preset's backbone may hold its token embedding inside another layer (DistilBERT's
+    # token-and-position embedding), whose call then calls the one replaced here
     layers = {layer.name: layer for layer in model._flatten_layers(include_self=False, recursive=True)}
     if "token_embedding" not in layers:
         raise InputError(f"explanations: model {model.name!r} has no layer named token_embedding to integrate over")
@@ -273,16 +278,17 @@ def transformer_explanations(transformer, prepared, steps: int = IG_STEPS) -> li
     if len(ids) == 0:
         return []
     attributions, at_text, at_reference = integrated_gradients(transformer.model, ids, vocabulary, steps)
-    texts = int(np.max(owner)) + 1
+    words = [word_attributions(row_ids, row_attributions, vocabulary)
+             for row_ids, row_attributions in zip(ids, attributions)]
     explanations = []
-    for text in range(texts):
+    for text in range(int(np.max(owner)) + 1):
         rows = np.flatnonzero(owner == text)
         items: dict[str, float] = {}
         for row in rows:
-            for word, value in word_attributions(ids[row], attributions[row], vocabulary):
+            for word, value in words[row]:
                 items[word] = items.get(word, 0.0) + value / len(rows)
-        words = word_attributions(ids[rows[0]], attributions[rows[0]], vocabulary)
-        explanations.append(Explanation(items, float(at_text[rows].mean()), float(at_reference[rows].mean()), words))
+        explanations.append(Explanation(items, float(at_text[rows].mean()), float(at_reference[rows].mean()),
+                                        words[rows[0]]))
     return explanations
 
 

@@ -188,3 +188,20 @@ def test_rows_explained_together_get_what_each_gets_alone():
         alone = integrated_gradients(model, ids[row:row + 1], VOCABULARY, steps=4)
         for a, b in zip(together, alone):
             np.testing.assert_allclose(a[row], b[0], atol=1e-5)
+
+
+def test_a_preset_backbones_token_embedding_is_explained_the_same_way(tmp_path):
+    """A classifier on a KerasHub backbone (the tests' tiny preset): its nested token embedding is found, the
+    attributions add up, and [CLS] and [SEP] (kept in the reference) get nothing."""
+    from pipeline.model.preset_classifier import build_preset_model, load_preset_backbone
+    from tests.tiny_preset import write_tiny_preset
+
+    write_tiny_preset(tmp_path / "preset", with_tokenizer=False)
+    model = build_preset_model(ModelConfig(preset=str(tmp_path / "preset"), ngram_max=1),
+                               load_preset_backbone(str(tmp_path / "preset")))
+    ids = np.array([[2, 7, 9, 11, 3, 0, 0], [2, 8, 12, 3, 0, 0, 0]], dtype=np.int32)
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + [f"w{i}" for i in range(36)]
+    attributions, at_text, at_reference = integrated_gradients(model, ids, vocabulary)
+    difference = at_text - at_reference
+    assert np.all(np.abs(attributions.sum(axis=1) - difference) <= IG_TOLERANCE * np.abs(difference) + 1e-3)
+    assert np.all(attributions[ids == 2] == 0) and np.all(attributions[ids == 3] == 0)

@@ -84,16 +84,15 @@ def choose_fusion(transformer: PartScores, lexical: PartScores, rows: EvaluatedR
         np.concatenate([rows.val_labels[~long], rows.crop_labels[short_crops]]),
         np.concatenate([short_reviews, rows.crop_reviews[short_crops]]), steps)
 
-    def fused(part: str, words: np.ndarray, split: str | None = None) -> np.ndarray:
-        t, x = (getattr(transformer, part), getattr(lexical, part)) if split is None else (
-            transformer.crops[split], lexical.crops[split])
+    def by_length(t: np.ndarray, x: np.ndarray, words: np.ndarray) -> np.ndarray:
         return fuse_probabilities(t, x, np.where(words <= short_max_words, short_weight, weight))
 
-    val = fused("val", rows.val_words)
+    val = by_length(transformer.val, lexical.val, rows.val_words)
     val[~long] = honest_short[:len(short_reviews)]
-    crops = {split: fused("crops", rows.crop_words[split], split) for split in transformer.crops}
+    crops = {split: by_length(transformer.crops[split], lexical.crops[split], rows.crop_words[split])
+             for split in transformer.crops}
     crops["val"][short_crops] = honest_short[len(short_reviews):]
     short_correct = (val[~long].argmax(axis=1) == rows.val_labels[~long]).sum()
     honest = float((honest_long * long.sum() + short_correct) / len(long))
     return FusionChoice(weight, short_weight, short_max_words, by_weight, honest, val,
-                        fused("test", rows.test_words), crops)
+                        by_length(transformer.test, lexical.test, rows.test_words), crops)
