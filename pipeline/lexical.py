@@ -1,13 +1,11 @@
 """The lexical models the Transformer is measured against, fused with, and taught by.
 
-- :func:`nbsvm_baseline`: NBSVM (Wang & Manning 2012) in the fastai form: binary 1-3-gram counts
-  scaled by the naive-Bayes log-count ratio ``r``, then a liblinear logistic regression. Its
-  regularisation ``C`` is chosen on the validation split from ``baseline.nbsvm_c``; the vectorizer,
-  ``r`` and the regression are fitted on the train split only. It is the comparison's baseline, a
-  candidate for ``@champion``, the lexical half of every fused model and the teacher of
-  ``make pseudo-label``.
-- :func:`tfidf_baseline`: TF-IDF (1-2 grams) + logistic regression, the earlier baseline, kept as a
-  second reference row.
+- :func:`nbsvm_baseline`: NBSVM (Wang & Manning 2012) in the fastai form: binary 1-3-gram counts scaled by the
+  naive-Bayes log-count ratio ``r``, then a liblinear logistic regression. Its regularisation ``C`` is chosen on the
+  validation split from ``baseline.nbsvm_c``; the vectorizer, ``r`` and the regression are fitted on the train split
+  (and sentence crops) only. It is the comparison's baseline, a candidate for ``@champion``, the lexical half of
+  every fused model and the teacher of ``make pseudo-label``.
+- :func:`tfidf_baseline`: TF-IDF (1-2 grams) + logistic regression, the earlier baseline, a second reference row.
 
 Both give ``predict_proba(texts)`` as ``[N, k]`` in class-index order, like the Transformer. Texts are
 expected cleaned (``pipeline.text.conventions.clean_text``), as ingestion stores them and the pyfunc models pass them.
@@ -234,9 +232,13 @@ def mixed_targets(labels: np.ndarray, teacher: np.ndarray, label_weight: float) 
 
 def crop_teacher(train: pd.DataFrame, crops: pd.DataFrame, c_values: Sequence[float], ngram_max: int,
                  max_features: int, seed: int, num_classes: int) -> np.ndarray:
-    """The crops' teacher: :func:`cross_fitted_teacher` at the lower median of ``c_values``."""
-    teacher_c = sorted(c_values)[(len(c_values) - 1) // 2]
-    return cross_fitted_teacher(train, crops, teacher_c, ngram_max, max_features, seed, num_classes)
+    """The crops' teacher: :func:`cross_fitted_teacher` at :func:`teacher_c`."""
+    return cross_fitted_teacher(train, crops, teacher_c(c_values), ngram_max, max_features, seed, num_classes)
+
+
+def teacher_c(c_values: Sequence[float]) -> float:
+    """The ``C`` of every crop teacher: the lower median of ``baseline.nbsvm_c`` (chosen before validation is)."""
+    return sorted(c_values)[(len(c_values) - 1) // 2]
 
 
 def cross_fitted_teacher(train: pd.DataFrame, crops: pd.DataFrame, c: float, ngram_max: int, max_features: int,
@@ -270,16 +272,76 @@ def _fitted_pipeline(vectorizer, fitted):
     return Pipeline([("counts", vectorizer), ("nb_logistic_regression", fitted)])
 
 
+@dataclass(frozen=True)
+class CropRows:
+    """The short texts NBSVM trains on beside the train reviews: random 1-2-sentence crops (``pipeline.text.crops``)
+    with soft labels (:func:`soft_crop_rows`), a crop's target ``label_weight`` on its review's label and the rest a
+    teacher's probability for the crop."""
+
+    per_review: int = 0                     # crops of each train review; their teacher cross-fitted
+    label_weight: float = 0.5
+    unlabeled: pd.DataFrame | None = None   # reviews without labels (``text``), e.g. IMDB's 50,000
+    per_unlabeled_review: int = 0           # crops of each: "label" NBSVM's class for the whole review
+
+
+def pseudo_labelled_crop_rows(teacher, unlabeled: pd.DataFrame, per_review: int, label_weight: float, seed: int,
+                              num_classes: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Training rows (:func:`soft_crop_rows`) for ``per_review`` crops of every unlabeled review, a crop's label
+    ``teacher``'s class for its whole review (the crop alone is often neutral) mixed with its probability on the crop."""
+    from pipeline.text.crops import sentence_crops
+
+    review_class = class_probabilities(teacher, unlabeled["text"].tolist(), num_classes).argmax(axis=1)
+    crops = sentence_crops(unlabeled[["text"]].assign(label=review_class), seed, per_review)
+    return soft_crop_rows(crops, class_probabilities(teacher, crops["text"].tolist(), num_classes), label_weight,
+                          num_classes)
+
+
+def _crop_features(vectorizer, train_features, train: pd.DataFrame, crops: CropRows, c_values: Sequence[float],
+                   ngram_max: int, max_features: int, seed: int):
+    """``train_features`` with the crops' rows below them: ``(features, labels, weights)``."""
+    from scipy import sparse
+
+    from pipeline.text.crops import sentence_crops
+
+    labels, num_classes = train["label"].to_numpy(), int(train["label"].max()) + 1
+    texts, row_labels, weights = [], [labels], [np.ones(len(train))]
+    if crops.per_review:
+        own = sentence_crops(train, seed, crops.per_review)
+        rows = soft_crop_rows(own, crop_teacher(train, own, c_values, ngram_max, max_features, seed, num_classes),
+                              crops.label_weight, num_classes)
+        texts, row_labels, weights = texts + rows[0], row_labels + [rows[1]], weights + [rows[2]]
+    if crops.per_unlabeled_review and crops.unlabeled is not None and len(crops.unlabeled):
+        teacher = _fitted_pipeline(vectorizer, NaiveBayesLogisticRegression(C=teacher_c(c_values), seed=seed).fit(
+            train_features, labels))  # every train review: the unlabeled ones are not among them
+        rows = pseudo_labelled_crop_rows(teacher, crops.unlabeled, crops.per_unlabeled_review, crops.label_weight,
+                                         seed + 1, num_classes)
+        texts, row_labels, weights = texts + rows[0], row_labels + [rows[1]], weights + [rows[2]]
+    features = sparse.vstack([train_features, vectorizer.transform(texts)]).tocsr() if texts else train_features
+    return features, np.concatenate(row_labels), np.concatenate(weights)
+
+
+def _chosen_c(fitted: dict, accuracy: dict[float, float], vectorizer, val_crops: pd.DataFrame | None) -> float:
+    """The ``C`` of the best validation accuracy; of equals, the best on ``val_crops`` when given, then the
+    smallest (max keeps the first of equals)."""
+    tied = [c for c in sorted(accuracy) if accuracy[c] == max(accuracy.values())]
+    if val_crops is None or len(tied) == 1:
+        return tied[0]
+    features, labels = vectorizer.transform(val_crops["text"]), val_crops["label"].to_numpy()
+    return max(tied, key=lambda c: (fitted[c].predict(features) == labels).mean())
+
+
 def nbsvm_baseline(train: pd.DataFrame, val: pd.DataFrame, c_values: Sequence[float] = (0.1,),
-                   ngram_max: int = 3, max_features: int = 800_000, seed: int = 0, crops_per_review: int = 0,
-                   crop_label_weight: float = 0.5) -> FittedBaseline:
+                   ngram_max: int = 3, max_features: int = 800_000, seed: int = 0,
+                   crops: CropRows = CropRows(), val_crops: pd.DataFrame | None = None) -> FittedBaseline:
     """NBSVM fitted on ``train`` (``text``, ``label``), its ``C`` the best of ``c_values`` on ``val``.
 
     The vectorizer is fitted once on the train reviews; each ``C`` refits only the regression. Ties go to the
-    smaller ``C`` (the stronger regularisation). With ``crops_per_review``, the regression (and the naive-Bayes
-    ratio) also reads that many random 1-2-sentence crops of every training review (``pipeline.text.crops``, drawn
-    with ``seed``) with soft labels (:func:`soft_crop_rows`; the teacher :func:`cross_fitted_teacher` at the lower
-    median of ``c_values``), so that short texts are seen in training.
+    smaller ``C`` (the stronger regularisation), or with ``val_crops`` (sentence crops of the validation reviews,
+    ``text`` and ``label``) to the ``C`` best on them, then the smaller. With ``crops`` (:class:`CropRows`), the regression (and the
+    naive-Bayes ratio) also reads sentence crops of the train reviews (drawn with ``seed``; their teacher
+    :func:`cross_fitted_teacher` at the lower median of ``c_values``) and of unlabeled reviews (drawn with
+    ``seed + 1``; :func:`pseudo_labelled_crop_rows`, the teacher NBSVM at that ``C`` on every train review), so that
+    short texts are seen in training.
     """
     import time
 
@@ -289,31 +351,26 @@ def nbsvm_baseline(train: pd.DataFrame, val: pd.DataFrame, c_values: Sequence[fl
     vectorizer = nbsvm_vectorizer(ngram_max, max_features)
     train_features = vectorizer.fit_transform(train["text"])
     val_features = vectorizer.transform(val["text"])
-    train_labels, val_labels = train["label"].to_numpy(), val["label"].to_numpy()
-    weights = None
-    if crops_per_review:
-        from scipy import sparse
-
-        from pipeline.text.crops import sentence_crops
-
-        crops = sentence_crops(train, seed, crops_per_review)
-        teacher = crop_teacher(train, crops, c_values, ngram_max, max_features, seed, int(np.max(train_labels)) + 1)
-        texts, labels, crop_weights = soft_crop_rows(crops, teacher, crop_label_weight, teacher.shape[1])
-        train_features = sparse.vstack([train_features, vectorizer.transform(texts)]).tocsr()
-        train_labels = np.concatenate([train_labels, labels])
-        weights = np.concatenate([np.ones(len(train)), crop_weights])
+    val_labels = val["label"].to_numpy()
+    features, labels, weights = _crop_features(vectorizer, train_features, train, crops, c_values, ngram_max,
+                                               max_features, seed)
     fitted, accuracy, correct = {}, {}, {}
     for c in sorted(c_values):
-        fitted[c] = NaiveBayesLogisticRegression(C=c, seed=seed).fit(train_features, train_labels, weights)
+        fitted[c] = NaiveBayesLogisticRegression(C=c, seed=seed).fit(features, labels, weights)
         correct[c] = fitted[c].predict(val_features) == val_labels
         accuracy[c] = float(correct[c].mean())
-    best = max(sorted(accuracy), key=lambda c: accuracy[c])  # max keeps the first (smallest) of equals
+    best = _chosen_c(fitted, accuracy, vectorizer, val_crops)
+    unlabeled = 0 if crops.unlabeled is None or not crops.per_unlabeled_review else len(crops.unlabeled)
     params = {"model": "nbsvm", "nbsvm.ngram_range": f"1,{ngram_max}", "nbsvm.max_features": max_features,
               "nbsvm.binary": True, "nbsvm.token_pattern": NBSVM_TOKEN_PATTERN, "nbsvm.C": best,
               "nbsvm.C_grid": ",".join(f"{c:g}" for c in sorted(c_values)),
-              "nbsvm.vocabulary": len(vectorizer.vocabulary_), "nbsvm.crops_per_review": crops_per_review}
-    if crops_per_review:
-        params["nbsvm.crop_label_weight"] = crop_label_weight
+              "nbsvm.vocabulary": len(vectorizer.vocabulary_), "nbsvm.crops_per_review": crops.per_review,
+              "nbsvm.unlabeled_crops_per_review": crops.per_unlabeled_review if unlabeled else 0,
+              "nbsvm.unlabeled_reviews": unlabeled}
+    if crops.per_review or unlabeled:
+        params["nbsvm.crop_label_weight"] = crops.label_weight
+    if val_crops is not None:
+        params["nbsvm.C_ties"] = "best on the validation crops"
     from pipeline.metrics import cross_fitted_accuracy
 
     return FittedBaseline(_fitted_pipeline(vectorizer, fitted[best]), params, accuracy, accuracy[best],

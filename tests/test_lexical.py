@@ -7,7 +7,13 @@ import pandas as pd
 import pytest
 from scipy import sparse
 
-from pipeline.lexical import NaiveBayesLogisticRegression, class_probabilities, nbsvm_baseline, tfidf_baseline
+from pipeline.lexical import (
+    CropRows,
+    NaiveBayesLogisticRegression,
+    class_probabilities,
+    nbsvm_baseline,
+    tfidf_baseline,
+)
 from pipeline.model.classifiers import LexicalClassifier, SentimentClassifier
 from pipeline.text.conventions import text_problem
 from tests.conftest import make_review
@@ -180,7 +186,7 @@ def test_crops_in_training_keep_reviews_and_help_on_single_sentences():
 
     train, val, test = mixed(300), mixed(100), mixed(200)
     plain = nbsvm_baseline(train, val, c_values=(0.1,), ngram_max=2)
-    cropped = nbsvm_baseline(train, val, c_values=(0.1,), ngram_max=2, crops_per_review=4)
+    cropped = nbsvm_baseline(train, val, c_values=(0.1,), ngram_max=2, crops=CropRows(4))
     assert cropped.params["nbsvm.crops_per_review"] == 4 and cropped.params["nbsvm.crop_label_weight"] == 0.5
     for fitted in (plain, cropped):
         assert (class_probabilities(fitted.model, test["text"].tolist(), 2).argmax(axis=1) == test["label"]).mean() > 0.95
@@ -199,4 +205,56 @@ def test_crops_need_every_class_in_both_halves_of_the_teacher():
     train = reviews(40, 10)
     train = pd.concat([train[train["label"] == 0], train[train["label"] == 1].head(1)], ignore_index=True)
     with pytest.raises(ValueError, match="one half lacks a class.*baseline.crops_per_review=0"):
-        nbsvm_baseline(train, reviews(20, 11), c_values=(0.1,), crops_per_review=1)
+        nbsvm_baseline(train, reviews(20, 11), c_values=(0.1,), crops=CropRows(1))
+
+
+def test_crops_of_unlabeled_reviews_carry_their_whole_review_s_class():
+    """A sentence that is neutral in the labelled reviews but only ever stands beside praise (or scorn) in the
+    unlabeled ones takes that side once the unlabeled reviews' crops are read: each crop is labelled with the class
+    the teacher gives its whole review, which the crop alone does not show."""
+    rng = random.Random(4)
+    verdicts = {1: ["Superb and moving.", "A wonderful film."], 0: ["Awful and dull.", "A tedious mess."]}
+    asides = {1: "Zorbly was the producer.", 0: "Quibble was the producer."}
+
+    def labelled(count: int) -> pd.DataFrame:  # both asides in both classes: neutral here
+        labels = [i % 2 for i in range(count)]
+        texts = [f"{rng.choice(verdicts[label])} {asides[rng.randrange(2)]}" for label in labels]
+        return pd.DataFrame({"text": texts, "label": labels})
+
+    # unlabeled: the verdict and the aside of the same side, the aside a sentence of its own
+    unlabeled = pd.DataFrame({"text": [f"{rng.choice(verdicts[i % 2])} {asides[i % 2]}" for i in range(400)]})
+    train, val = labelled(200), labelled(60)
+    plain = nbsvm_baseline(train, val, c_values=(0.1,), ngram_max=2, crops=CropRows(0, 0.5, unlabeled, 0))
+    taught = nbsvm_baseline(train, val, c_values=(0.1,), ngram_max=2, crops=CropRows(0, 0.5, unlabeled, 2))
+    assert plain.params["nbsvm.unlabeled_reviews"] == 0 and plain.params["nbsvm.unlabeled_crops_per_review"] == 0
+    assert taught.params["nbsvm.unlabeled_reviews"] == 400 and taught.params["nbsvm.unlabeled_crops_per_review"] == 2
+    aside_texts = [asides[1], asides[0]]
+    before = class_probabilities(plain.model, aside_texts, 2)[:, 1]
+    after = class_probabilities(taught.model, aside_texts, 2)[:, 1]
+    assert abs(before[0] - before[1]) < 0.1  # neutral from the labelled reviews alone
+    assert after[0] > 0.6 and after[1] < 0.4  # each aside on its verdict's side
+    # the verdicts are still read right, and the same seed gives the same model
+    assert (class_probabilities(taught.model, val["text"].tolist(), 2).argmax(axis=1) == val["label"]).all()
+    again = nbsvm_baseline(train, val, c_values=(0.1,), ngram_max=2, crops=CropRows(0, 0.5, unlabeled, 2))
+    np.testing.assert_array_equal(again.model.steps[-1][1].ratios_[0], taught.model.steps[-1][1].ratios_[0])
+
+
+def test_equal_validation_accuracies_go_to_the_c_better_on_the_validation_crops():
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    from pipeline.lexical import _chosen_c
+
+    class Fixed:  # a fitted model that answers one class whatever it reads
+        def __init__(self, label: int):
+            self.label = label
+
+        def predict(self, features):
+            return np.full(features.shape[0], self.label)
+
+    vectorizer = CountVectorizer().fit(["good bad"])
+    crops = pd.DataFrame({"text": ["good", "good", "bad"], "label": [1, 1, 0]})
+    fitted = {0.03: Fixed(0), 0.1: Fixed(1), 1.0: Fixed(1)}
+    assert _chosen_c(fitted, {0.03: 0.9, 0.1: 0.9, 1.0: 0.8}, vectorizer, crops) == 0.1  # 2 of 3 crops against 1
+    assert _chosen_c(fitted, {0.03: 0.9, 0.1: 0.9, 1.0: 0.8}, vectorizer, None) == 0.03  # no crops: the smaller
+    assert _chosen_c(fitted, {0.03: 0.9, 0.1: 0.8, 1.0: 0.9}, vectorizer, crops) == 1.0  # only the tied compete
+    assert _chosen_c(fitted, {0.03: 0.95, 0.1: 0.9, 1.0: 0.9}, vectorizer, crops) == 0.03  # no tie: reviews decide

@@ -68,7 +68,7 @@ ADDED_KEYS = {("compare", "ngrams"): None, ("compare", "sparse_updates"): None,
               ("compare", "adversarial_epsilons"): None, ("pseudo_label", "max_rows"): None,
               ("training", "sparse_updates"): False, ("training", "adversarial_epsilon"): 0.0,
               ("model", "long_reviews"): "truncate", ("compare", "long_reviews"): None,
-              ("compare", "short_fusion_words"): 0}
+              ("compare", "short_fusion_words"): 0, ("baseline", "unlabeled_crops_per_review"): 0}
 
 
 @dataclass(frozen=True)

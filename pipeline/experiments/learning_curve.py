@@ -35,7 +35,7 @@ from pipeline.core.errors import PipelineError
 from pipeline.core.files import atomic_write_json, atomic_write_text
 from pipeline.core.predictions import from_probability_columns, fuse_probabilities
 from pipeline.experiments import DEFAULT_SIZES
-from pipeline.lexical import class_probabilities, nbsvm_baseline
+from pipeline.lexical import CropRows, class_probabilities, nbsvm_baseline
 from pipeline.metrics import best_fusion_weight, compare_pair, paired_bootstrap_difference
 from pipeline.stages.evaluate.scorecard import evaluate_run
 from pipeline.stages.tokenize.outputs import IngestedRows, read_ingested_rows
@@ -75,8 +75,8 @@ def lexical_and_fused(frames: IngestedRows, keep: np.ndarray, config: Config, si
     val, test, names = frames.val, frames.test, frames.labels
     baseline = config.baseline
     fitted = nbsvm_baseline(frames.train.iloc[keep], val, baseline.nbsvm_c, baseline.ngram_max,
-                            baseline.max_features, baseline.seed, baseline.crops_per_review,
-                            baseline.crop_label_weight).model
+                            baseline.max_features, baseline.seed,
+                            CropRows(baseline.crops_per_review, baseline.crop_label_weight)).model  # labelled rows only
     val_l = class_probabilities(fitted, val["text"].tolist(), len(names))
     test_l = class_probabilities(fitted, test["text"].tolist(), len(names))
     y_val, y_test = val["label"].to_numpy(), test["label"].to_numpy()

@@ -28,16 +28,18 @@ from pipeline.core.catalog import (
     TEST_PREDICTIONS_FILE,
     TOKENIZER_DIR,
     VAL_PREDICTIONS_FILE,
+    require_output,
 )
 from pipeline.core.errors import InputError
 from pipeline.core.files import atomic_dump, atomic_write_json, atomic_write_parquet
 from pipeline.core.predictions import from_probability_columns, prediction_frame
-from pipeline.lexical import class_probabilities, nbsvm_baseline, tfidf_baseline
+from pipeline.lexical import CropRows, class_probabilities, nbsvm_baseline, tfidf_baseline
 from pipeline.metrics import classification_metrics
 from pipeline.model.classifiers import FusedClassifier, LexicalClassifier
 from pipeline.stages.compare.designs import Design, level_name, variant_config, variant_name
 from pipeline.stages.compare.fusion_weights import EvaluatedRows, PartScores, choose_fusion
 from pipeline.stages.evaluate import behaviour
+from pipeline.stages.evaluate.lengths import crop_frames
 from pipeline.stages.evaluate.scorecard import (
     GivenProbabilities,
     ReviewLengths,
@@ -45,6 +47,7 @@ from pipeline.stages.evaluate.scorecard import (
     evaluate_run,
     log_evaluation,
 )
+from pipeline.stages.ingest.outputs import read_unlabeled
 from pipeline.stages.tokenize.outputs import IngestedRows
 from pipeline.stages.tokenize.vocabulary import own_tokenization
 from pipeline.stages.train.fit_and_log import train_model
@@ -173,11 +176,17 @@ def nbsvm_candidate(config: Config, key: str, frames: IngestedRows, names: list[
                          pd.read_parquet(files[0]), pd.read_parquet(files[1]), folder=out_dir,
                          crops=pd.read_parquet(files[2]))
     settings = config.baseline
+    unlabeled = (read_unlabeled(require_output(config, "ingest"), ["text"])
+                 if settings.unlabeled_crops_per_review else None)
     crops = f" and {settings.crops_per_review} sentence crops of each" if settings.crops_per_review else ""
+    if unlabeled is not None:
+        crops += f", {settings.unlabeled_crops_per_review} of each of {len(unlabeled):,} unlabeled reviews"
     print(f"compare: fitting NBSVM on {len(frames.train):,} train reviews{crops}, C from {list(settings.nbsvm_c)} "
           "on validation ...", flush=True)
-    fitted = nbsvm_baseline(frames.train, frames.val, settings.nbsvm_c, settings.ngram_max,
-                            settings.max_features, settings.seed, settings.crops_per_review, settings.crop_label_weight)
+    fitted = nbsvm_baseline(frames.train, frames.val, settings.nbsvm_c, settings.ngram_max, settings.max_features,
+                            settings.seed, CropRows(settings.crops_per_review, settings.crop_label_weight, unlabeled,
+                                                    settings.unlabeled_crops_per_review),
+                            crop_frames(frames.val, frames.test)["val"])  # ties of C: the better on short texts
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_dump(fitted.model, out_dir / LEXICAL_MODEL_FILE)
     atomic_write_json(out_dir / LABELS_FILE, {"labels": list(names)})
