@@ -100,3 +100,17 @@ def test_the_model_card_says_how_the_transformer_reads_a_long_review():
     assert "cut to **256 tokens** (head_tail truncation)." in cut and "windows" not in cut
     read = "\n".join(transformer_lines({**params, "model.long_reviews": "windows"}, {}))
     assert "cut to **256 tokens** (head_tail truncation) for training" in read and "windows covering all of it" in read
+
+
+def test_the_model_card_says_what_nbsvm_read_besides_the_reviews():
+    from pipeline.stages.register.card import lexical_lines
+
+    params = {"nbsvm.vocabulary": "800000", "nbsvm.C": "0.1", "nbsvm.C_grid": "0.03,0.1", "nbsvm.crops_per_review": "4",
+              "nbsvm.crop_label_weight": "0.5", "nbsvm.unlabeled_crops_per_review": "2",
+              "nbsvm.unlabeled_reviews": "50000"}
+    both = "\n".join(lexical_lines(params))
+    assert "4 random 1-2-sentence crops of each" in both and "2 crops of each of 50,000 unlabeled reviews" in both
+    alone = "\n".join(lexical_lines({**params, "nbsvm.unlabeled_reviews": "0"}))
+    assert "4 random 1-2-sentence crops" in alone and "unlabeled" not in alone
+    older = "\n".join(lexical_lines({key: value for key, value in params.items() if "unlabeled" not in key}))
+    assert "unlabeled" not in older  # a run logged before the setting existed
