@@ -274,20 +274,22 @@ def _fitted_pipeline(vectorizer, fitted):
 
 @dataclass(frozen=True)
 class CropRows:
-    """The short texts NBSVM trains on beside the train reviews: random 1-2-sentence crops (``pipeline.text.crops``)
-    with soft labels (:func:`soft_crop_rows`), a crop's target ``label_weight`` on its review's label and the rest a
-    teacher's probability for the crop."""
+    """Short texts NBSVM trains on beside the train reviews: crops with soft labels (:func:`soft_crop_rows`)."""
 
     per_review: int = 0                     # crops of each train review; their teacher cross-fitted
     label_weight: float = 0.5
     unlabeled: pd.DataFrame | None = None   # reviews without labels (``text``), e.g. IMDB's 50,000
     per_unlabeled_review: int = 0           # crops of each: "label" NBSVM's class for the whole review
 
+    @property
+    def unlabeled_reviews(self) -> int:  # how many unlabeled reviews are cropped
+        return len(self.unlabeled) if self.unlabeled is not None and self.per_unlabeled_review else 0
+
 
 def pseudo_labelled_crop_rows(teacher, unlabeled: pd.DataFrame, per_review: int, label_weight: float, seed: int,
                               num_classes: int) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Training rows (:func:`soft_crop_rows`) for ``per_review`` crops of every unlabeled review, a crop's label
-    ``teacher``'s class for its whole review (the crop alone is often neutral) mixed with its probability on the crop."""
+    """Training rows (:func:`soft_crop_rows`) for ``per_review`` crops of every unlabeled review: a crop's label is
+    ``teacher``'s class for its whole review (the crop alone is often neutral), mixed with its probability on it."""
     from pipeline.text.crops import sentence_crops
 
     review_class = class_probabilities(teacher, unlabeled["text"].tolist(), num_classes).argmax(axis=1)
@@ -304,20 +306,21 @@ def _crop_features(vectorizer, train_features, train: pd.DataFrame, crops: CropR
     from pipeline.text.crops import sentence_crops
 
     labels, num_classes = train["label"].to_numpy(), int(train["label"].max()) + 1
-    texts, row_labels, weights = [], [labels], [np.ones(len(train))]
+    parts = []  # (texts, labels, weights) per kind of crop
     if crops.per_review:
         own = sentence_crops(train, seed, crops.per_review)
-        rows = soft_crop_rows(own, crop_teacher(train, own, c_values, ngram_max, max_features, seed, num_classes),
-                              crops.label_weight, num_classes)
-        texts, row_labels, weights = texts + rows[0], row_labels + [rows[1]], weights + [rows[2]]
-    if crops.per_unlabeled_review and crops.unlabeled is not None and len(crops.unlabeled):
+        parts.append(soft_crop_rows(own, crop_teacher(train, own, c_values, ngram_max, max_features, seed,
+                                                      num_classes), crops.label_weight, num_classes))
+    if crops.unlabeled_reviews:
         teacher = _fitted_pipeline(vectorizer, NaiveBayesLogisticRegression(C=teacher_c(c_values), seed=seed).fit(
             train_features, labels))  # every train review: the unlabeled ones are not among them
-        rows = pseudo_labelled_crop_rows(teacher, crops.unlabeled, crops.per_unlabeled_review, crops.label_weight,
-                                         seed + 1, num_classes)
-        texts, row_labels, weights = texts + rows[0], row_labels + [rows[1]], weights + [rows[2]]
-    features = sparse.vstack([train_features, vectorizer.transform(texts)]).tocsr() if texts else train_features
-    return features, np.concatenate(row_labels), np.concatenate(weights)
+        parts.append(pseudo_labelled_crop_rows(teacher, crops.unlabeled, crops.per_unlabeled_review,
+                                               crops.label_weight, seed + 1, num_classes))
+    if not parts:
+        return train_features, labels, None
+    features = sparse.vstack([train_features, *(vectorizer.transform(texts) for texts, _, _ in parts)]).tocsr()
+    return (features, np.concatenate([labels, *(part[1] for part in parts)]),
+            np.concatenate([np.ones(len(train)), *(part[2] for part in parts)]))
 
 
 def _chosen_c(fitted: dict, accuracy: dict[float, float], vectorizer, val_crops: pd.DataFrame | None) -> float:
@@ -336,12 +339,10 @@ def nbsvm_baseline(train: pd.DataFrame, val: pd.DataFrame, c_values: Sequence[fl
     """NBSVM fitted on ``train`` (``text``, ``label``), its ``C`` the best of ``c_values`` on ``val``.
 
     The vectorizer is fitted once on the train reviews; each ``C`` refits only the regression. Ties go to the
-    smaller ``C`` (the stronger regularisation), or with ``val_crops`` (sentence crops of the validation reviews,
-    ``text`` and ``label``) to the ``C`` best on them, then the smaller. With ``crops`` (:class:`CropRows`), the regression (and the
-    naive-Bayes ratio) also reads sentence crops of the train reviews (drawn with ``seed``; their teacher
-    :func:`cross_fitted_teacher` at the lower median of ``c_values``) and of unlabeled reviews (drawn with
-    ``seed + 1``; :func:`pseudo_labelled_crop_rows`, the teacher NBSVM at that ``C`` on every train review), so that
-    short texts are seen in training.
+    smaller ``C``, or with ``val_crops`` (``text``, ``label``) to the ``C`` best on them, then the smaller. With
+    ``crops`` (:class:`CropRows`) the regression and the naive-Bayes ratio also read crops of the train reviews
+    (drawn with ``seed``, their teacher cross-fitted) and of unlabeled reviews (``seed + 1``,
+    :func:`pseudo_labelled_crop_rows`; the teacher at :func:`teacher_c` on every train review).
     """
     import time
 
@@ -360,7 +361,7 @@ def nbsvm_baseline(train: pd.DataFrame, val: pd.DataFrame, c_values: Sequence[fl
         correct[c] = fitted[c].predict(val_features) == val_labels
         accuracy[c] = float(correct[c].mean())
     best = _chosen_c(fitted, accuracy, vectorizer, val_crops)
-    unlabeled = 0 if crops.unlabeled is None or not crops.per_unlabeled_review else len(crops.unlabeled)
+    unlabeled = crops.unlabeled_reviews
     params = {"model": "nbsvm", "nbsvm.ngram_range": f"1,{ngram_max}", "nbsvm.max_features": max_features,
               "nbsvm.binary": True, "nbsvm.token_pattern": NBSVM_TOKEN_PATTERN, "nbsvm.C": best,
               "nbsvm.C_grid": ",".join(f"{c:g}" for c in sorted(c_values)),

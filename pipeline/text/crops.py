@@ -57,9 +57,10 @@ def sentence_crops(frame: pd.DataFrame, seed: int, per_review: int = 1) -> pd.Da
 
 
 def crop_set(splits: dict[str, pd.DataFrame], seed: int) -> dict[str, pd.DataFrame]:
-    """One crop per review of the validation and test splits (``CROP_SPLITS``), each split's crops drawn with its
-    own seed (``seed`` + the split's index) so that neither depends on the other's size."""
-    return {split: sentence_crops(splits[split], seed + index) for index, split in enumerate(CROP_SPLITS)}
+    """One crop per review of the validation and test splits (``CROP_SPLITS``) that ``splits`` holds, each split's
+    crops drawn with its own seed (``seed`` + the split's index) so that neither depends on the other's size."""
+    return {split: sentence_crops(splits[split], seed + index) for index, split in enumerate(CROP_SPLITS)
+            if split in splits}
 
 
 def word_bucket_names(bounds: tuple[int, ...] = WORD_BUCKETS) -> list[str]:

@@ -39,7 +39,7 @@ from pipeline.model.classifiers import FusedClassifier, LexicalClassifier
 from pipeline.stages.compare.designs import Design, level_name, variant_config, variant_name
 from pipeline.stages.compare.fusion_weights import EvaluatedRows, PartScores, choose_fusion
 from pipeline.stages.evaluate import behaviour
-from pipeline.stages.evaluate.lengths import crop_frames
+from pipeline.stages.evaluate.lengths import validation_crops
 from pipeline.stages.evaluate.scorecard import (
     GivenProbabilities,
     ReviewLengths,
@@ -186,7 +186,7 @@ def nbsvm_candidate(config: Config, key: str, frames: IngestedRows, names: list[
     fitted = nbsvm_baseline(frames.train, frames.val, settings.nbsvm_c, settings.ngram_max, settings.max_features,
                             settings.seed, CropRows(settings.crops_per_review, settings.crop_label_weight, unlabeled,
                                                     settings.unlabeled_crops_per_review),
-                            crop_frames(frames.val, frames.test)["val"])  # ties of C: the better on short texts
+                            validation_crops(frames.val))  # ties of C: the better on short texts
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_dump(fitted.model, out_dir / LEXICAL_MODEL_FILE)
     atomic_write_json(out_dir / LABELS_FILE, {"labels": list(names)})

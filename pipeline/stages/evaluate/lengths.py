@@ -51,6 +51,11 @@ def crop_frames(val: pd.DataFrame, test: pd.DataFrame) -> dict[str, pd.DataFrame
     return crop_set({"val": val, "test": test}, CROP_SEED)
 
 
+def validation_crops(val: pd.DataFrame) -> pd.DataFrame:
+    """:func:`crop_frames`' validation crops alone (the same draw), without cropping the test reviews."""
+    return crop_set({"val": val}, CROP_SEED)["val"]
+
+
 def crop_predictions(crops: dict[str, pd.DataFrame], probabilities: dict[str, np.ndarray],
                      names: list[str]) -> pd.DataFrame:
     """The crops' predictions (``prediction_frame`` columns, plus ``split``, ``review``: the review's row in its split,

@@ -68,10 +68,10 @@ def lexical_lines(params: dict, prefix: str = "") -> list[str]:
             + (f" Trained on the reviews and {get('nbsvm.crops_per_review')} random 1-2-sentence crops of each, the "
                f"crops with soft labels ({get('nbsvm.crop_label_weight')} on the review's label, the rest a "
                "cross-fitted NBSVM's probability)." if int(get("nbsvm.crops_per_review") or 0) else "")
-            + (f" Also {get('nbsvm.unlabeled_crops_per_review')} crops of each of {int(get('nbsvm.unlabeled_reviews')):,} "
-               "unlabeled reviews, each labelled with the class an NBSVM of the train reviews gives its whole review "
-               "(mixed the same way with its probability on the crop)." if int(get("nbsvm.unlabeled_reviews") or 0)
-               else "")]
+            + (f" Also {get('nbsvm.unlabeled_crops_per_review')} crops of each of "
+               f"{int(get('nbsvm.unlabeled_reviews')):,} unlabeled reviews, each labelled with the class an NBSVM of "
+               "the train reviews gives its whole review (mixed the same way with its probability on the crop)."
+               if int(get("nbsvm.unlabeled_reviews") or 0) else "")]
 
 
 def model_lines(run, client) -> tuple[str, list[str], dict]:
