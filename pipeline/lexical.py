@@ -13,15 +13,15 @@ expected cleaned (``pipeline.text.conventions.clean_text``), as ingestion stores
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from pipeline.core.errors import ConfigError, InputError
+from pipeline.text.crops import sentence_crops
 
 NBSVM_TOKEN_PATTERN = r"(?u)\b\w+\b|[!?]"  # words, and ! and ? as tokens of their own
 
@@ -117,81 +117,6 @@ def nbsvm_weights(pipeline, purpose: str) -> LexicalWeights:
                           bool(vectorizer.lowercase), tuple(vectorizer.ngram_range))
 
 
-class NgramCounts:
-    """A fitted word n-gram ``CountVectorizer``'s binary counts, the same matrix faster.
-
-    scikit-learn builds every n-gram of a review as a string and looks each up in the vocabulary, in
-    Python: at scoring time that is slower than the Transformer. Here each token is looked up once
-    (its id among the tokens the vocabulary's n-grams are made of; an unknown token ends every n-gram
-    through it, as it would in scikit-learn, where such an n-gram is never a feature), and the n-grams
-    become integer keys matched against the vocabulary's in NumPy. Tokens never hold a space (the
-    vectorizer joins an n-gram's tokens with one), so key and string stand for the same n-gram: the
-    matrix is identical, which a test checks on texts of every kind.
-    """
-
-    def __init__(self, vectorizer):
-        if vectorizer.analyzer != "word" or vectorizer.strip_accents or vectorizer.preprocessor or vectorizer.tokenizer:
-            raise ValueError("NgramCounts mirrors a word-analyzer CountVectorizer without accent stripping or custom "
-                             "pre-processing")
-        self.pattern = re.compile(vectorizer.token_pattern)
-        self.lowercase = vectorizer.lowercase
-        self.binary = vectorizer.binary
-        self.dtype = vectorizer.dtype
-        self.orders = range(vectorizer.ngram_range[0], vectorizer.ngram_range[1] + 1)
-        self.width = len(vectorizer.vocabulary_)
-        self.token_ids: dict[str, int] = {}
-        by_order: dict[int, tuple[list, list]] = {n: ([], []) for n in self.orders}
-        for feature, column in vectorizer.vocabulary_.items():
-            parts = feature.split(" ")
-            ids = [self.token_ids.setdefault(token, len(self.token_ids)) for token in parts]
-            by_order[len(parts)][0].append(ids)
-            by_order[len(parts)][1].append(column)
-        self.base = max(1, len(self.token_ids))
-        if self.base ** max(self.orders) >= 2 ** 62:
-            raise ConfigError(f"{self.base:,} tokens and {max(self.orders)}-grams do not fit 64-bit keys")
-        self.keys, self.columns = {}, {}
-        for n, (ids, columns) in by_order.items():
-            keys = self._keys(np.asarray(ids, dtype=np.int64).reshape(-1, n)) if ids else np.zeros(0, np.int64)
-            order = np.argsort(keys)
-            self.keys[n], self.columns[n] = keys[order], np.asarray(columns, dtype=np.int64)[order]
-
-    def _keys(self, grams: np.ndarray) -> np.ndarray:
-        keys = np.zeros(len(grams), dtype=np.int64)
-        for j in range(grams.shape[1]):
-            keys = keys * self.base + grams[:, j]
-        return keys
-
-    def transform(self, texts: Sequence[str]):
-        from scipy import sparse
-
-        tokens = [self.pattern.findall(text.lower() if self.lowercase else text) for text in texts]
-        lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
-        get = self.token_ids.get
-        ids = np.fromiter((get(token, -1) for doc in tokens for token in doc), dtype=np.int64, count=int(lengths.sum()))
-        doc = np.repeat(np.arange(len(tokens)), lengths)
-        rows, columns = [], []
-        for n in self.orders:
-            count = len(ids) - n + 1
-            if count <= 0:
-                continue
-            grams = np.lib.stride_tricks.sliding_window_view(ids, n)
-            usable = (doc[:count] == doc[n - 1:]) & (grams >= 0).all(axis=1)
-            keys = self._keys(grams[usable])
-            position = np.minimum(np.searchsorted(self.keys[n], keys), max(len(self.keys[n]) - 1, 0))
-            hit = (self.keys[n][position] == keys) if len(self.keys[n]) else np.zeros(len(keys), bool)
-            rows.append(doc[:count][usable][hit])
-            columns.append(self.columns[n][position[hit]])
-        rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-        columns = np.concatenate(columns) if columns else np.zeros(0, np.int64)
-        matrix = sparse.csr_matrix((np.ones(len(rows), dtype=self.dtype), (rows, columns)),
-                                   shape=(len(tokens), self.width), dtype=self.dtype)
-        matrix.sum_duplicates()
-        if self.binary:
-            matrix.data[:] = 1
-        matrix.sort_indices()
-        return matrix
-
-
 @dataclass(frozen=True)
 class FittedBaseline:
     """A fitted lexical model, what chose its regularisation, and how long fitting took."""
@@ -274,12 +199,14 @@ def _fitted_pipeline(vectorizer, fitted):
 
 @dataclass(frozen=True)
 class CropRows:
-    """Short texts NBSVM trains on beside the train reviews: crops with soft labels (:func:`soft_crop_rows`)."""
+    """Short texts in NBSVM's fit: crops it trains on beside the train reviews, with soft labels
+    (:func:`soft_crop_rows`), and crops of the validation reviews that break ties of ``C``."""
 
     per_review: int = 0                     # crops of each train review; their teacher cross-fitted
     label_weight: float = 0.5
     unlabeled: pd.DataFrame | None = None   # reviews without labels (``text``), e.g. IMDB's 50,000
     per_unlabeled_review: int = 0           # crops of each: "label" NBSVM's class for the whole review
+    validation: pd.DataFrame | None = None  # crops of the validation reviews (``text``, ``label``): ties of C
 
     @property
     def unlabeled_reviews(self) -> int:  # how many unlabeled reviews are cropped
@@ -290,37 +217,10 @@ def pseudo_labelled_crop_rows(teacher, unlabeled: pd.DataFrame, per_review: int,
                               num_classes: int) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Training rows (:func:`soft_crop_rows`) for ``per_review`` crops of every unlabeled review: a crop's label is
     ``teacher``'s class for its whole review (the crop alone is often neutral), mixed with its probability on it."""
-    from pipeline.text.crops import sentence_crops
-
     review_class = class_probabilities(teacher, unlabeled["text"].tolist(), num_classes).argmax(axis=1)
     crops = sentence_crops(unlabeled[["text"]].assign(label=review_class), seed, per_review)
     return soft_crop_rows(crops, class_probabilities(teacher, crops["text"].tolist(), num_classes), label_weight,
                           num_classes)
-
-
-def _crop_features(vectorizer, train_features, train: pd.DataFrame, crops: CropRows, c_values: Sequence[float],
-                   ngram_max: int, max_features: int, seed: int):
-    """``train_features`` with the crops' rows below them: ``(features, labels, weights)``."""
-    from scipy import sparse
-
-    from pipeline.text.crops import sentence_crops
-
-    labels, num_classes = train["label"].to_numpy(), int(train["label"].max()) + 1
-    parts = []  # (texts, labels, weights) per kind of crop
-    if crops.per_review:
-        own = sentence_crops(train, seed, crops.per_review)
-        parts.append(soft_crop_rows(own, crop_teacher(train, own, c_values, ngram_max, max_features, seed,
-                                                      num_classes), crops.label_weight, num_classes))
-    if crops.unlabeled_reviews:
-        teacher = _fitted_pipeline(vectorizer, NaiveBayesLogisticRegression(C=teacher_c(c_values), seed=seed).fit(
-            train_features, labels))  # every train review: the unlabeled ones are not among them
-        parts.append(pseudo_labelled_crop_rows(teacher, crops.unlabeled, crops.per_unlabeled_review,
-                                               crops.label_weight, seed + 1, num_classes))
-    if not parts:
-        return train_features, labels, None
-    features = sparse.vstack([train_features, *(vectorizer.transform(texts) for texts, _, _ in parts)]).tocsr()
-    return (features, np.concatenate([labels, *(part[1] for part in parts)]),
-            np.concatenate([np.ones(len(train)), *(part[2] for part in parts)]))
 
 
 def _chosen_c(fitted: dict, accuracy: dict[float, float], vectorizer, val_crops: pd.DataFrame | None) -> float:
@@ -333,34 +233,79 @@ def _chosen_c(fitted: dict, accuracy: dict[float, float], vectorizer, val_crops:
     return max(tied, key=lambda c: (fitted[c].predict(features) == labels).mean())
 
 
+def _silent(line: str) -> None:
+    pass
+
+
+def _estimate(seconds: list[float], remaining: int) -> str:
+    """What a step of a loop says of the time left: the finished steps' mean times the steps still to run."""
+    from pipeline.core.logs import duration
+
+    return f", about {duration(sum(seconds) / len(seconds) * remaining)} left" if seconds else ""
+
+
+def _fit_each_c(features, labels: np.ndarray, weights: np.ndarray | None, val_features, val_labels: np.ndarray,
+                c_values: Sequence[float], seed: int, progress: Callable[[str], None]) -> tuple[dict, dict, dict]:
+    """An NBSVM per ``C``, smallest first: ``(fitted, validation accuracy, validation rows right)`` by ``C``."""
+    import time
+
+    fitted, accuracy, correct, seconds = {}, {}, {}, []
+    for index, c in enumerate(sorted(c_values)):
+        progress(f"C {c:g} [{index + 1}/{len(c_values)}] on {features.shape[0]:,} rows"
+                 + _estimate(seconds, len(c_values) - index))
+        began = time.perf_counter()
+        fitted[c] = NaiveBayesLogisticRegression(C=c, seed=seed).fit(features, labels, weights)
+        correct[c] = fitted[c].predict(val_features) == val_labels
+        accuracy[c] = float(correct[c].mean())
+        seconds.append(time.perf_counter() - began)
+    return fitted, accuracy, correct
+
+
 def nbsvm_baseline(train: pd.DataFrame, val: pd.DataFrame, c_values: Sequence[float] = (0.1,),
                    ngram_max: int = 3, max_features: int = 800_000, seed: int = 0,
-                   crops: CropRows = CropRows(), val_crops: pd.DataFrame | None = None) -> FittedBaseline:
+                   crops: CropRows = CropRows(), progress: Callable[[str], None] = _silent) -> FittedBaseline:
     """NBSVM fitted on ``train`` (``text``, ``label``), its ``C`` the best of ``c_values`` on ``val``.
 
     The vectorizer is fitted once on the train reviews; each ``C`` refits only the regression. Ties go to the
-    smaller ``C``, or with ``val_crops`` (``text``, ``label``) to the ``C`` best on them, then the smaller. With
-    ``crops`` (:class:`CropRows`) the regression and the naive-Bayes ratio also read crops of the train reviews
-    (drawn with ``seed``, their teacher cross-fitted) and of unlabeled reviews (``seed + 1``,
-    :func:`pseudo_labelled_crop_rows`; the teacher at :func:`teacher_c` on every train review).
+    smaller ``C``, or with ``crops.validation`` to the ``C`` best on those crops, then the smaller. With ``crops``
+    (:class:`CropRows`) the regression and the naive-Bayes ratio also read crops of the train reviews (drawn with
+    ``seed``, their teacher cross-fitted) and of unlabeled reviews (``seed + 1``, :func:`pseudo_labelled_crop_rows`;
+    the teacher at :func:`teacher_c` on every train review). ``progress`` gets a line as each step starts (a fit on
+    IMDB with crops takes minutes): what it does and, from the second ``C`` on, an estimate of what is left.
     """
     import time
+
+    from scipy import sparse
 
     if not c_values:
         raise ConfigError("baseline.nbsvm_c needs at least one value")
     started = time.perf_counter()
+    progress(f"1-{ngram_max}-gram counts of {len(train):,} train reviews")
     vectorizer = nbsvm_vectorizer(ngram_max, max_features)
     train_features = vectorizer.fit_transform(train["text"])
-    val_features = vectorizer.transform(val["text"])
-    val_labels = val["label"].to_numpy()
-    features, labels, weights = _crop_features(vectorizer, train_features, train, crops, c_values, ngram_max,
-                                               max_features, seed)
-    fitted, accuracy, correct = {}, {}, {}
-    for c in sorted(c_values):
-        fitted[c] = NaiveBayesLogisticRegression(C=c, seed=seed).fit(features, labels, weights)
-        correct[c] = fitted[c].predict(val_features) == val_labels
-        accuracy[c] = float(correct[c].mean())
-    best = _chosen_c(fitted, accuracy, vectorizer, val_crops)
+    labels, num_classes = train["label"].to_numpy(), int(train["label"].max()) + 1
+    parts = []  # (texts, labels, weights) per kind of crop
+    if crops.per_review:
+        progress(f"{crops.per_review} crops of each train review, labelled by NBSVMs fitted on each half")
+        own = sentence_crops(train, seed, crops.per_review)
+        parts.append(soft_crop_rows(own, crop_teacher(train, own, c_values, ngram_max, max_features, seed,
+                                                      num_classes), crops.label_weight, num_classes))
+    if crops.unlabeled_reviews:
+        progress(f"{crops.per_unlabeled_review} crops of each of {crops.unlabeled_reviews:,} unlabeled reviews, "
+                 "labelled by an NBSVM fitted on the train reviews")
+        teacher = _fitted_pipeline(vectorizer, NaiveBayesLogisticRegression(C=teacher_c(c_values), seed=seed).fit(
+            train_features, labels))  # every train review: the unlabeled ones are not among them
+        parts.append(pseudo_labelled_crop_rows(teacher, crops.unlabeled, crops.per_unlabeled_review,
+                                               crops.label_weight, seed + 1, num_classes))
+    weights = None
+    if parts:
+        progress(f"n-gram counts of {sum(len(texts) for texts, _, _ in parts):,} crop rows")
+        train_features = sparse.vstack([train_features, *(vectorizer.transform(texts) for texts, _, _ in parts)])
+        labels = np.concatenate([labels, *(part[1] for part in parts)])
+        weights = np.concatenate([np.ones(len(train)), *(part[2] for part in parts)])
+    fitted, accuracy, correct = _fit_each_c(train_features.tocsr(), labels, weights, vectorizer.transform(val["text"]),
+                                            val["label"].to_numpy(), c_values, seed, progress)
+    best = _chosen_c(fitted, accuracy, vectorizer, crops.validation)
     unlabeled = crops.unlabeled_reviews
     params = {"model": "nbsvm", "nbsvm.ngram_range": f"1,{ngram_max}", "nbsvm.max_features": max_features,
               "nbsvm.binary": True, "nbsvm.token_pattern": NBSVM_TOKEN_PATTERN, "nbsvm.C": best,
@@ -370,7 +315,7 @@ def nbsvm_baseline(train: pd.DataFrame, val: pd.DataFrame, c_values: Sequence[fl
               "nbsvm.unlabeled_reviews": unlabeled}
     if crops.per_review or unlabeled:
         params["nbsvm.crop_label_weight"] = crops.label_weight
-    if val_crops is not None:
+    if crops.validation is not None:
         params["nbsvm.C_ties"] = "best on the validation crops"
     from pipeline.metrics import cross_fitted_accuracy
 

@@ -103,30 +103,6 @@ def test_the_lexical_pyfunc_cleans_texts_as_ingestion_does(lexical_model):
     np.testing.assert_allclose(classifier.probabilities([raw]), classifier.probabilities(["Wonderful superb film"]))
 
 
-@pytest.mark.parametrize("ngram_max", [1, 3])
-def test_fast_ngram_counts_are_the_vectorizers_matrix_exactly(ngram_max):
-    from pipeline.lexical import NgramCounts, nbsvm_vectorizer
-
-    train = reviews(120, 8)["text"].tolist() + ["Straße café naïve! Really?! ok", "x_y 3rd 42 films!!"]
-    vectorizer = nbsvm_vectorizer(ngram_max=ngram_max, max_features=3000).fit(train)
-    texts = (reviews(40, 9)["text"].tolist()
-             + ["", "!!!", "unknownword superb film", "STRASSE Straße café! naïve?", "superb", "a\nfilm\tsuperb",
-                "the film the film the film", "é", "ΔΔ Ωmega superb"])
-    expected, got = vectorizer.transform(texts), NgramCounts(vectorizer).transform(texts)
-    assert got.shape == expected.shape and got.dtype == expected.dtype
-    assert (got != expected).nnz == 0
-    assert got.nnz > 0
-
-
-def test_fast_ngram_counts_refuse_a_vectorizer_they_do_not_mirror():
-    from sklearn.feature_extraction.text import CountVectorizer
-
-    from pipeline.lexical import NgramCounts
-
-    with pytest.raises(ValueError, match="word-analyzer"):
-        NgramCounts(CountVectorizer(analyzer="char").fit(["abc"]))
-
-
 def test_sample_weights_count_a_row_as_often_as_its_weight():
     X = sparse.csr_matrix(np.array([[1, 0, 1], [1, 0, 0], [0, 1, 1], [0, 1, 0]], dtype=np.float32))
     y = np.array([1, 1, 0, 0])
@@ -258,3 +234,23 @@ def test_equal_validation_accuracies_go_to_the_c_better_on_the_validation_crops(
     assert _chosen_c(fitted, {0.03: 0.9, 0.1: 0.9, 1.0: 0.8}, vectorizer, None) == 0.03  # no crops: the smaller
     assert _chosen_c(fitted, {0.03: 0.9, 0.1: 0.8, 1.0: 0.9}, vectorizer, crops) == 1.0  # only the tied compete
     assert _chosen_c(fitted, {0.03: 0.95, 0.1: 0.9, 1.0: 0.9}, vectorizer, crops) == 0.03  # no tie: reviews decide
+
+
+def test_a_fit_says_each_step_as_it_starts_and_from_the_second_c_on_what_is_left():
+    train, val = reviews(120, 12), reviews(40, 13)
+    unlabeled = reviews(30, 14)[["text"]]
+    val_crops = pd.DataFrame({"text": ["Superb.", "Awful."], "label": [1, 0]})
+    lines = []
+    fitted = nbsvm_baseline(train, val, c_values=(1.0, 0.1, 0.3), ngram_max=2, seed=3,
+                            crops=CropRows(2, 0.5, unlabeled, 3, val_crops), progress=lines.append)
+    assert lines[:3] == ["1-2-gram counts of 120 train reviews",
+                         "2 crops of each train review, labelled by NBSVMs fitted on each half",
+                         "3 crops of each of 30 unlabeled reviews, labelled by an NBSVM fitted on the train reviews"]
+    crop_rows = int(lines[3].split()[3].replace(",", ""))
+    assert lines[3] == f"n-gram counts of {crop_rows:,} crop rows" and 2 * 120 + 3 * 30 <= crop_rows <= 2 * (330)
+    assert lines[4] == f"C 0.1 [1/3] on {120 + crop_rows:,} rows"  # nothing finished: no estimate yet
+    assert lines[5].startswith(f"C 0.3 [2/3] on {120 + crop_rows:,} rows, about ") and lines[5].endswith(" left")
+    assert lines[6].startswith("C 1 [3/3] on ") and len(lines) == 7
+    assert fitted.params["nbsvm.C_ties"] == "best on the validation crops"
+    quiet = nbsvm_baseline(train, val, c_values=(0.1,), ngram_max=2, seed=3)  # silent by default; ties by C alone
+    assert "nbsvm.C_ties" not in quiet.params

@@ -35,6 +35,13 @@ KNOWN_WARNINGS = (  # (message regex, category): third-party warnings that say n
 )
 
 
+def duration(seconds: float) -> str:
+    """``seconds`` as a progress line says it: ``4m05s``, or ``1h02m`` from an hour on."""
+    minutes, seconds = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
+
+
 def verbose_requested(environ=os.environ) -> bool:
     return environ.get(VERBOSE_ENV, "").strip().lower() not in ("", "0", "false", "no")
 

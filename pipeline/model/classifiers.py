@@ -281,7 +281,7 @@ class LexicalClassifier(PipelineModel):
     def _load(self, artifacts) -> None:
         import joblib
 
-        from pipeline.lexical import NgramCounts
+        from pipeline.text.ngram_counts import NgramCounts
 
         self.lexical = joblib.load(Path(artifacts[ARTIFACT_LEXICAL_MODEL]))
         self.labels = load_labels(Path(artifacts[ARTIFACT_LABELS]))

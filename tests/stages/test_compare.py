@@ -483,7 +483,8 @@ def test_the_tuned_level_is_the_tuned_file_and_the_default_level_keeps_the_compa
 
 
 def test_the_progress_line_gives_the_index_the_time_so_far_and_an_estimate_from_finished_candidates_by_kind(capsys):
-    from pipeline.stages.compare.runner import Progress, duration, time_left
+    from pipeline.core.logs import duration
+    from pipeline.stages.compare.runner import Progress, time_left
 
     assert time_left({}, ["transformer"]) is None
     assert time_left({"transformer": [100.0, 120.0], "nbsvm": [10.0]}, ["transformer", "nbsvm", "fused"]) == (

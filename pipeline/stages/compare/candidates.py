@@ -32,6 +32,7 @@ from pipeline.core.catalog import (
 )
 from pipeline.core.errors import InputError
 from pipeline.core.files import atomic_dump, atomic_write_json, atomic_write_parquet
+from pipeline.core.logs import duration
 from pipeline.core.predictions import from_probability_columns, prediction_frame
 from pipeline.lexical import CropRows, class_probabilities, nbsvm_baseline, tfidf_baseline
 from pipeline.metrics import classification_metrics
@@ -183,10 +184,13 @@ def nbsvm_candidate(config: Config, key: str, frames: IngestedRows, names: list[
         crops += f", {settings.unlabeled_crops_per_review} of each of {len(unlabeled):,} unlabeled reviews"
     print(f"compare: fitting NBSVM on {len(frames.train):,} train reviews{crops}, C from {list(settings.nbsvm_c)} "
           "on validation ...", flush=True)
+    started = time.perf_counter()
     fitted = nbsvm_baseline(frames.train, frames.val, settings.nbsvm_c, settings.ngram_max, settings.max_features,
                             settings.seed, CropRows(settings.crops_per_review, settings.crop_label_weight, unlabeled,
-                                                    settings.unlabeled_crops_per_review),
-                            validation_crops(frames.val))  # ties of C: the better on short texts
+                                                    settings.unlabeled_crops_per_review,
+                                                    validation_crops(frames.val)),  # ties of C: the better on short texts
+                            lambda step: print(f"compare: NBSVM: {step} ({duration(time.perf_counter() - started)} "
+                                               "elapsed)", flush=True))
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_dump(fitted.model, out_dir / LEXICAL_MODEL_FILE)
     atomic_write_json(out_dir / LABELS_FILE, {"labels": list(names)})

@@ -32,6 +32,7 @@ from pipeline.config import CompareConfig, Config
 from pipeline.core.catalog import require_output, stage_dir
 from pipeline.core.errors import InputError
 from pipeline.core.files import manifest_hash, read_manifest
+from pipeline.core.logs import duration
 from pipeline.stages.compare import effects
 from pipeline.stages.compare.candidates import (
     NBSVM,
@@ -81,12 +82,6 @@ def comparison_key(config: Config, design_name: str, design: Design | None = Non
 
 
 T = TypeVar("T")
-
-
-def duration(seconds: float) -> str:
-    minutes, seconds = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
 
 
 def time_left(finished: dict[str, list[float]], remaining: list[str]) -> float | None:

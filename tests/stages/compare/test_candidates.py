@@ -1,4 +1,4 @@
-"""The comparison's NBSVM candidate: what it trains on, as logged."""
+"""The comparison's NBSVM candidate: what it trains on, as logged, and the steps it says as it fits."""
 
 import mlflow
 import pytest
@@ -23,3 +23,11 @@ def test_nbsvm_reads_crops_of_the_ingested_unlabeled_reviews(prepared_config, pe
     assert (f"{per_unlabeled_review} of each of {PREPARED_UNLABELED} unlabeled reviews" in said) == bool(
         per_unlabeled_review)
     assert len(candidate.predictions) == len(frames.test)
+    steps = [line for line in said.splitlines() if line.startswith("compare: NBSVM: ")]
+    assert steps[0].startswith(f"compare: NBSVM: 1-3-gram counts of {len(frames.train)} train reviews (0m")
+    assert (f"compare: NBSVM: {per_unlabeled_review} crops of each of {PREPARED_UNLABELED} unlabeled reviews, "
+            "labelled by an NBSVM fitted on the train reviews" in said) == bool(per_unlabeled_review)
+    assert [line.split(" on ")[0] for line in steps if " [" in line] == [  # a line per C, as each fit starts
+        f"compare: NBSVM: C {c:g} [{index}/{len(config.baseline.nbsvm_c)}]"
+        for index, c in enumerate(sorted(config.baseline.nbsvm_c), 1)]
+    assert all(line.endswith(" elapsed)") for line in steps)
