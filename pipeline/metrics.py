@@ -149,30 +149,60 @@ def paired_bootstrap_difference(correct_a: np.ndarray, correct_b: np.ndarray, sa
             "ci_high": float(np.quantile(draws, 1 - tail)), "samples": samples}
 
 
+def _weighted_auc(scores: np.ndarray, positive: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """ROC AUC of ``scores`` for ``positive`` (bool) under each row of ``weights`` (``[draws, N]``: how often each
+    example is in a resample): the Mann-Whitney statistic with ties counted half, which is what scikit-learn's
+    ``roc_auc_score`` gives on the resampled rows. NaN for a draw without both classes."""
+    order = np.argsort(scores, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(scores[order]) != 0])  # groups of equal scores
+    pos = np.add.reduceat(weights[:, order] * positive[order], starts, axis=1)
+    neg = np.add.reduceat(weights[:, order] * ~positive[order], starts, axis=1)
+    below = np.cumsum(neg, axis=1) - neg  # negatives scored lower than each group
+    pairs = pos.sum(axis=1) * neg.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(pairs > 0, (pos * (below + 0.5 * neg)).sum(axis=1) / pairs, np.nan)
+
+
+def _resampled_scores(labels: np.ndarray, probabilities: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``[draws, 3]``: accuracy, F1 and ROC AUC of each resample (``weights``: counts per example), as
+    :func:`classification_metrics` defines them (two classes: of the positive class; more: macro, over the classes a
+    resample holds or predicts for F1, one-vs-rest for ROC AUC)."""
+    classes = probabilities.shape[1]
+    predicted = probabilities.argmax(axis=1)
+    total = weights.sum(axis=1)
+    accuracy = weights @ (predicted == labels) / total
+    f1, auc = [], []
+    for target in ([1] if classes == 2 else range(classes)):
+        true, hat = labels == target, predicted == target
+        hits, misses = weights @ (true & hat), weights @ (true ^ hat)  # true positives; false ones of both kinds
+        with np.errstate(invalid="ignore", divide="ignore"):
+            f1.append(np.where(2 * hits + misses > 0, 2 * hits / (2 * hits + misses), np.nan))
+        auc.append(_weighted_auc(probabilities[:, target], true, weights))
+    f1 = np.stack(f1)
+    f1 = np.nan_to_num(f1[0]) if classes == 2 else np.nanmean(f1, axis=0)  # an absent class: 0, or not counted
+    return np.stack([accuracy, f1, np.mean(auc, axis=0)], axis=1)  # a class absent: NaN, as scikit-learn refuses
+
+
 def bootstrap_intervals(labels: np.ndarray, probabilities: np.ndarray, names: list[str], samples: int = 500,
                         seed: int = 0, confidence: float = 0.95) -> dict[str, dict[str, float]]:
     """Percentile bootstrap CIs (test examples resampled) of accuracy, F1 and ROC AUC.
 
     F1 and ROC AUC as in :func:`classification_metrics`: of the positive class for two classes,
-    macro-averaged (ROC AUC one-vs-rest) for more. Returns ``{metric: {"low", "high"}}``.
+    macro-averaged (ROC AUC one-vs-rest) for more. Returns ``{metric: {"low", "high"}}``. Each resample is a
+    row of counts (how often each example was drawn), and the metrics of 100 resamples at a time are computed
+    from those counts in NumPy: the same figures as scikit-learn on the resampled rows, without a call per resample.
     """
     labels = np.asarray(labels)
     probabilities = _normalised(probabilities)
-    predicted = probabilities.argmax(axis=1)
-    binary = len(names) == 2
-
-    def scores(rows: np.ndarray) -> tuple[float, float, float]:
-        y, p, hat = labels[rows], probabilities[rows], predicted[rows]
-        f1 = skm.f1_score(y, hat, zero_division=0) if binary else skm.f1_score(y, hat, average="macro", zero_division=0)
-        try:
-            auc = skm.roc_auc_score(y, p[:, 1]) if binary else skm.roc_auc_score(y, p, multi_class="ovr",
-                                                                                   labels=list(range(len(names))))
-        except ValueError:  # a resample holding one class only
-            auc = np.nan
-        return float((hat == y).mean()), float(f1), float(auc)
-
-    rng = np.random.default_rng(seed)
-    draws = np.array([scores(rng.integers(0, len(labels), len(labels))) for _ in range(samples)])
+    if probabilities.shape[1] != len(names):
+        raise ValueError(f"{probabilities.shape[1]} probability columns for {len(names)} class names")
+    rng, rows = np.random.default_rng(seed), len(labels)
+    draws = []
+    for first in range(0, samples, 100):
+        counts = np.stack([np.bincount(rng.integers(0, rows, rows), minlength=rows)
+                           for _ in range(min(100, samples - first))]).astype(np.float64)
+        draws.append(_resampled_scores(labels, probabilities, counts))
+    draws = np.concatenate(draws)
     tail = (1.0 - confidence) / 2
     return {name: {"low": float(np.nanquantile(draws[:, i], tail)), "high": float(np.nanquantile(draws[:, i], 1 - tail))}
             for i, name in enumerate(("accuracy", "f1", "roc_auc"))}

@@ -109,3 +109,45 @@ def test_champion_choice_prefers_crops_among_candidates_close_on_reviews():
     # a candidate without a crop accuracy is never preferred on crops; ties go to reviews, then order
     assert champion_choice({"a": 0.9, "b": 0.9}, {"a": 0.7, "b": 0.7}, 0.0) == "a"
     assert champion_choice({"a": 0.9, "b": 0.91}, {"a": 0.7, "b": 0.7}, 0.02) == "b"
+
+
+def sklearn_bootstrap(labels, probabilities, samples, seed=0):
+    """The model card's intervals as scikit-learn computes them, one call per resample: the reference."""
+    from sklearn.metrics import f1_score
+
+    rng, draws = np.random.default_rng(seed), []
+    probabilities = probabilities / probabilities.sum(axis=1, keepdims=True)
+    binary = probabilities.shape[1] == 2
+    for _ in range(samples):
+        rows = rng.integers(0, len(labels), len(labels))
+        y, p = labels[rows], probabilities[rows]
+        hat = p.argmax(axis=1)
+        f1 = f1_score(y, hat, zero_division=0) if binary else f1_score(y, hat, average="macro", zero_division=0)
+        try:
+            auc = roc_auc_score(y, p[:, 1]) if binary else roc_auc_score(
+                y, p, multi_class="ovr", labels=list(range(p.shape[1])))
+        except ValueError:
+            auc = np.nan
+        draws.append((accuracy_score(y, hat), f1, auc))
+    draws = np.array(draws)
+    return {name: {"low": np.nanquantile(draws[:, i], 0.025), "high": np.nanquantile(draws[:, i], 0.975)}
+            for i, name in enumerate(("accuracy", "f1", "roc_auc"))}
+
+
+@pytest.mark.parametrize("classes, rows", [(2, 300), (2, 6), (3, 240), (3, 9)])
+def test_bootstrap_intervals_are_scikit_learns_on_the_resampled_rows(classes, rows):
+    """Counted resamples in NumPy give scikit-learn's figures: ties among the scores (rounded to tenths), resamples
+    of a tiny set that hold one class (no ROC AUC) or predict none of a class (macro F1 over the classes present)."""
+    from pipeline.metrics import bootstrap_intervals
+
+    rng = np.random.default_rng(classes * rows)
+    labels = rng.integers(0, classes, rows)
+    logits = rng.normal(size=(rows, classes)) + 1.5 * np.eye(classes)[labels]
+    probabilities = np.round(np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True), 1) + 1e-3
+    got = bootstrap_intervals(labels, probabilities, [f"c{i}" for i in range(classes)], samples=230, seed=4)
+    expected = sklearn_bootstrap(labels, probabilities, samples=230, seed=4)
+    for metric in ("accuracy", "f1", "roc_auc"):
+        assert got[metric] == pytest.approx(expected[metric], abs=1e-12), metric
+    assert rows < 100 or got["roc_auc"]["low"] < got["roc_auc"]["high"] < 1  # intervals, not points
+    with pytest.raises(ValueError, match="3 probability columns for 2 class names"):
+        bootstrap_intervals(labels[:3], np.full((3, 3), 1 / 3), ["a", "b"])
