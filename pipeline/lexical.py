@@ -238,10 +238,15 @@ def _silent(line: str) -> None:
 
 
 def _estimate(seconds: list[float], remaining: int) -> str:
-    """What a step of a loop says of the time left: the finished steps' mean times the steps still to run."""
+    """What a fit of ``C`` says of the time left, from the fits so far (``seconds``, smallest ``C`` first): each fit
+    still to run as long as the last one times the growth from the one before it (liblinear takes longer as ``C``
+    grows: 15, 20, 49 and 149 s for 0.03 to 1 on IMDB with its crops), the last one's time after a single fit."""
     from pipeline.core.logs import duration
 
-    return f", about {duration(sum(seconds) / len(seconds) * remaining)} left" if seconds else ""
+    if not seconds:
+        return ""
+    growth = max(1.0, seconds[-1] / seconds[-2]) if len(seconds) > 1 and seconds[-2] > 0 else 1.0
+    return f", about {duration(sum(seconds[-1] * growth ** step for step in range(1, remaining + 1)))} left"
 
 
 def _fit_each_c(features, labels: np.ndarray, weights: np.ndarray | None, val_features, val_labels: np.ndarray,

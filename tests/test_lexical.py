@@ -254,3 +254,13 @@ def test_a_fit_says_each_step_as_it_starts_and_from_the_second_c_on_what_is_left
     assert fitted.params["nbsvm.C_ties"] == "best on the validation crops"
     quiet = nbsvm_baseline(train, val, c_values=(0.1,), ngram_max=2, seed=3)  # silent by default; ties by C alone
     assert "nbsvm.C_ties" not in quiet.params
+
+
+def test_the_time_left_grows_with_c_as_the_fits_so_far_did():
+    from pipeline.lexical import _estimate
+
+    assert _estimate([], 4) == ""
+    assert _estimate([10.0], 3) == ", about 0m30s left"  # one fit: each still to run as long
+    assert _estimate([15.0, 20.0, 49.0], 1) == ", about 2m00s left"  # 49 s times 49/20 (IMDB's last C took 149 s)
+    assert _estimate([20.0, 30.0], 2) == ", about 1m52s left"  # 45 s, then 67.5 s: 112.5 s
+    assert _estimate([30.0, 20.0], 2) == ", about 0m40s left"  # never shrinking: as long as the last
