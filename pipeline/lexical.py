@@ -311,21 +311,27 @@ def nbsvm_baseline(train: pd.DataFrame, val: pd.DataFrame, c_values: Sequence[fl
     fitted, accuracy, correct = _fit_each_c(train_features.tocsr(), labels, weights, vectorizer.transform(val["text"]),
                                             val["label"].to_numpy(), c_values, seed, progress)
     best = _chosen_c(fitted, accuracy, vectorizer, crops.validation)
-    unlabeled = crops.unlabeled_reviews
-    params = {"model": "nbsvm", "nbsvm.ngram_range": f"1,{ngram_max}", "nbsvm.max_features": max_features,
-              "nbsvm.binary": True, "nbsvm.token_pattern": NBSVM_TOKEN_PATTERN, "nbsvm.C": best,
+    from pipeline.metrics import cross_fitted_accuracy
+
+    params = {"nbsvm.ngram_range": f"1,{ngram_max}", "nbsvm.max_features": max_features, "nbsvm.C": best,
               "nbsvm.C_grid": ",".join(f"{c:g}" for c in sorted(c_values)),
-              "nbsvm.vocabulary": len(vectorizer.vocabulary_), "nbsvm.crops_per_review": crops.per_review,
+              "nbsvm.vocabulary": len(vectorizer.vocabulary_), **_crop_params(crops)}
+    return FittedBaseline(_fitted_pipeline(vectorizer, fitted[best]), params, accuracy, accuracy[best],
+                          cross_fitted_accuracy(correct), time.perf_counter() - started)
+
+
+def _crop_params(crops: CropRows) -> dict:
+    """What an NBSVM run logs of itself beside its n-grams and C: the model and what it read besides the reviews."""
+    unlabeled = crops.unlabeled_reviews
+    params = {"model": "nbsvm", "nbsvm.binary": True, "nbsvm.token_pattern": NBSVM_TOKEN_PATTERN,
+              "nbsvm.crops_per_review": crops.per_review,
               "nbsvm.unlabeled_crops_per_review": crops.per_unlabeled_review if unlabeled else 0,
               "nbsvm.unlabeled_reviews": unlabeled}
     if crops.per_review or unlabeled:
         params["nbsvm.crop_label_weight"] = crops.label_weight
     if crops.validation is not None:
         params["nbsvm.C_ties"] = "best on the validation crops"
-    from pipeline.metrics import cross_fitted_accuracy
-
-    return FittedBaseline(_fitted_pipeline(vectorizer, fitted[best]), params, accuracy, accuracy[best],
-                          cross_fitted_accuracy(correct), time.perf_counter() - started)
+    return params
 
 
 def tfidf_baseline(train: pd.DataFrame, seed: int):

@@ -155,8 +155,9 @@ def _weighted_auc(scores: np.ndarray, positive: np.ndarray, weights: np.ndarray)
     ``roc_auc_score`` gives on the resampled rows. NaN for a draw without both classes."""
     order = np.argsort(scores, kind="stable")
     starts = np.flatnonzero(np.r_[True, np.diff(scores[order]) != 0])  # groups of equal scores
-    pos = np.add.reduceat(weights[:, order] * positive[order], starts, axis=1)
-    neg = np.add.reduceat(weights[:, order] * ~positive[order], starts, axis=1)
+    sorted_weights = weights[:, order]
+    pos = np.add.reduceat(sorted_weights * positive[order], starts, axis=1)
+    neg = np.add.reduceat(sorted_weights * ~positive[order], starts, axis=1)
     below = np.cumsum(neg, axis=1) - neg  # negatives scored lower than each group
     pairs = pos.sum(axis=1) * neg.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -164,9 +165,9 @@ def _weighted_auc(scores: np.ndarray, positive: np.ndarray, weights: np.ndarray)
 
 
 def _resampled_scores(labels: np.ndarray, probabilities: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """``[draws, 3]``: accuracy, F1 and ROC AUC of each resample (``weights``: counts per example), as
-    :func:`classification_metrics` defines them (two classes: of the positive class; more: macro, over the classes a
-    resample holds or predicts for F1, one-vs-rest for ROC AUC)."""
+    """``[draws, 3]``: accuracy, F1 and ROC AUC of each resample (``weights``: counts per example), as scikit-learn
+    gives them on the resampled rows: of the positive class for two classes; for more, F1 macro-averaged over the
+    classes the resample holds or predicts (``f1_score``'s default labels) and ROC AUC one-vs-rest over all."""
     classes = probabilities.shape[1]
     predicted = probabilities.argmax(axis=1)
     total = weights.sum(axis=1)

@@ -185,10 +185,10 @@ def nbsvm_candidate(config: Config, key: str, frames: IngestedRows, names: list[
     print(f"compare: fitting NBSVM on {len(frames.train):,} train reviews{crops}, C from {list(settings.nbsvm_c)} "
           "on validation ...", flush=True)
     started = time.perf_counter()
+    # the validation crops break ties of C: of equals, the better on short texts
     fitted = nbsvm_baseline(frames.train, frames.val, settings.nbsvm_c, settings.ngram_max, settings.max_features,
                             settings.seed, CropRows(settings.crops_per_review, settings.crop_label_weight, unlabeled,
-                                                    settings.unlabeled_crops_per_review,
-                                                    validation_crops(frames.val)),  # ties of C: the better on short texts
+                                                    settings.unlabeled_crops_per_review, validation_crops(frames.val)),
                             lambda step: print(f"compare: NBSVM: {step} ({duration(time.perf_counter() - started)} "
                                                "elapsed)", flush=True))
     out_dir.mkdir(parents=True, exist_ok=True)
