@@ -177,6 +177,30 @@ def test_training_refuses_ids_from_another_tokenizer_and_a_preset_too_large_for_
     assert not any((tmp_path / "mine").rglob("model.keras"))
 
 
+def test_a_preset_distils_from_pseudo_labels_and_sentence_crops(prepared_config, tmp_path, capsys):
+    """The short-text route for a pretrained encoder (docs/presets.md): with ``training.pseudo_labels`` and
+    ``pseudo_label.crops_per_review`` the preset is fine-tuned on the train reviews, the teacher's sure unlabeled
+    reviews and soft-labelled crops of the train reviews, all in its own tokenizer's ids."""
+    from pipeline.stages import tokenize, train
+
+    preset = write_tiny_preset(tmp_path / "preset")
+    config = prepared_config.replace(model={"preset": str(preset), "ngram_max": 1},
+                                     training={"pseudo_labels": True, "epochs": 1},
+                                     pseudo_label={"crops_per_review": 2})
+    tokenize.run(config)
+    run_dir = train.run(config)
+    said = capsys.readouterr().out
+    assert "pseudo-label: 2 sentence crop(s) of each of the 64 train reviews" in said
+    run = mlflow.get_run(json.loads((run_dir / "manifest.json").read_text())["mlflow_run_id"])
+    kept = json.loads((config.data_dir / "pseudo_label" / "manifest.json").read_text())["pseudo_label_rows"]
+    assert 0 < kept <= 150 and run.data.params["model.preset"] == str(preset)
+    assert int(run.data.params["pseudo_label_rows"]) == kept + 2 * 64  # the teacher's unlabeled rows and the crops
+    assert int(run.data.params["train_rows"]) == 64 + kept + 2 * 64
+    backbone, = (layer for layer in load_keras_model(run_dir / "model.keras").layers
+                 if isinstance(layer, keras_hub.models.Backbone))
+    assert type(backbone).__name__ == "BertBackbone"
+
+
 @pytest.mark.parametrize("override, message", [
     (["model.ngram_max=3"], "model.ngram_max must be 1 with model.preset"),
     (["model.init=pretrained"], "model.init must be scratch with model.preset"),
