@@ -17,6 +17,11 @@ endif
 ifneq ($(VERBOSE),)
 export PIPELINE_VERBOSE := 1
 endif
+# QUIET=1: training prints a line a minute with the time left, not Keras' redrawn bar (the default when output is not a
+# terminal: a log file, CI); QUIET=0 keeps the bar there too
+ifneq ($(QUIET),)
+export PIPELINE_QUIET := $(QUIET)
+endif
 # BACKEND=jax runs the model stages on Keras' JAX backend (KERAS_BACKEND); TensorFlow by default (and always for
 # tokenize, pretrain and export)
 BACKEND ?=
@@ -58,7 +63,7 @@ help: ## list every target with a one-line description: the product's stages, th
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z0-9_-]*:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "Experiments (research questions; reports, not models to deploy):"
 	@awk 'BEGIN {FS = ":.*##@ "} /^[a-z][a-zA-Z0-9_-]*:.*##@ / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "  variables: CONFIG=$(CONFIG) SET='section.key=value ...' DATA=folder FORCE=1 VERBOSE=1 IMDB_ARCHIVE=path IMDB_UNSUP_ARCHIVE=path"
+	@echo "  variables: CONFIG=$(CONFIG) SET='section.key=value ...' DATA=folder FORCE=1 VERBOSE=1 QUIET=1 IMDB_ARCHIVE=path IMDB_UNSUP_ARCHIVE=path"
 
 setup: $(VENV)/.installed ## create .venv/ and install requirements.lock's exact versions (runtime, Spark, browser and test extras), then the project (every target does this when it is missing)
 

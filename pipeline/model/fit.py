@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from pipeline.core.catalog import BACKUP_DIR
 from pipeline.core.errors import ConfigError
 from pipeline.model.optimizers import LazyAdamW, lookup_tables
 from pipeline.model.preset_classifier import preset_backbone_of
+from pipeline.model.progress import progress_callbacks
 from pipeline.runtime.backend import is_out_of_memory, uses_tensorflow
 from pipeline.text.text_tokenizer import TextTokenizer
 from pipeline.tracking import MLflowEpochLogger
@@ -141,9 +141,9 @@ def fit_head_first(model: keras.Model, data: TrainingData, training: TrainingCon
     backbone.trainable = False
     compile_model(model, training, True, data.steps_per_epoch, data.soft_targets, epochs=epochs)
     print(f"train: {epochs} epoch(s) of the classifier head alone, the preset's backbone frozen")
+    verbose, progress = progress_callbacks(data.steps_per_epoch)
     model.fit(data.train, validation_data=data.val, epochs=epochs, class_weight=data.class_weight, shuffle=False,
-              callbacks=[MLflowEpochLogger(data.tokens_per_epoch)] if run_id else [],
-              verbose=1 if os.environ.get("PIPELINE_QUIET") is None else 2)
+              callbacks=[*([MLflowEpochLogger(data.tokens_per_epoch)] if run_id else []), *progress], verbose=verbose)
     backbone.trainable = True
     compile_model(model, training, True, data.steps_per_epoch, data.soft_targets, epochs=training.epochs - epochs)
     return epochs
@@ -156,12 +156,14 @@ def fit(model: keras.Model, data: TrainingData, training: TrainingConfig, run_di
     ``run_id`` None: a non-chief worker of a cluster, which trains and evaluates (every worker
     takes part in each step) but logs nothing.
     """
+    verbose, progress = progress_callbacks(data.steps_per_epoch)  # the bar in a terminal, else a line a minute
     callbacks = [
         keras.callbacks.BackupAndRestore(str(run_dir / BACKUP_DIR), delete_checkpoint=True),
         keras.callbacks.EarlyStopping(monitor="val_loss", patience=training.early_stopping_patience,
                                       restore_best_weights=True),
         *([MLflowEpochLogger(data.tokens_per_epoch)] if run_id else []),
         *extra_callbacks,
+        *progress,
     ]
     fit_started = time.perf_counter()
     try:
@@ -169,7 +171,7 @@ def fit(model: keras.Model, data: TrainingData, training: TrainingConfig, run_di
         keras_history = model.fit(data.train, validation_data=data.val, epochs=training.epochs,
                                   initial_epoch=frozen, callbacks=callbacks, class_weight=data.class_weight,
                                   shuffle=False,  # data.train is shuffled by make_dataset
-                                  verbose=1 if os.environ.get("PIPELINE_QUIET") is None else 2)
+                                  verbose=verbose)
     except Exception as error:  # the device's memory: the user's setting to change, not a bug
         if not is_out_of_memory(error):
             raise

@@ -105,6 +105,17 @@ def test_killed_training_resumes_from_last_epoch(prepared_config, capsys):
     assert not (run_dir / "backup").exists()
 
 
+def test_a_quiet_run_prints_where_each_epoch_is_and_the_time_left(prepared_config, capsys, monkeypatch):
+    monkeypatch.setenv("PIPELINE_QUIET", "1")
+    monkeypatch.setattr("pipeline.model.progress.LINE_EVERY_SECONDS", 0.0)  # a line after every step but the last
+    training.train_model(prepared_config.replace(training={"epochs": 2, "early_stopping_patience": 5}))
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("train: epoch ")]
+    assert lines, "no progress line"
+    assert {line.split(",")[0] for line in lines} == {"train: epoch 1/2", "train: epoch 2/2"}
+    assert all(" elapsed in it, about " in line for line in lines)
+    assert "in all)" in lines[0] and "in all)" not in lines[-1]  # the time left in the fit, while epochs remain
+
+
 def test_mlflow_models_predict_cli_scores_a_csv_in_a_fresh_process(trained_run, tmp_path):
     """A new process has not imported pipeline.model.transformer: the pyfunc must bring what it needs."""
     import os
