@@ -149,6 +149,16 @@ def _stated_licence(folder: Path) -> str | None:
     return None
 
 
+def checkpoint_name(preset: str) -> str:
+    """What a progress line calls ``preset``: its last path part, without a hub's ``org__`` folder prefix
+    (``hf://sentence-transformers/all-MiniLM-L6-v2`` and ``.../sentence-transformers__all-MiniLM-L6-v2/`` are both
+    ``all-MiniLM-L6-v2``; a version number at the end is skipped; a KerasHub name is itself)."""
+    parts = [part for part in preset.replace("\\", "/").split("/") if part]
+    while len(parts) > 1 and parts[-1].isdigit():
+        parts.pop()
+    return parts[-1].split("__")[-1] if parts else preset
+
+
 def checkpoint_origin(preset: str) -> CheckpointOrigin:
     """Where ``preset`` came from and its licence: a local folder's own statement (and its licence files); for a
     name or a handle, where the licence is published (the hub's model page), since nothing local states it."""

@@ -77,3 +77,13 @@ def test_the_checkpoint_origin_names_its_kind_and_the_licence_its_folder_states(
     assert checkpoint_origin(str(preset)).licence == "not stated in the folder"
     assert "Kaggle model page" in checkpoint_origin("bert_tiny_en_uncased").licence
     assert checkpoint_origin("hf://sentence-transformers/all-MiniLM-L6-v2").source.startswith("the hub handle hf://")
+
+
+def test_a_checkpoint_is_named_by_its_last_path_part_without_the_hub_folder_prefix():
+    from pipeline.core.checkpoints import checkpoint_name
+
+    assert checkpoint_name("hf://sentence-transformers/all-MiniLM-L6-v2") == "all-MiniLM-L6-v2"
+    assert checkpoint_name("/site-packages/data/sentence-transformers__all-MiniLM-L6-v2/") == "all-MiniLM-L6-v2"
+    assert checkpoint_name("C:\\models\\my_bert") == "my_bert"
+    assert checkpoint_name("bert_small_en_uncased") == "bert_small_en_uncased"
+    assert checkpoint_name("kaggle://keras/bert/keras/bert_tiny_en_uncased/2") == "bert_tiny_en_uncased"  # no version

@@ -501,6 +501,16 @@ def test_the_progress_line_gives_the_index_the_time_so_far_and_an_estimate_from_
         "elapsed, about 20m00s left")  # this one and NBSVM, each at the mean so far
 
 
+def test_a_candidates_progress_name_is_its_encoder_and_variant():
+    from pipeline.stages.compare.runner import candidate_label
+
+    assert candidate_label(None, "first_token") == "Transformer first_token"
+    assert candidate_label(None, "transformer") == "Transformer"  # no factor varies
+    folder = "/venv/site-packages/embeddings/sentence-transformers__all-MiniLM-L6-v2"
+    assert candidate_label(folder, "mean") == "all-MiniLM-L6-v2 mean"
+    assert candidate_label("bert_tiny_en_uncased", "first_token/scratch") == "bert_tiny_en_uncased first_token/scratch"
+
+
 def test_a_length_aware_fusion_gives_short_texts_their_own_weight(own_comparison, monkeypatch, capsys):
     """compare.short_fusion_words: the Transformers are reused, every fused run logs its two weights, its model scores
     a short text with the short one and a long text with the other, and the model card says so."""

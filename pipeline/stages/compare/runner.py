@@ -30,6 +30,7 @@ import numpy as np
 
 from pipeline.config import CompareConfig, Config
 from pipeline.core.catalog import require_output, stage_dir
+from pipeline.core.checkpoints import checkpoint_name
 from pipeline.core.errors import InputError
 from pipeline.core.files import manifest_hash, read_manifest
 from pipeline.core.logs import duration
@@ -197,6 +198,13 @@ def log_headline_metrics(payload: dict) -> None:
                         "recommended_test_accuracy": best["test_accuracy"]})
 
 
+def candidate_label(preset: str | None, variant: str) -> str:
+    """A progress line's name for a variant: ``Transformer first_token``, ``all-MiniLM-L6-v2 mean`` for a preset's,
+    the encoder alone when no factor varies (``variant_name``'s ``transformer``)."""
+    encoder = "Transformer" if preset is None else checkpoint_name(preset)
+    return encoder if variant == "transformer" else f"{encoder} {variant}"
+
+
 def run_candidates(config: Config, design: Design, design_name: str, parent_id: str, frames, force: bool,
                    started: float) -> CandidatePool:
     """Every candidate of the design, trained or fitted (or reused) in order under the parent run, with a progress
@@ -207,9 +215,8 @@ def run_candidates(config: Config, design: Design, design_name: str, parent_id: 
     runs = [(variant, seed) for variant in grid for seed in seeds]
     progress = Progress(["transformer"] * len(runs) + ["nbsvm"] * with_lexical + ["fused"] * (len(runs) * fusing)
                         + ["tfidf"] * (with_lexical and config.compare.tfidf_baseline), started)
-    labels_of = {variant_name(variant): f"Transformer {variant_name(variant)}".replace(" transformer", "")
-                 for variant in grid}  # "Transformer first_token", or "Transformer" when no factor varies
-    transformers = [progress.run(f"{labels_of[variant_name(variant)]} seed {seed}", "transformer",
+    transformers = [progress.run(f"{candidate_label(config.model.preset, variant_name(variant))} seed {seed}",
+                                 "transformer",
                                  lambda v=variant, s=seed: transformer_candidate(config, design, v, s, parent_id,
                                                                                  design_name, force))
                     for variant, seed in runs]
