@@ -39,7 +39,10 @@ from pipeline.text.conventions import PAD_ID
 EXPLANATION_COLUMN = "explanation"
 TOP_ITEMS = 5          # items an explanation shows
 IG_STEPS = 16          # points of the integrated-gradients path sum
-IG_BATCH = 256         # interpolated sequences per forward and backward pass
+IG_BATCH = 256         # interpolated sequences per forward and backward pass, at most
+# and at most about this many activation floats kept for the backward pass (4 GB): 256 sequences of a 128-token
+# all-MiniLM-L6-v2 took 19.6 GB, which killed `make compare` on a 24 GB machine; the own encoder stays at IG_BATCH
+IG_MEMORY_FLOATS = 1_000_000_000
 SPECIAL_TOKENS = frozenset({"[CLS]", "[SEP]", "[PAD]", "[MASK]", "<s>", "</s>", "<pad>", "<mask>"})
 PIECE_PREFIX = "##"    # WordPiece's mark of a piece continuing the previous word
 _WORDLIKE = re.compile(r"[^\W_]|[!?]")  # an item the column shows: a letter or digit, or ! or ?
@@ -193,7 +196,7 @@ def integrated_gradients(model, ids: np.ndarray, vocabulary: Sequence[str], step
     widths = np.where(real.any(axis=1), ids.shape[1] - np.argmax(real[:, ::-1], axis=1), 1)
     attributions = np.zeros(ids.shape, dtype=np.float64)
     at_text, at_reference = np.zeros(len(ids)), np.zeros(len(ids))
-    rows_per_pass = max(1, IG_BATCH // steps)
+    rows_per_pass = max(1, sequences_per_pass(model, int(widths.max())) // steps)
     order = np.argsort(widths, kind="stable")
     for start in range(0, len(ids), rows_per_pass):
         rows = order[start:start + rows_per_pass]
@@ -203,6 +206,28 @@ def integrated_gradients(model, ids: np.ndarray, vocabulary: Sequence[str], step
             model, layers, ids[rows, :width], np.isin(ids[rows, :width], special_ids), steps, given)
         attributions[rows, :width] = group
     return attributions, at_text, at_reference
+
+
+def _encoder_blocks(layer) -> list:
+    """Every KerasHub ``TransformerEncoder`` inside ``layer`` (a preset's backbone nests them a level down)."""
+    import keras_hub
+
+    found = []
+    for inner in getattr(layer, "layers", []):
+        if isinstance(inner, keras_hub.layers.TransformerEncoder):
+            found.append(inner)
+        elif hasattr(inner, "layers"):
+            found.extend(_encoder_blocks(inner))
+    return found
+
+
+def sequences_per_pass(model, width: int) -> int:
+    """Interpolated sequences of ``width`` tokens per forward and backward pass: :data:`IG_BATCH`, fewer where the
+    activations a gradient keeps would pass :data:`IG_MEMORY_FLOATS`. Per token and encoder block that is about
+    12 floats per feed-forward unit and 6 per attention head and key (measured on all-MiniLM-L6-v2: 0.72 MB a token
+    against 0.66 MB so estimated)."""
+    per_token = sum(12 * block.intermediate_dim + 6 * block.num_heads * width for block in _encoder_blocks(model))
+    return int(min(IG_BATCH, max(1, IG_MEMORY_FLOATS // max(1, per_token * width))))
 
 
 def _group_attributions(model, layers: list, ids: np.ndarray, special: np.ndarray, steps: int,

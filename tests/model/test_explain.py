@@ -110,6 +110,26 @@ def test_integrated_gradients_sum_to_the_log_odds_difference_from_the_all_pad_re
     np.testing.assert_allclose(wider_text, at_text, atol=1e-5)
 
 
+def test_a_pass_holds_fewer_sequences_where_their_activations_would_pass_the_memory_budget(monkeypatch):
+    """A pretrained encoder's 256 interpolated sequences of 128 tokens kept 19.6 GB; the budget bounds a pass by its
+    encoder blocks' width and the text's length, and the attributions do not depend on how rows are grouped."""
+    from pipeline.model import explain
+
+    model, ids = tiny_model("mean", 3), token_ids(rows=6, seed=4)
+    blocks = explain._encoder_blocks(model)
+    assert len(blocks) == 2 and blocks[0].intermediate_dim == 32  # tiny_model's
+    width = ids.shape[1]
+    per_token = sum(12 * block.intermediate_dim + 6 * block.num_heads * width for block in blocks)
+    assert explain.sequences_per_pass(model, width) == explain.IG_BATCH  # a tiny encoder: the cap
+    everything = integrated_gradients(model, ids, VOCABULARY, steps=4)
+    monkeypatch.setattr(explain, "IG_MEMORY_FLOATS", per_token * width * 9)
+    assert explain.sequences_per_pass(model, width) == 9  # two texts of 4 steps a pass
+    assert explain.sequences_per_pass(model, 2 * width) < 9 and explain.sequences_per_pass(model, 10 * width) == 1
+    grouped = integrated_gradients(model, ids, VOCABULARY, steps=4)
+    for whole, parts in zip(everything, grouped):
+        np.testing.assert_allclose(parts, whole, atol=1e-5)
+
+
 def test_the_control_two_steps_miss_what_sixteen_find():
     """With a path sum of 2 points the completeness gap is larger than with 16: the tolerance tests the method."""
     model, ids = tiny_model("mean", 3), token_ids(rows=8, seed=3)
