@@ -484,11 +484,15 @@ def test_the_tuned_level_is_the_tuned_file_and_the_default_level_keeps_the_compa
 
 def test_the_progress_line_gives_the_index_the_time_so_far_and_an_estimate_from_finished_candidates_by_kind(capsys):
     from pipeline.core.logs import duration
-    from pipeline.stages.compare.runner import Progress, time_left
+    from pipeline.stages.compare.runner import Progress, estimate_text, time_left
 
-    assert time_left({}, ["transformer"]) is None
-    assert time_left({"transformer": [100.0, 120.0], "nbsvm": [10.0]}, ["transformer", "nbsvm", "fused"]) == (
-        110.0 + 10.0 + 230.0 / 3)  # a kind not seen yet: the mean of every finished candidate
+    assert time_left({}, ["transformer", "nbsvm"]) == (0.0, {"transformer": 1, "nbsvm": 1})
+    assert time_left({"transformer": [100.0, 120.0], "nbsvm": [10.0]}, ["transformer", "nbsvm", "fused", "fused"]) == (
+        110.0 + 10.0, {"fused": 2})  # a kind not timed yet is not guessed from another kind
+    assert estimate_text(120.0, {}) == "about 2m00s left"
+    assert estimate_text(120.0, {"nbsvm": 1, "fused": 3, "tfidf": 1}) == (
+        "about 2m00s left, then NBSVM, 3 fusions and TF-IDF (not timed yet)")
+    assert estimate_text(0.0, {"fused": 1, "tfidf": 1}) == "fusion and TF-IDF left, not timed yet"
     assert (duration(59.6), duration(61), duration(3725)) == ("1m00s", "1m01s", "1h02m")
     progress = Progress(["transformer", "transformer", "nbsvm"], started=0.0)
     assert progress.run("Transformer mean seed 1", "transformer", lambda: "first") == "first"
@@ -498,7 +502,7 @@ def test_the_progress_line_gives_the_index_the_time_so_far_and_an_estimate_from_
     assert lines[0].startswith("compare: [1/3] Transformer mean seed 1: ") and lines[0].endswith(
         "elapsed, estimate after the first")
     assert lines[1].startswith("compare: [2/3] Transformer mean seed 2: ") and lines[1].endswith(
-        "elapsed, about 20m00s left")  # this one and NBSVM, each at the mean so far
+        "elapsed, about 10m00s left, then NBSVM (not timed yet)")  # this one at the mean of its kind
 
 
 def test_a_candidates_progress_name_is_its_encoder_and_variant():

@@ -85,14 +85,31 @@ def comparison_key(config: Config, design_name: str, design: Design | None = Non
 T = TypeVar("T")
 
 
-def time_left(finished: dict[str, list[float]], remaining: list[str]) -> float | None:
-    """Seconds the ``remaining`` candidates (their kinds) should take, from the ``finished`` ones' times by kind (the
-    mean of a kind; of all finished ones for a kind not seen yet); None before any finished."""
-    seen = [seconds for times in finished.values() for seconds in times]
-    if not seen:
-        return None
-    overall = sum(seen) / len(seen)
-    return sum(sum(finished[kind]) / len(finished[kind]) if finished.get(kind) else overall for kind in remaining)
+KIND_NAMES = {"transformer": ("Transformer run", "Transformer runs"), "nbsvm": ("NBSVM", "NBSVM"),
+              "fused": ("fusion", "fusions"), "tfidf": ("TF-IDF", "TF-IDF")}
+
+
+def time_left(finished: dict[str, list[float]], remaining: list[str]) -> tuple[float, dict[str, int]]:
+    """Seconds the ``remaining`` candidates of a kind already timed should take (the mean of that kind's ``finished``
+    times), and how many of each kind not timed yet are left. A kind is not guessed from another: a pretrained
+    encoder's run can take an hour where NBSVM takes minutes."""
+    seconds = sum(sum(finished[kind]) / len(finished[kind]) for kind in remaining if finished.get(kind))
+    untimed: dict[str, int] = {}
+    for kind in remaining:
+        if not finished.get(kind):
+            untimed[kind] = untimed.get(kind, 0) + 1
+    return seconds, untimed
+
+
+def estimate_text(seconds: float, untimed: dict[str, int], names: dict[str, tuple[str, str]] = KIND_NAMES) -> str:
+    """``about 12m30s left``, ``about 12m30s left, then NBSVM, 3 fusions and TF-IDF (not timed yet)``, or with
+    nothing timed left ``NBSVM, a fusion and TF-IDF left, not timed yet``."""
+    words = [names.get(kind, (kind, kind))[0] if count == 1 else f"{count} {names.get(kind, (kind, kind))[1]}"
+             for kind, count in untimed.items()]
+    listed = ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else "".join(words)
+    if not seconds:
+        return f"{listed} left, not timed yet" if listed else "nothing left"
+    return f"about {duration(seconds)} left" + (f", then {listed} (not timed yet)" if listed else "")
 
 
 @dataclass
@@ -102,11 +119,12 @@ class Progress:
     kinds: list[str]                                   # every candidate's kind, in the order they run
     started: float = field(default_factory=time.perf_counter)
     finished: dict[str, list[float]] = field(default_factory=dict)
+    names: dict[str, tuple[str, str]] = field(default_factory=lambda: dict(KIND_NAMES))  # kind: (one, several)
 
     def run(self, label: str, kind: str, work: Callable[[], T]) -> T:
         index = sum(len(times) for times in self.finished.values())
-        left = time_left(self.finished, self.kinds[index:])
-        estimate = "estimate after the first" if left is None else f"about {duration(left)} left"
+        estimate = (estimate_text(*time_left(self.finished, self.kinds[index:]), self.names) if self.finished
+                    else "estimate after the first")
         print(f"compare: [{index + 1}/{len(self.kinds)}] {label}: {duration(time.perf_counter() - self.started)} "
               f"elapsed, {estimate}", flush=True)
         began = time.perf_counter()
@@ -215,6 +233,8 @@ def run_candidates(config: Config, design: Design, design_name: str, parent_id: 
     runs = [(variant, seed) for variant in grid for seed in seeds]
     progress = Progress(["transformer"] * len(runs) + ["nbsvm"] * with_lexical + ["fused"] * (len(runs) * fusing)
                         + ["tfidf"] * (with_lexical and config.compare.tfidf_baseline), started)
+    encoder = candidate_label(config.model.preset, "transformer")
+    progress.names["transformer"] = (f"{encoder} run", f"{encoder} runs")
     transformers = [progress.run(f"{candidate_label(config.model.preset, variant_name(variant))} seed {seed}",
                                  "transformer",
                                  lambda v=variant, s=seed: transformer_candidate(config, design, v, s, parent_id,
