@@ -30,15 +30,16 @@ def build_from(path: Path, num_classes: int = 3, vocabulary_size: int = 300):
     ids = np.random.default_rng(0).integers(5, vocabulary_size, (rows, length)).astype("int32")
     batch_ids, batch_labels = next(iter(make_dataset(ids, np.arange(rows) % num_classes, batch_size=rows)))
     assert batch_ids.shape == (rows, length) and batch_labels.shape == (rows,)
-    if config.model.preset is not None:  # a preset name (no download here): its head on a tiny local stand-in
+    if config.model.preset is not None:  # a preset name or hub handle (no download here): its head on a tiny stand-in
         import tempfile
 
         import keras_hub
 
+        from pipeline.core.checkpoints import is_handle
         from pipeline.model.preset_classifier import build_preset_model, load_preset_backbone
         from tests.tiny_preset import write_tiny_preset
 
-        assert config.model.preset in keras_hub.models.Backbone.presets
+        assert config.model.preset in keras_hub.models.Backbone.presets or is_handle(config.model.preset)
         with tempfile.TemporaryDirectory() as folder:
             stand_in = write_tiny_preset(Path(folder) / "preset", max_sequence_length=length)
             backbone = load_preset_backbone(str(stand_in))
