@@ -121,3 +121,45 @@ def test_unreadable_model_uri_is_named(trained_run):
     config, _ = trained_run
     with pytest.raises(ValueError, match="runs:/0123456789abcdef/model"):
         evaluate.run(config, run="0123456789abcdef")
+
+
+class _SlowModel:
+    """A lexical-like model (no Transformer inside): its first scoring takes 4 s of a fake clock, the others 1 s."""
+
+    labels = ["negative", "positive"]
+
+    def __init__(self, clock):
+        self.clock, self.calls = clock, []
+
+    def probabilities(self, texts):
+        self.clock[0] += 4.0 if not self.calls else 1.0
+        self.calls.append(len(texts))
+        return np.full((len(texts), 2), 0.5)
+
+
+def test_a_large_evaluation_says_what_it_scores_and_how_long_the_rest_should_take(monkeypatch):
+    def frame(rows, split):
+        return pd.DataFrame({"text": [f"Sentence one of {split} {i}. Sentence two is here. And a third." for i in
+                                      range(rows)], "label": np.arange(rows) % 2,
+                             "source_file": [f"{split}/{i}.txt" for i in range(rows)]})
+
+    clock = [0.0]
+    monkeypatch.setattr(evaluation.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(evaluation, "ANNOUNCED_ROWS", 8)
+    monkeypatch.setattr(evaluation, "ANNOUNCED_SECONDS", 3.0)
+    lines: list[str] = []
+    model = _SlowModel(clock)
+    scores = evaluation.score_splits(model, frame(8, "test"), frame(4, "val"), None, None, say=lines.append)
+    assert model.calls == [8, 4, 4, 8]  # test, val, then a crop of every val and test review
+    assert lines == ["evaluate: scoring 8 test reviews, then 4 validation reviews and 12 sentence crops",
+                     "evaluate: 8 test reviews in 0m04s (2 a second); the 16 validation reviews and crops left "
+                     "should take at most 0m08s"]
+    assert scores.test.shape == (8, 2) and set(scores.crops) == {"val", "test"}
+    lines.clear()
+    evaluation.score_splits(_SlowModel(clock), frame(7, "test"), frame(4, "val"), None, None, say=lines.append)
+    assert lines[0].startswith("evaluate: 7 test reviews in ")  # too few rows to announce; slow: the estimate
+    given = evaluation.GivenProbabilities(np.zeros((8, 2)), np.zeros((4, 2)), {"val": np.zeros((4, 2)),
+                                                                          "test": np.zeros((8, 2))})
+    lines.clear()
+    evaluation.score_splits(_SlowModel(clock), frame(8, "test"), frame(4, "val"), None, given, say=lines.append)
+    assert lines == []  # a fused model's probabilities are given: nothing is scored

@@ -33,6 +33,7 @@ from pipeline.core.catalog import (
     token_counts_file,
 )
 from pipeline.core.files import atomic_write_json, atomic_write_parquet, atomic_write_text
+from pipeline.core.logs import duration
 from pipeline.core.predictions import predicted_and_confidence, prediction_frame
 from pipeline.metrics import classification_metrics
 from pipeline.model.classifiers import PipelineModel, SentimentClassifier, load_classifier, predict_ids
@@ -56,6 +57,8 @@ ATTENTION_EXAMPLES = (
     "Not bad at all, although the middle drags a little.",
 )
 ERROR_EXAMPLES = 50
+ANNOUNCED_ROWS = 5_000     # scoring this many test reviews or more is announced first
+ANNOUNCED_SECONDS = 30.0   # and when they took this long, the time the rest should take
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -222,11 +225,18 @@ class SplitScores:
 
 
 def score_splits(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFrame, lengths: ReviewLengths | None,
-                 given: GivenProbabilities | None) -> SplitScores:
+                 given: GivenProbabilities | None, say=print) -> SplitScores:
     """Score what an evaluation reads, or take ``given``'s probabilities; a Transformer's test reviews are encoded
-    once for both its scores and their token counts."""
+    once for both its scores and their token counts. Scoring a large split says so, and how long the rest should
+    take once the test reviews are scored (a pretrained encoder's evaluation took 10 minutes on 2 CPU cores)."""
     token_counts, max_tokens = (lengths.token_counts, lengths.max_tokens) if lengths else (None, None)
     probabilities = given.test if given else None
+    crops = crop_frames(val, test)
+    rest = len(val) + sum(len(frame) for frame in crops.values())
+    if given is None and len(test) >= ANNOUNCED_ROWS:
+        say(f"evaluate: scoring {len(test):,} test reviews, then {len(val):,} validation reviews and "
+            f"{rest - len(val):,} sentence crops")
+    started = time.perf_counter()
     transformer = transformer_of(classifier)
     reads_windows = False
     if transformer is not None:
@@ -237,8 +247,12 @@ def score_splits(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFram
             probabilities = predict_ids(transformer.model, ids)  # else below, through its windows
     if probabilities is None:
         probabilities = classifier.probabilities(test["text"].tolist())
+    seconds = time.perf_counter() - started
+    if given is None and seconds >= ANNOUNCED_SECONDS:
+        rate = len(test) / seconds
+        say(f"evaluate: {len(test):,} test reviews in {duration(seconds)} ({rate:,.0f} a second); the "
+            f"{rest:,} validation reviews and crops left should take at most {duration(rest / rate)}")
     val_probabilities = given.val if given else classifier.probabilities(val["text"].tolist())
-    crops = crop_frames(val, test)
     crop_probabilities = given.crops if given else {split: classifier.probabilities(frame["text"].tolist())
                                                     for split, frame in crops.items()}
     return SplitScores(probabilities, val_probabilities, crops, crop_probabilities, token_counts, max_tokens,
