@@ -515,6 +515,15 @@ def test_a_candidates_progress_name_is_its_encoder_and_variant():
     assert candidate_label("bert_tiny_en_uncased", "first_token/scratch") == "bert_tiny_en_uncased first_token/scratch"
 
 
+def test_the_report_says_which_encoder_a_comparison_varied():
+    assert report.factors_text({"factors": {}}) == "one Transformer configuration"  # a payload from before the field
+    assert report.factors_text({"factors": {}, "encoder": "all-MiniLM-L6-v2"}) == "one all-MiniLM-L6-v2 configuration"
+    pooling = {"pooling": ["first_token", "mean"]}
+    assert report.factors_text({"factors": pooling, "encoder": "Transformer"}) == "`pooling` (first_token vs mean)"
+    assert report.factors_text({"factors": pooling, "encoder": "bert_tiny_en_uncased"}) == (
+        "`pooling` (first_token vs mean) of bert_tiny_en_uncased")
+
+
 def test_a_length_aware_fusion_gives_short_texts_their_own_weight(own_comparison, monkeypatch, capsys):
     """compare.short_fusion_words: the Transformers are reused, every fused run logs its two weights, its model scores
     a short text with the short one and a long text with the other, and the model card says so."""

@@ -162,9 +162,13 @@ def length_lines(payload: dict) -> list[str]:
 
 
 def factors_text(payload: dict) -> str:
+    """What the comparison varied: ``one Transformer configuration``, or the factors and their levels; a preset's
+    comparison names its checkpoint (``payload["encoder"]``; older payloads have none)."""
+    encoder = payload.get("encoder") or "Transformer"
     if not payload["factors"]:
-        return "one Transformer configuration"
-    return ", ".join(f"`{key}` ({a} vs {b})" for key, (a, b) in payload["factors"].items())
+        return f"one {encoder} configuration"
+    varied = ", ".join(f"`{key}` ({a} vs {b})" for key, (a, b) in payload["factors"].items())
+    return varied + ("" if encoder == "Transformer" else f" of {encoder}")
 
 
 def parent_description(payload: dict) -> str:

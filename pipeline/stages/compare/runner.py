@@ -182,7 +182,9 @@ def comparison_payload(config: Config, design_name: str, design: Design, pool: C
         if fused:
             best_fused = max((fused_name(n) for n in names), key=lambda n: summary[n]["best_val_accuracy"]["mean"])
             pairs += [(best_fused, NBSVM), (best_fused, best_transformer)]
-    payload = {"design": design_name, "factors": {k.rsplit(".", 1)[-1]: [level_name(k, v) for v in levels]
+    payload = {"design": design_name, "encoder": candidate_label(config.model.preset, "transformer"),
+               "preset": config.model.preset,
+               "factors": {k.rsplit(".", 1)[-1]: [level_name(k, v) for v in levels]
                                                   for k, levels in design.factors},
                "fixed": {k: level_name(k, v) for k, v in design.fixed},
                "levels": {level: {k: v for k, v in settings} for level, settings in design.overlays if settings},
