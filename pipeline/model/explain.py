@@ -208,25 +208,16 @@ def integrated_gradients(model, ids: np.ndarray, vocabulary: Sequence[str], step
     return attributions, at_text, at_reference
 
 
-def _encoder_blocks(layer) -> list:
-    """Every KerasHub ``TransformerEncoder`` inside ``layer`` (a preset's backbone nests them a level down)."""
-    import keras_hub
-
-    found = []
-    for inner in getattr(layer, "layers", []):
-        if isinstance(inner, keras_hub.layers.TransformerEncoder):
-            found.append(inner)
-        elif hasattr(inner, "layers"):
-            found.extend(_encoder_blocks(inner))
-    return found
-
-
 def sequences_per_pass(model, width: int) -> int:
     """Interpolated sequences of ``width`` tokens per forward and backward pass: :data:`IG_BATCH`, fewer where the
     activations a gradient keeps would pass :data:`IG_MEMORY_FLOATS`. Per token and encoder block that is about
     12 floats per feed-forward unit and 6 per attention head and key (measured on all-MiniLM-L6-v2: 0.72 MB a token
     against 0.66 MB so estimated)."""
-    per_token = sum(12 * block.intermediate_dim + 6 * block.num_heads * width for block in _encoder_blocks(model))
+    from pipeline.model.preset_classifier import preset_backbone_of
+    from pipeline.model.transformer import encoder_blocks
+
+    blocks = encoder_blocks(preset_backbone_of(model) or model)  # a preset's blocks are inside its backbone
+    per_token = sum(12 * block.intermediate_dim + 6 * block.num_heads * width for block in blocks)
     return int(min(IG_BATCH, max(1, IG_MEMORY_FLOATS // max(1, per_token * width))))
 
 

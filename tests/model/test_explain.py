@@ -114,9 +114,10 @@ def test_a_pass_holds_fewer_sequences_where_their_activations_would_pass_the_mem
     """A pretrained encoder's 256 interpolated sequences of 128 tokens kept 19.6 GB; the budget bounds a pass by its
     encoder blocks' width and the text's length, and the attributions do not depend on how rows are grouped."""
     from pipeline.model import explain
+    from pipeline.model.transformer import encoder_blocks
 
     model, ids = tiny_model("mean", 3), token_ids(rows=6, seed=4)
-    blocks = explain._encoder_blocks(model)
+    blocks = encoder_blocks(model)
     assert len(blocks) == 2 and blocks[0].intermediate_dim == 32  # tiny_model's
     width = ids.shape[1]
     per_token = sum(12 * block.intermediate_dim + 6 * block.num_heads * width for block in blocks)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -94,18 +95,14 @@ def time_left(finished: dict[str, list[float]], remaining: list[str]) -> tuple[f
     times), and how many of each kind not timed yet are left. A kind is not guessed from another: a pretrained
     encoder's run can take an hour where NBSVM takes minutes."""
     seconds = sum(sum(finished[kind]) / len(finished[kind]) for kind in remaining if finished.get(kind))
-    untimed: dict[str, int] = {}
-    for kind in remaining:
-        if not finished.get(kind):
-            untimed[kind] = untimed.get(kind, 0) + 1
-    return seconds, untimed
+    return seconds, dict(Counter(kind for kind in remaining if not finished.get(kind)))
 
 
 def estimate_text(seconds: float, untimed: dict[str, int], names: dict[str, tuple[str, str]] = KIND_NAMES) -> str:
     """``about 12m30s left``, ``about 12m30s left, then NBSVM, 3 fusions and TF-IDF (not timed yet)``, or with
     nothing timed left ``NBSVM, a fusion and TF-IDF left, not timed yet``."""
-    words = [names.get(kind, (kind, kind))[0] if count == 1 else f"{count} {names.get(kind, (kind, kind))[1]}"
-             for kind, count in untimed.items()]
+    named = {kind: names.get(kind, (kind, kind)) for kind in untimed}
+    words = [named[kind][0] if count == 1 else f"{count} {named[kind][1]}" for kind, count in untimed.items()]
     listed = ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else "".join(words)
     if not seconds:
         return f"{listed} left, not timed yet" if listed else "nothing left"
@@ -233,10 +230,10 @@ def run_candidates(config: Config, design: Design, design_name: str, parent_id: 
     ingest_sha256, labels = frames.ingest_manifest_sha256, frames.labels
     fusing = with_lexical and config.compare.fusion
     runs = [(variant, seed) for variant in grid for seed in seeds]
-    progress = Progress(["transformer"] * len(runs) + ["nbsvm"] * with_lexical + ["fused"] * (len(runs) * fusing)
-                        + ["tfidf"] * (with_lexical and config.compare.tfidf_baseline), started)
     encoder = candidate_label(config.model.preset, "transformer")
-    progress.names["transformer"] = (f"{encoder} run", f"{encoder} runs")
+    progress = Progress(["transformer"] * len(runs) + ["nbsvm"] * with_lexical + ["fused"] * (len(runs) * fusing)
+                        + ["tfidf"] * (with_lexical and config.compare.tfidf_baseline), started,
+                        names={**KIND_NAMES, "transformer": (f"{encoder} run", f"{encoder} runs")})
     transformers = [progress.run(f"{candidate_label(config.model.preset, variant_name(variant))} seed {seed}",
                                  "transformer",
                                  lambda v=variant, s=seed: transformer_candidate(config, design, v, s, parent_id,

@@ -232,10 +232,11 @@ def score_splits(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFram
     token_counts, max_tokens = (lengths.token_counts, lengths.max_tokens) if lengths else (None, None)
     probabilities = given.test if given else None
     crops = crop_frames(val, test)
-    rest = len(val) + sum(len(frame) for frame in crops.values())
+    crop_rows = sum(len(frame) for frame in crops.values())
+    rest = len(val) + crop_rows
     if given is None and len(test) >= ANNOUNCED_ROWS:
         say(f"evaluate: scoring {len(test):,} test reviews, then {len(val):,} validation reviews and "
-            f"{rest - len(val):,} sentence crops")
+            f"{crop_rows:,} sentence crops")
     started = time.perf_counter()
     transformer = transformer_of(classifier)
     reads_windows = False
