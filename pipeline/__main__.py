@@ -26,15 +26,22 @@ from pipeline.stages import STAGES
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="also show TensorFlow's C++ start-up lines and known third-party warnings "
-                             f"(or {VERBOSE_ENV}=1)")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help=f"also show TensorFlow's C++ start-up lines and known third-party warnings (or {VERBOSE_ENV}=1)",
+    )
     subparsers = parser.add_subparsers(dest="stage", required=True, metavar="STAGE")
     for stage in (*STAGES.values(), *EXPERIMENTS.values()):
         sub = subparsers.add_parser(stage.name, help=stage.help, description=stage.help)
         sub.add_argument("--config", default=None, help="YAML config file (default: built-in defaults)")
         sub.add_argument(
-            "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+            "--set",
+            dest="overrides",
+            action="append",
+            default=[],
+            metavar="SECTION.KEY=VALUE",
             help="override one config value, e.g. --set model.pooling=mean (repeatable)",
         )
         if stage.force:

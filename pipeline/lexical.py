@@ -13,8 +13,8 @@ expected cleaned (``pipeline.text.conventions.clean_text``), as ingestion stores
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -53,10 +53,11 @@ class NaiveBayesLogisticRegression(ClassifierMixin, BaseEstimator):
     def _regression(self):
         from sklearn.linear_model import LogisticRegression
 
-        return LogisticRegression(C=self.C, solver="liblinear", dual=True, max_iter=self.max_iter,
-                                  random_state=self.seed)
+        return LogisticRegression(
+            C=self.C, solver="liblinear", dual=True, max_iter=self.max_iter, random_state=self.seed
+        )
 
-    def fit(self, X, y, sample_weight=None) -> "NaiveBayesLogisticRegression":
+    def fit(self, X, y, sample_weight=None) -> NaiveBayesLogisticRegression:
         """Fit on features ``X`` and labels ``y``; ``sample_weight`` (one per row) weighs both the ratio's counts
         and the regression's loss."""
         y = np.asarray(y)
@@ -70,13 +71,19 @@ class NaiveBayesLogisticRegression(ClassifierMixin, BaseEstimator):
             positive = y == target
             ratio = self._ratio(X, positive, weights)
             self.ratios_.append(ratio)
-            self.regressions_.append(self._regression().fit(X.multiply(ratio).tocsr(), positive.astype(int),
-                                                            sample_weight=weights))
+            self.regressions_.append(
+                self._regression().fit(X.multiply(ratio).tocsr(), positive.astype(int), sample_weight=weights)
+            )
         return self
 
     def predict_proba(self, X) -> np.ndarray:
-        scores = np.stack([regression.predict_proba(X.multiply(ratio).tocsr())[:, 1]
-                           for ratio, regression in zip(self.ratios_, self.regressions_)], axis=1)
+        scores = np.stack(
+            [
+                regression.predict_proba(X.multiply(ratio).tocsr())[:, 1]
+                for ratio, regression in zip(self.ratios_, self.regressions_)
+            ],
+            axis=1,
+        )
         if len(self.classes_) == 2:
             return np.concatenate([1.0 - scores, scores], axis=1)
         return scores / np.maximum(scores.sum(axis=1, keepdims=True), 1e-12)
@@ -93,9 +100,9 @@ class LexicalWeights:
     the exported graph computes and ``make score EXPLAIN=1`` shows."""
 
     features: list[str]
-    weights: np.ndarray     # [features, regressions]: one regression for two classes, one per class for more
+    weights: np.ndarray  # [features, regressions]: one regression for two classes, one per class for more
     intercepts: np.ndarray  # [regressions]
-    classes: np.ndarray     # the class index of each of the model's classes
+    classes: np.ndarray  # the class index of each of the model's classes
     lowercase: bool
     ngram_range: tuple[int, int]
 
@@ -104,40 +111,66 @@ def nbsvm_weights(pipeline, purpose: str) -> LexicalWeights:
     """The NBSVM of a fitted (vectorizer, NBSVM) scikit-learn ``pipeline`` as :class:`LexicalWeights`; an error naming
     ``purpose`` for any other model (a TF-IDF baseline has no such weights)."""
     vectorizer, model = pipeline.steps[0][1], pipeline.steps[-1][1]
-    if not isinstance(model, NaiveBayesLogisticRegression) or vectorizer.token_pattern != NBSVM_TOKEN_PATTERN \
-            or not vectorizer.binary or vectorizer.analyzer != "word" or vectorizer.preprocessor \
-            or vectorizer.tokenizer or vectorizer.strip_accents or vectorizer.stop_words:
-        raise InputError(f"{purpose}: the lexical model is not the pipeline's NBSVM (binary word n-grams, token "
-                         f"pattern {NBSVM_TOKEN_PATTERN!r}): only that one has per-n-gram weights")
+    if (
+        not isinstance(model, NaiveBayesLogisticRegression)
+        or vectorizer.token_pattern != NBSVM_TOKEN_PATTERN
+        or not vectorizer.binary
+        or vectorizer.analyzer != "word"
+        or vectorizer.preprocessor
+        or vectorizer.tokenizer
+        or vectorizer.strip_accents
+        or vectorizer.stop_words
+    ):
+        raise InputError(
+            f"{purpose}: the lexical model is not the pipeline's NBSVM (binary word n-grams, token "
+            f"pattern {NBSVM_TOKEN_PATTERN!r}): only that one has per-n-gram weights"
+        )
     features = vectorizer.get_feature_names_out().tolist()  # in column order
-    weights = np.stack([ratio.astype(np.float64) * regression.coef_[0].astype(np.float64)
-                        for ratio, regression in zip(model.ratios_, model.regressions_)], axis=1)
+    weights = np.stack(
+        [
+            ratio.astype(np.float64) * regression.coef_[0].astype(np.float64)
+            for ratio, regression in zip(model.ratios_, model.regressions_)
+        ],
+        axis=1,
+    )
     intercepts = np.array([regression.intercept_[0] for regression in model.regressions_], dtype=np.float64)
-    return LexicalWeights(features, weights, intercepts, np.asarray(model.classes_, dtype=np.int64),
-                          bool(vectorizer.lowercase), tuple(vectorizer.ngram_range))
+    return LexicalWeights(
+        features,
+        weights,
+        intercepts,
+        np.asarray(model.classes_, dtype=np.int64),
+        bool(vectorizer.lowercase),
+        tuple(vectorizer.ngram_range),
+    )
 
 
 @dataclass(frozen=True)
 class FittedBaseline:
     """A fitted lexical model, what chose its regularisation, and how long fitting took."""
 
-    model: object                        # a scikit-learn pipeline: predict_proba(texts) -> [N, k]
-    params: dict                         # what it is, to log
+    model: object  # a scikit-learn pipeline: predict_proba(texts) -> [N, k]
+    params: dict  # what it is, to log
     val_accuracy_by_c: dict[float, float]
-    val_accuracy: float                  # of the chosen C, on the validation rows it was chosen on
-    val_accuracy_cross_fitted: float     # of choosing C, without that optimism (``metrics.cross_fitted_accuracy``)
+    val_accuracy: float  # of the chosen C, on the validation rows it was chosen on
+    val_accuracy_cross_fitted: float  # of choosing C, without that optimism (``metrics.cross_fitted_accuracy``)
     fit_seconds: float
 
 
 def nbsvm_vectorizer(ngram_max: int = 3, max_features: int = 800_000):
     from sklearn.feature_extraction.text import CountVectorizer
 
-    return CountVectorizer(ngram_range=(1, ngram_max), max_features=max_features, binary=True,
-                           token_pattern=NBSVM_TOKEN_PATTERN, dtype=np.float32)
+    return CountVectorizer(
+        ngram_range=(1, ngram_max),
+        max_features=max_features,
+        binary=True,
+        token_pattern=NBSVM_TOKEN_PATTERN,
+        dtype=np.float32,
+    )
 
 
-def soft_crop_rows(crops: pd.DataFrame, teacher: np.ndarray, label_weight: float,
-                   num_classes: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+def soft_crop_rows(
+    crops: pd.DataFrame, teacher: np.ndarray, label_weight: float, num_classes: int
+) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Training rows for sentence crops with soft labels: each crop's target is ``label_weight`` on its review's
     label plus ``1 - label_weight`` times the teacher's ``[N, k]`` probabilities, given to a weighted model as one
     row per class weighted by the target's share (rows of weight 0 left out). Returns ``(texts, labels, weights)``."""
@@ -155,8 +188,15 @@ def mixed_targets(labels: np.ndarray, teacher: np.ndarray, label_weight: float) 
     return targets
 
 
-def crop_teacher(train: pd.DataFrame, crops: pd.DataFrame, c_values: Sequence[float], ngram_max: int,
-                 max_features: int, seed: int, num_classes: int) -> np.ndarray:
+def crop_teacher(
+    train: pd.DataFrame,
+    crops: pd.DataFrame,
+    c_values: Sequence[float],
+    ngram_max: int,
+    max_features: int,
+    seed: int,
+    num_classes: int,
+) -> np.ndarray:
     """The crops' teacher: :func:`cross_fitted_teacher` at :func:`teacher_c`."""
     return cross_fitted_teacher(train, crops, teacher_c(c_values), ngram_max, max_features, seed, num_classes)
 
@@ -166,8 +206,15 @@ def teacher_c(c_values: Sequence[float]) -> float:
     return sorted(c_values)[(len(c_values) - 1) // 2]
 
 
-def cross_fitted_teacher(train: pd.DataFrame, crops: pd.DataFrame, c: float, ngram_max: int, max_features: int,
-                         seed: int, num_classes: int | None = None) -> np.ndarray:
+def cross_fitted_teacher(
+    train: pd.DataFrame,
+    crops: pd.DataFrame,
+    c: float,
+    ngram_max: int,
+    max_features: int,
+    seed: int,
+    num_classes: int | None = None,
+) -> np.ndarray:
     """NBSVM's ``[N, num_classes]`` probabilities for each crop (``review``: its row in ``train``) from a model
     fitted on the other half of the training reviews (two folds drawn with ``seed``), so no crop is scored by a model
     that read its review. Each half must hold every class of ``train``."""
@@ -176,15 +223,18 @@ def cross_fitted_teacher(train: pd.DataFrame, crops: pd.DataFrame, c: float, ngr
     labels = train["label"].to_numpy()
     for fold in (True, False):
         if set(labels[first_fold == fold]) != set(labels):
-            raise InputError(f"sentence crops need a teacher fitted on half of the {len(train):,} training reviews, "
-                             "and one half lacks a class: too few reviews per class for crops (set "
-                             "baseline.crops_per_review=0 and pseudo_label.crops_per_review=0)")
+            raise InputError(
+                f"sentence crops need a teacher fitted on half of the {len(train):,} training reviews, "
+                "and one half lacks a class: too few reviews per class for crops (set "
+                "baseline.crops_per_review=0 and pseudo_label.crops_per_review=0)"
+            )
     in_first = first_fold[crops["review"].to_numpy()]
     probabilities = np.zeros((len(crops), num_classes), dtype=np.float64)
     for fold in (True, False):
         vectorizer = nbsvm_vectorizer(ngram_max, max_features)
         fitted = NaiveBayesLogisticRegression(C=c, seed=seed).fit(
-            vectorizer.fit_transform(train["text"][first_fold == fold]), train["label"].to_numpy()[first_fold == fold])
+            vectorizer.fit_transform(train["text"][first_fold == fold]), train["label"].to_numpy()[first_fold == fold]
+        )
         scored = in_first != fold  # crops of the other fold's reviews
         model = _fitted_pipeline(vectorizer, fitted)
         probabilities[scored] = class_probabilities(model, crops["text"][scored].tolist(), num_classes)
@@ -202,10 +252,10 @@ class CropRows:
     """Short texts in NBSVM's fit: crops it trains on beside the train reviews, with soft labels
     (:func:`soft_crop_rows`), and crops of the validation reviews that break ties of ``C``."""
 
-    per_review: int = 0                     # crops of each train review; their teacher cross-fitted
+    per_review: int = 0  # crops of each train review; their teacher cross-fitted
     label_weight: float = 0.5
-    unlabeled: pd.DataFrame | None = None   # reviews without labels (``text``), e.g. IMDB's 50,000
-    per_unlabeled_review: int = 0           # crops of each: "label" NBSVM's class for the whole review
+    unlabeled: pd.DataFrame | None = None  # reviews without labels (``text``), e.g. IMDB's 50,000
+    per_unlabeled_review: int = 0  # crops of each: "label" NBSVM's class for the whole review
     validation: pd.DataFrame | None = None  # crops of the validation reviews (``text``, ``label``): ties of C
 
     @property
@@ -213,14 +263,16 @@ class CropRows:
         return len(self.unlabeled) if self.unlabeled is not None and self.per_unlabeled_review else 0
 
 
-def pseudo_labelled_crop_rows(teacher, unlabeled: pd.DataFrame, per_review: int, label_weight: float, seed: int,
-                              num_classes: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+def pseudo_labelled_crop_rows(
+    teacher, unlabeled: pd.DataFrame, per_review: int, label_weight: float, seed: int, num_classes: int
+) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Training rows (:func:`soft_crop_rows`) for ``per_review`` crops of every unlabeled review: a crop's label is
     ``teacher``'s class for its whole review (the crop alone is often neutral), mixed with its probability on it."""
     review_class = class_probabilities(teacher, unlabeled["text"].tolist(), num_classes).argmax(axis=1)
     crops = sentence_crops(unlabeled[["text"]].assign(label=review_class), seed, per_review)
-    return soft_crop_rows(crops, class_probabilities(teacher, crops["text"].tolist(), num_classes), label_weight,
-                          num_classes)
+    return soft_crop_rows(
+        crops, class_probabilities(teacher, crops["text"].tolist(), num_classes), label_weight, num_classes
+    )
 
 
 def _chosen_c(fitted: dict, accuracy: dict[float, float], vectorizer, val_crops: pd.DataFrame | None) -> float:
@@ -246,18 +298,31 @@ def _estimate(seconds: list[float], remaining: int) -> str:
     if not seconds:
         return ""
     growth = max(1.0, seconds[-1] / seconds[-2]) if len(seconds) > 1 and seconds[-2] > 0 else 1.0
-    return f", about {duration(sum(seconds[-1] * growth ** step for step in range(1, remaining + 1)))} left"
+    return f", about {duration(sum(seconds[-1] * growth**step for step in range(1, remaining + 1)))} left"
 
 
-def _fit_each_c(features, labels: np.ndarray, weights: np.ndarray | None, val_features, val_labels: np.ndarray,
-                c_values: Sequence[float], seed: int, progress: Callable[[str], None]) -> tuple[dict, dict, dict]:
+def _fit_each_c(
+    features,
+    labels: np.ndarray,
+    weights: np.ndarray | None,
+    val_features,
+    val_labels: np.ndarray,
+    c_values: Sequence[float],
+    seed: int,
+    progress: Callable[[str], None],
+) -> tuple[dict, dict, dict]:
     """An NBSVM per ``C``, smallest first: ``(fitted, validation accuracy, validation rows right)`` by ``C``."""
     import time
 
-    fitted, accuracy, correct, seconds = {}, {}, {}, []
+    fitted: dict[float, NaiveBayesLogisticRegression] = {}
+    accuracy: dict[float, float] = {}
+    correct: dict[float, np.ndarray] = {}
+    seconds: list[float] = []
     for index, c in enumerate(sorted(c_values)):
-        progress(f"C {c:g} [{index + 1}/{len(c_values)}] on {features.shape[0]:,} rows"
-                 + _estimate(seconds, len(c_values) - index))
+        progress(
+            f"C {c:g} [{index + 1}/{len(c_values)}] on {features.shape[0]:,} rows"
+            + _estimate(seconds, len(c_values) - index)
+        )
         began = time.perf_counter()
         fitted[c] = NaiveBayesLogisticRegression(C=c, seed=seed).fit(features, labels, weights)
         correct[c] = fitted[c].predict(val_features) == val_labels
@@ -266,9 +331,16 @@ def _fit_each_c(features, labels: np.ndarray, weights: np.ndarray | None, val_fe
     return fitted, accuracy, correct
 
 
-def nbsvm_baseline(train: pd.DataFrame, val: pd.DataFrame, c_values: Sequence[float] = (0.1,),
-                   ngram_max: int = 3, max_features: int = 800_000, seed: int = 0,
-                   crops: CropRows = CropRows(), progress: Callable[[str], None] = _silent) -> FittedBaseline:
+def nbsvm_baseline(
+    train: pd.DataFrame,
+    val: pd.DataFrame,
+    c_values: Sequence[float] = (0.1,),
+    ngram_max: int = 3,
+    max_features: int = 800_000,
+    seed: int = 0,
+    crops: CropRows = CropRows(),
+    progress: Callable[[str], None] = _silent,
+) -> FittedBaseline:
     """NBSVM fitted on ``train`` (``text``, ``label``), its ``C`` the best of ``c_values`` on ``val``.
 
     The vectorizer is fitted once on the train reviews; each ``C`` refits only the regression. Ties go to the
@@ -293,45 +365,96 @@ def nbsvm_baseline(train: pd.DataFrame, val: pd.DataFrame, c_values: Sequence[fl
     if crops.per_review:
         progress(f"{crops.per_review} crops of each train review, labelled by NBSVMs fitted on each half")
         own = sentence_crops(train, seed, crops.per_review)
-        parts.append(soft_crop_rows(own, crop_teacher(train, own, c_values, ngram_max, max_features, seed,
-                                                      num_classes), crops.label_weight, num_classes))
+        parts.append(
+            soft_crop_rows(
+                own,
+                crop_teacher(train, own, c_values, ngram_max, max_features, seed, num_classes),
+                crops.label_weight,
+                num_classes,
+            )
+        )
     if crops.unlabeled_reviews:
-        progress(f"{crops.per_unlabeled_review} crops of each of {crops.unlabeled_reviews:,} unlabeled reviews, "
-                 "labelled by an NBSVM fitted on the train reviews")
-        teacher = _fitted_pipeline(vectorizer, NaiveBayesLogisticRegression(C=teacher_c(c_values), seed=seed).fit(
-            train_features, labels))  # every train review: the unlabeled ones are not among them
-        parts.append(pseudo_labelled_crop_rows(teacher, crops.unlabeled, crops.per_unlabeled_review,
-                                               crops.label_weight, seed + 1, num_classes))
+        progress(
+            f"{crops.per_unlabeled_review} crops of each of {crops.unlabeled_reviews:,} unlabeled reviews, "
+            "labelled by an NBSVM fitted on the train reviews"
+        )
+        teacher = _fitted_pipeline(
+            vectorizer, NaiveBayesLogisticRegression(C=teacher_c(c_values), seed=seed).fit(train_features, labels)
+        )  # every train review: the unlabeled ones are not among them
+        parts.append(
+            pseudo_labelled_crop_rows(
+                teacher, crops.unlabeled, crops.per_unlabeled_review, crops.label_weight, seed + 1, num_classes
+            )
+        )
     weights = None
     if parts:
         progress(f"n-gram counts of {sum(len(texts) for texts, _, _ in parts):,} crop rows")
         train_features = sparse.vstack([train_features, *(vectorizer.transform(texts) for texts, _, _ in parts)])
         labels = np.concatenate([labels, *(part[1] for part in parts)])
         weights = np.concatenate([np.ones(len(train)), *(part[2] for part in parts)])
-    fitted, accuracy, correct = _fit_each_c(train_features.tocsr(), labels, weights, vectorizer.transform(val["text"]),
-                                            val["label"].to_numpy(), c_values, seed, progress)
+    fitted, accuracy, correct = _fit_each_c(
+        train_features.tocsr(),
+        labels,
+        weights,
+        vectorizer.transform(val["text"]),
+        val["label"].to_numpy(),
+        c_values,
+        seed,
+        progress,
+    )
     best = _chosen_c(fitted, accuracy, vectorizer, crops.validation)
     from pipeline.metrics import cross_fitted_accuracy
 
-    params = {"nbsvm.ngram_range": f"1,{ngram_max}", "nbsvm.max_features": max_features, "nbsvm.C": best,
-              "nbsvm.C_grid": ",".join(f"{c:g}" for c in sorted(c_values)),
-              "nbsvm.vocabulary": len(vectorizer.vocabulary_), **_crop_params(crops)}
-    return FittedBaseline(_fitted_pipeline(vectorizer, fitted[best]), params, accuracy, accuracy[best],
-                          cross_fitted_accuracy(correct), time.perf_counter() - started)
+    params = {
+        "nbsvm.ngram_range": f"1,{ngram_max}",
+        "nbsvm.max_features": max_features,
+        "nbsvm.C": best,
+        "nbsvm.C_grid": ",".join(f"{c:g}" for c in sorted(c_values)),
+        "nbsvm.vocabulary": len(vectorizer.vocabulary_),
+        **_crop_params(crops),
+    }
+    return FittedBaseline(
+        _fitted_pipeline(vectorizer, fitted[best]),
+        params,
+        accuracy,
+        accuracy[best],
+        cross_fitted_accuracy(correct),
+        time.perf_counter() - started,
+    )
 
 
 def _crop_params(crops: CropRows) -> dict:
     """What an NBSVM run logs of itself beside its n-grams and C: the model and what it read besides the reviews."""
     unlabeled = crops.unlabeled_reviews
-    params = {"model": "nbsvm", "nbsvm.binary": True, "nbsvm.token_pattern": NBSVM_TOKEN_PATTERN,
-              "nbsvm.crops_per_review": crops.per_review,
-              "nbsvm.unlabeled_crops_per_review": crops.per_unlabeled_review if unlabeled else 0,
-              "nbsvm.unlabeled_reviews": unlabeled}
+    params = {
+        "model": "nbsvm",
+        "nbsvm.binary": True,
+        "nbsvm.token_pattern": NBSVM_TOKEN_PATTERN,
+        "nbsvm.crops_per_review": crops.per_review,
+        "nbsvm.unlabeled_crops_per_review": crops.per_unlabeled_review if unlabeled else 0,
+        "nbsvm.unlabeled_reviews": unlabeled,
+    }
     if crops.per_review or unlabeled:
         params["nbsvm.crop_label_weight"] = crops.label_weight
     if crops.validation is not None:
         params["nbsvm.C_ties"] = "best on the validation crops"
     return params
+
+
+TFIDF_NGRAM_RANGE, TFIDF_MIN_DF, TFIDF_MAX_FEATURES, TFIDF_C = (1, 2), 2, 300_000, 4.0
+
+
+def tfidf_params() -> dict[str, object]:
+    """The TF-IDF reference's settings as a run logs them (``tfidf_baseline`` builds its model from the same)."""
+    low, high = TFIDF_NGRAM_RANGE
+    return {
+        "model": f"tfidf-{low}-{high}gram+logistic-regression",
+        "tfidf.ngram_range": f"{low},{high}",
+        "tfidf.min_df": TFIDF_MIN_DF,
+        "tfidf.max_features": TFIDF_MAX_FEATURES,
+        "tfidf.sublinear_tf": True,
+        "logreg.C": TFIDF_C,
+    }
 
 
 def tfidf_baseline(train: pd.DataFrame, seed: int):
@@ -341,8 +464,10 @@ def tfidf_baseline(train: pd.DataFrame, seed: int):
     from sklearn.pipeline import make_pipeline
 
     model = make_pipeline(
-        TfidfVectorizer(ngram_range=(1, 2), min_df=2, max_features=300_000, sublinear_tf=True),
-        LogisticRegression(C=4.0, max_iter=2000, random_state=seed),
+        TfidfVectorizer(
+            ngram_range=TFIDF_NGRAM_RANGE, min_df=TFIDF_MIN_DF, max_features=TFIDF_MAX_FEATURES, sublinear_tf=True
+        ),
+        LogisticRegression(C=TFIDF_C, max_iter=2000, random_state=seed),
     )
     return model.fit(train["text"], train["label"])
 

@@ -91,8 +91,11 @@ def multiclass_metrics(labels: np.ndarray, probabilities: np.ndarray, names: lis
         "f1": float(skm.f1_score(labels, predictions, average="macro", labels=classes, zero_division=0)),
         "macro_f1": float(skm.f1_score(labels, predictions, average="macro", labels=classes, zero_division=0)),
         "weighted_f1": float(skm.f1_score(labels, predictions, average="weighted", labels=classes, zero_division=0)),
-        "roc_auc": (float(skm.roc_auc_score(labels, probabilities, multi_class="ovr", labels=classes))
-                    if len(present) == len(classes) else float("nan")),
+        "roc_auc": (
+            float(skm.roc_auc_score(labels, probabilities, multi_class="ovr", labels=classes))
+            if len(present) == len(classes)
+            else float("nan")
+        ),
         "log_loss": float(skm.log_loss(labels, probabilities, labels=classes)),
         "ece": expected_calibration_error(labels, probabilities),
     }
@@ -126,8 +129,9 @@ def mcnemar_exact(correct_a: np.ndarray, correct_b: np.ndarray) -> dict[str, flo
     return {"only_a_correct": b, "only_b_correct": c, "p_value": p_value}
 
 
-def paired_bootstrap_difference(correct_a: np.ndarray, correct_b: np.ndarray, samples: int = 2000,
-                                seed: int = 0, confidence: float = 0.95) -> dict[str, float]:
+def paired_bootstrap_difference(
+    correct_a: np.ndarray, correct_b: np.ndarray, samples: int = 2000, seed: int = 0, confidence: float = 0.95
+) -> dict[str, float]:
     """Bootstrap CI of accuracy(A) - accuracy(B), resampling test examples with both models paired.
 
     ``correct_a``/``correct_b`` are ``[seeds, examples]`` (or ``[examples]``) booleans; each
@@ -145,8 +149,12 @@ def paired_bootstrap_difference(correct_a: np.ndarray, correct_b: np.ndarray, sa
     for i in range(samples):
         draws[i] = per_example[rng.integers(0, n, n)].mean()
     tail = (1.0 - confidence) / 2
-    return {"difference": float(per_example.mean()), "ci_low": float(np.quantile(draws, tail)),
-            "ci_high": float(np.quantile(draws, 1 - tail)), "samples": samples}
+    return {
+        "difference": float(per_example.mean()),
+        "ci_low": float(np.quantile(draws, tail)),
+        "ci_high": float(np.quantile(draws, 1 - tail)),
+        "samples": samples,
+    }
 
 
 def _weighted_auc(scores: np.ndarray, positive: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -172,20 +180,27 @@ def _resampled_scores(labels: np.ndarray, probabilities: np.ndarray, weights: np
     predicted = probabilities.argmax(axis=1)
     total = weights.sum(axis=1)
     accuracy = weights @ (predicted == labels) / total
-    f1, auc = [], []
-    for target in ([1] if classes == 2 else range(classes)):
+    f1_rows: list[np.ndarray] = []
+    auc: list[np.ndarray] = []
+    for target in [1] if classes == 2 else range(classes):
         true, hat = labels == target, predicted == target
         hits, misses = weights @ (true & hat), weights @ (true ^ hat)  # true positives; false ones of both kinds
         with np.errstate(invalid="ignore", divide="ignore"):
-            f1.append(np.where(2 * hits + misses > 0, 2 * hits / (2 * hits + misses), np.nan))
+            f1_rows.append(np.where(2 * hits + misses > 0, 2 * hits / (2 * hits + misses), np.nan))
         auc.append(_weighted_auc(probabilities[:, target], true, weights))
-    f1 = np.stack(f1)
+    f1 = np.stack(f1_rows)
     f1 = np.nan_to_num(f1[0]) if classes == 2 else np.nanmean(f1, axis=0)  # an absent class: 0, or not counted
     return np.stack([accuracy, f1, np.mean(auc, axis=0)], axis=1)  # a class absent: NaN, as scikit-learn refuses
 
 
-def bootstrap_intervals(labels: np.ndarray, probabilities: np.ndarray, names: list[str], samples: int = 500,
-                        seed: int = 0, confidence: float = 0.95) -> dict[str, dict[str, float]]:
+def bootstrap_intervals(
+    labels: np.ndarray,
+    probabilities: np.ndarray,
+    names: list[str],
+    samples: int = 500,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> dict[str, dict[str, float]]:
     """Percentile bootstrap CIs (test examples resampled) of accuracy, F1 and ROC AUC.
 
     F1 and ROC AUC as in :func:`classification_metrics`: of the positive class for two classes,
@@ -198,15 +213,18 @@ def bootstrap_intervals(labels: np.ndarray, probabilities: np.ndarray, names: li
     if probabilities.shape[1] != len(names):
         raise ValueError(f"{probabilities.shape[1]} probability columns for {len(names)} class names")
     rng, rows = np.random.default_rng(seed), len(labels)
-    draws = []
+    batches: list[np.ndarray] = []
     for first in range(0, samples, 100):
-        counts = np.stack([np.bincount(rng.integers(0, rows, rows), minlength=rows)
-                           for _ in range(min(100, samples - first))]).astype(np.float64)
-        draws.append(_resampled_scores(labels, probabilities, counts))
-    draws = np.concatenate(draws)
+        counts = np.stack(
+            [np.bincount(rng.integers(0, rows, rows), minlength=rows) for _ in range(min(100, samples - first))]
+        ).astype(np.float64)
+        batches.append(_resampled_scores(labels, probabilities, counts))
+    draws = np.concatenate(batches)
     tail = (1.0 - confidence) / 2
-    return {name: {"low": float(np.nanquantile(draws[:, i], tail)), "high": float(np.nanquantile(draws[:, i], 1 - tail))}
-            for i, name in enumerate(("accuracy", "f1", "roc_auc"))}
+    return {
+        name: {"low": float(np.nanquantile(draws[:, i], tail)), "high": float(np.nanquantile(draws[:, i], 1 - tail))}
+        for i, name in enumerate(("accuracy", "f1", "roc_auc"))
+    }
 
 
 # --------------------------------------------------------------------------- comparing two models
@@ -217,8 +235,10 @@ SIGNIFICANCE_LEVEL = 0.05
 def compare_pair(correct_a: np.ndarray, correct_b: np.ndarray, labels: list[dict], samples: int) -> dict:
     """Accuracy difference A - B over matched rows (one per seed, or per seed and other-factor level):
     a McNemar test per matched pair and a paired bootstrap CI of the mean difference."""
-    per_pair = [{**label, **mcnemar_exact(a, b), "accuracy_difference": float(a.mean() - b.mean())}
-                for label, a, b in zip(labels, correct_a, correct_b)]
+    per_pair = [
+        {**label, **mcnemar_exact(a, b), "accuracy_difference": float(a.mean() - b.mean())}
+        for label, a, b in zip(labels, correct_a, correct_b)
+    ]
     bootstrap = paired_bootstrap_difference(correct_a, correct_b, samples=samples, seed=0)
     ci_excludes_zero = bootstrap["ci_low"] > 0 or bootstrap["ci_high"] < 0
     all_pairs_significant = all(s["p_value"] < SIGNIFICANCE_LEVEL for s in per_pair)
@@ -228,13 +248,16 @@ def compare_pair(correct_a: np.ndarray, correct_b: np.ndarray, labels: list[dict
         "bootstrap": bootstrap,
         "mcnemar": per_pair,
         "significant": bool(ci_excludes_zero and all_pairs_significant and same_sign),
-        "criterion": (f"significant when the paired bootstrap {int(100 * 0.95)}% CI excludes 0, every seed-matched "
-                      f"McNemar test has p < {SIGNIFICANCE_LEVEL}, and all pairs agree on the sign"),
+        "criterion": (
+            f"significant when the paired bootstrap {int(100 * 0.95)}% CI excludes 0, every seed-matched "
+            f"McNemar test has p < {SIGNIFICANCE_LEVEL}, and all pairs agree on the sign"
+        ),
     }
 
 
-def best_fusion_weight(val_transformer: np.ndarray, val_lexical: np.ndarray, val_labels: np.ndarray,
-                       steps: int) -> tuple[float, dict[float, float], float]:
+def best_fusion_weight(
+    val_transformer: np.ndarray, val_lexical: np.ndarray, val_labels: np.ndarray, steps: int
+) -> tuple[float, dict[float, float], float]:
     """The Transformer's weight in the fusion with the best validation accuracy (ties: lower log loss).
 
     Returns the weight, the validation accuracy of every weight tried (0, 1/(steps-1), ..., 1), and the
@@ -252,8 +275,9 @@ def best_fusion_weight(val_transformer: np.ndarray, val_lexical: np.ndarray, val
     return best, {w: s[0] for w, s in scores.items()}, cross_fitted_accuracy(correct)
 
 
-def cross_fitted_fusion(transformer: np.ndarray, lexical: np.ndarray, labels: np.ndarray, groups: np.ndarray,
-                        steps: int, seed: int = 0) -> tuple[float, np.ndarray]:
+def cross_fitted_fusion(
+    transformer: np.ndarray, lexical: np.ndarray, labels: np.ndarray, groups: np.ndarray, steps: int, seed: int = 0
+) -> tuple[float, np.ndarray]:
     """The fusion weight chosen on all rows (:func:`best_fusion_weight`), and every row's probabilities fused with the
     weight chosen on the other half of the rows: an honest validation figure for a weight chosen on these rows.
     Halves hold whole ``groups`` (the review a sentence crop was cut from goes with the crop); at least two groups."""
@@ -283,8 +307,12 @@ def accuracy_interval(correct: np.ndarray, z: float = 1.96) -> dict[str, float]:
     centre = (accuracy + z * z / (2 * rows)) / scale
     half = z * np.sqrt(accuracy * (1.0 - accuracy) / rows + z * z / (4 * rows * rows)) / scale
     # the interval always holds the accuracy; min/max only undo rounding at 0 and 1
-    return {"rows": rows, "accuracy": accuracy, "ci_low": float(max(0.0, min(centre - half, accuracy))),
-            "ci_high": float(min(1.0, max(centre + half, accuracy)))}
+    return {
+        "rows": rows,
+        "accuracy": accuracy,
+        "ci_low": float(max(0.0, min(centre - half, accuracy))),
+        "ci_high": float(min(1.0, max(centre + half, accuracy))),
+    }
 
 
 def accuracy_by_group(correct: np.ndarray, groups: np.ndarray, order: list[str]) -> list[dict]:

@@ -11,18 +11,15 @@ writes an MLflow filter string; stages call the named queries below.
 from __future__ import annotations
 
 import os
-import time
 import warnings
 from pathlib import Path
 from typing import Any
 
-import keras
 import mlflow
 
 from pipeline.config import Config, ModelConfig, TrackingConfig
 from pipeline.core.errors import PipelineError
 from pipeline.core.files import code_version
-from pipeline.model.explain import TOP_ITEMS
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 CHAMPION_ALIAS = "champion"
@@ -69,7 +66,7 @@ def absolute_tracking_uri(uri: str) -> str:
     """``uri`` with a relative SQLite path made absolute, for a process started in another folder."""
     prefix = "sqlite:///"
     if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
-        return prefix + str(Path(uri[len(prefix):]).resolve())
+        return prefix + str(Path(uri[len(prefix) :]).resolve())
     return uri
 
 
@@ -100,8 +97,9 @@ def setup_tracking(tracking: TrackingConfig) -> str:
     mlflow.set_tracking_uri(tracking_uri(tracking))
     experiment = mlflow.set_experiment(tracking.experiment_name)
     if experiment.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
-        mlflow.tracking.MlflowClient().set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG,
-                                                          EXPERIMENT_KIND)
+        mlflow.tracking.MlflowClient().set_experiment_tag(
+            experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND
+        )
     return experiment.experiment_id
 
 
@@ -121,9 +119,9 @@ def flat_params(config: Config) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- tags
 
-STAGE_TAG = "pipeline_stage"             # which stage made a run: one of the values below
+STAGE_TAG = "pipeline_stage"  # which stage made a run: one of the values below
 TRAIN_STAGE, COMPARE_STAGE, BASELINE_STAGE, PRETRAIN_STAGE = "train", "compare", "baseline", "pretrain"
-FUSION_STAGE = "fusion"                  # a fused model: a Transformer run and the NBSVM run, one pyfunc
+FUSION_STAGE = "fusion"  # a fused model: a Transformer run and the NBSVM run, one pyfunc
 PSEUDO_LABEL_STAGE = "pseudo_label"
 PSEUDO_LABELS_FROM_TAG = "pseudo_labels_from"  # on a classifier run: the pseudo-label run its extra data came from
 PRETRAINED_FROM_TAG = "pretrained_from"  # on a classifier run: the pretraining run its backbone came from
@@ -135,44 +133,57 @@ CHECKPOINT_ARTIFACTS = "checkpoint"
 FUSION_WEIGHT_PARAM = "fusion.transformer_weight"
 FUSION_WEIGHTS_TRIED_PARAM = "fusion.weights_tried"
 FUSION_SHORT_WEIGHT_PARAM = "fusion.short_transformer_weight"  # a length-aware fusion's weight for short texts
-FUSION_SHORT_WORDS_PARAM = "fusion.short_max_words"            # and the words up to which a text is short
+FUSION_SHORT_WORDS_PARAM = "fusion.short_max_words"  # and the words up to which a text is short
 FUSION_TRANSFORMER_RUN_PARAM = "fusion.transformer_run"
 FUSION_LEXICAL_RUN_PARAM = "fusion.lexical_run"
-COMPARE_KEY_TAG = "compare_key"          # a comparison's identity: factor, config hash, tokenizer hash
-FACTOR_TAG = "factor"                    # on a comparison: its design (main, position; "pooling" before)
-VARIANT_TAG = "variant"                  # on a comparison's child: the candidate it is a run of
-MODEL_KIND_TAG = "model_kind"            # on a run with a pipeline model: transformer, lexical or fusion
+COMPARE_KEY_TAG = "compare_key"  # a comparison's identity: factor, config hash, tokenizer hash
+FACTOR_TAG = "factor"  # on a comparison: its design (main, position; "pooling" before)
+VARIANT_TAG = "variant"  # on a comparison's child: the candidate it is a run of
+MODEL_KIND_TAG = "model_kind"  # on a run with a pipeline model: transformer, lexical or fusion
 FUSED_FROM_TAGS = ("fused_transformer_run", "fused_lexical_run")  # on a fused run: the runs it combines
 CHAMPION_DESIGNS = ("main", "tuned", "pooling")  # designs whose runs `make register` chooses from ("pooling":
-                                                  # stores written before the factors came from the config)
-# what a logged model imports to answer (the package travels with it as code), pinned when it is logged
-MODEL_DISTRIBUTIONS = ("tensorflow", "tensorflow-text", "keras", "keras-hub", "mlflow", "pandas", "numpy",
-                       "scikit-learn", "scipy", "joblib", "pyyaml")
-MEMBERS_TAG = "model_run_ids"            # on a comparison: its model runs, comma-separated
+# stores written before the factors came from the config)
+MEMBERS_TAG = "model_run_ids"  # on a comparison: its model runs, comma-separated
 CANDIDATES_TAG = "model_run_candidates"  # on a comparison: JSON run id -> the candidate it is a run of
-PARENT_RUN_TAG = "mlflow.parentRunId"    # MLflow's own: shows a run under its parent in the UI
-VERSION_POOLING_TAG = "pooling"          # on a registered model version: the champion's pooling
-VERSION_KIND_TAG = "model_kind"          # on a registered model version: transformer, lexical or fusion
+PARENT_RUN_TAG = "mlflow.parentRunId"  # MLflow's own: shows a run under its parent in the UI
+VERSION_POOLING_TAG = "pooling"  # on a registered model version: the champion's pooling
+VERSION_KIND_TAG = "model_kind"  # on a registered model version: transformer, lexical or fusion
 VERSION_COMPARISON_TAG = "comparison_run_id"  # on a registered model version: where it was chosen
 EXPORT_ARTIFACTS = "export/saved_model"  # on a model's run: its exported TensorFlow SavedModel (make export)
-VERSION_EXPORT_TAG = "saved_model"       # on a registered model version: the URI of its exported SavedModel
+VERSION_EXPORT_TAG = "saved_model"  # on a registered model version: the URI of its exported SavedModel
 VALIDATED_MIN_WORDS = "validated_min_words"  # a metric of an evaluated run: the shortest text it was validated on
 
 
 def standard_tags(model: ModelConfig, config_hash: str, stage: str, **extra: str) -> dict[str, str]:
-    return {STAGE_TAG: stage, "pooling": model.pooling, "position": model.position,
-            "init": model.init, "config_hash": config_hash, "code_version": code_version(), **extra}
+    return {
+        STAGE_TAG: stage,
+        "pooling": model.pooling,
+        "position": model.position,
+        "init": model.init,
+        "config_hash": config_hash,
+        "code_version": code_version(),
+        **extra,
+    }
 
 
 def comparison_tags(key: str, factor: str, variants, seeds) -> dict[str, str]:
-    return {STAGE_TAG: COMPARE_STAGE, COMPARE_KEY_TAG: key, FACTOR_TAG: factor, "variants": ",".join(variants),
-            "seeds": ",".join(map(str, seeds))}
+    return {
+        STAGE_TAG: COMPARE_STAGE,
+        COMPARE_KEY_TAG: key,
+        FACTOR_TAG: factor,
+        "variants": ",".join(variants),
+        "seeds": ",".join(map(str, seeds)),
+    }
 
 
 def tag_champion_version(name: str, version: str, run, comparison_id: str) -> None:
     client = mlflow.tracking.MlflowClient()
-    client.set_model_version_tag(name, version, VERSION_POOLING_TAG, run.data.params.get("model.pooling")
-                                 or run.data.params.get("fused.model.pooling", ""))
+    client.set_model_version_tag(
+        name,
+        version,
+        VERSION_POOLING_TAG,
+        run.data.params.get("model.pooling") or run.data.params.get("fused.model.pooling", ""),
+    )
     client.set_model_version_tag(name, version, VERSION_KIND_TAG, run.data.tags.get(MODEL_KIND_TAG, "transformer"))
     client.set_model_version_tag(name, version, VERSION_COMPARISON_TAG, comparison_id)
 
@@ -182,46 +193,14 @@ def baseline_tags(key: str, variant: str) -> dict[str, str]:
 
 
 def fusion_tags(key: str, variant: str, transformer_run_id: str, lexical_run_id: str) -> dict[str, str]:
-    return {STAGE_TAG: FUSION_STAGE, VARIANT_TAG: variant, COMPARE_KEY_TAG: key, MODEL_KIND_TAG: "fusion",
-            FUSED_FROM_TAGS[0]: transformer_run_id, FUSED_FROM_TAGS[1]: lexical_run_id}
-
-
-def pinned_requirements(distributions: tuple[str, ...] = MODEL_DISTRIBUTIONS) -> list[str]:
-    """``name==version`` of each distribution as installed in this process, the versions a model is logged with:
-    ``mlflow models serve`` or ``build-docker`` with a virtualenv or conda environment then rebuilds those, not
-    whatever is newest that day. A distribution that is not installed is an error naming it."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    pins = []
-    for name in distributions:
-        try:
-            pins.append(f"{name}=={version(name)}")
-        except PackageNotFoundError:
-            raise PipelineError(f"cannot pin {name} for a logged model: it is not installed (`make setup`)") from None
-    return pins
-
-
-MODEL_PARAMS = {"explain": False, "explain_top": TOP_ITEMS}  # PipelineModel.predict's params and their defaults
-
-
-def log_pipeline_model(python_model, artifacts: dict[str, str], example_texts) -> str:
-    """Log one of the pipeline's pyfunc models (``pipeline.model.classifiers``) on the active run; returns its URI.
-
-    The logged instance is empty: MLflow pickles it, and its parts are loaded from ``artifacts`` by
-    ``load_context``. The package travels with it (``code_paths``), so the model loads without an install; its
-    requirements are the exact versions of this environment (:func:`pinned_requirements`).
-    """
-    import pandas as pd
-
-    example = pd.DataFrame({"text": list(example_texts)})
-    loaded = type(python_model).from_artifacts(artifacts)
-    info = mlflow.pyfunc.log_model(
-        name="model", python_model=python_model, artifacts=artifacts,
-        code_paths=[str(Path(__file__).resolve().parent)],
-        # the request options: mlflow models serve and spark_udf pass only the params the signature declares
-        signature=mlflow.models.infer_signature(example, loaded.predict(None, example), params=MODEL_PARAMS),
-        input_example=example, pip_requirements=pinned_requirements())
-    return info.model_uri
+    return {
+        STAGE_TAG: FUSION_STAGE,
+        VARIANT_TAG: variant,
+        COMPARE_KEY_TAG: key,
+        MODEL_KIND_TAG: "fusion",
+        FUSED_FROM_TAGS[0]: transformer_run_id,
+        FUSED_FROM_TAGS[1]: lexical_run_id,
+    }
 
 
 def set_members(members: dict[str, str]) -> None:
@@ -261,17 +240,23 @@ def _find_runs(tracking: TrackingConfig, tags: dict[str, str], finished: bool = 
     clauses = [f"tags.`{name}` = '{value}'" for name, value in tags.items()]
     if finished:
         clauses.append("attributes.status = 'FINISHED'")
-    return mlflow.search_runs(experiment_names=[tracking.experiment_name], output_format="list",
-                              filter_string=" and ".join(clauses), order_by=["attributes.start_time DESC"],
-                              max_results=1)
+    return mlflow.search_runs(
+        experiment_names=[tracking.experiment_name],
+        output_format="list",
+        filter_string=" and ".join(clauses),
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
 
 
 def latest_training_run_id(tracking: TrackingConfig) -> str:
     """The newest finished training run of the experiment."""
     runs = _find_runs(tracking, {STAGE_TAG: TRAIN_STAGE}, finished=True)
     if not runs:
-        raise PipelineError(f"no finished training run in MLflow experiment {tracking.experiment_name!r}: "
-                            "run `make train` first (or pass --run RUN_ID)")
+        raise PipelineError(
+            f"no finished training run in MLflow experiment {tracking.experiment_name!r}: "
+            "run `make train` first (or pass --run RUN_ID)"
+        )
     return runs[0].info.run_id
 
 
@@ -289,20 +274,33 @@ def find_baseline_run(tracking: TrackingConfig, key: str, variant: str):
 
 def find_fusion_run(tracking: TrackingConfig, key: str, transformer_run_id: str, lexical_run_id: str):
     """The finished fused run of these two runs in the comparison with this key, or None."""
-    runs = _find_runs(tracking, {STAGE_TAG: FUSION_STAGE, COMPARE_KEY_TAG: key, FUSED_FROM_TAGS[0]: transformer_run_id,
-                               FUSED_FROM_TAGS[1]: lexical_run_id}, finished=True)
+    runs = _find_runs(
+        tracking,
+        {
+            STAGE_TAG: FUSION_STAGE,
+            COMPARE_KEY_TAG: key,
+            FUSED_FROM_TAGS[0]: transformer_run_id,
+            FUSED_FROM_TAGS[1]: lexical_run_id,
+        },
+        finished=True,
+    )
     return runs[0] if runs else None
 
 
 def latest_champion_comparison(tracking: TrackingConfig):
     """The comparison that finished last among those whose model runs are candidates for `make register`
     (``CHAMPION_DESIGNS``): a rerun comparison continues its old run, so its start time says nothing."""
-    runs = [run for name in CHAMPION_DESIGNS
-            for run in _find_runs(tracking, {STAGE_TAG: COMPARE_STAGE, FACTOR_TAG: name}, finished=True)]
+    runs = [
+        run
+        for name in CHAMPION_DESIGNS
+        for run in _find_runs(tracking, {STAGE_TAG: COMPARE_STAGE, FACTOR_TAG: name}, finished=True)
+    ]
     runs.sort(key=lambda run: run.info.end_time or run.info.start_time, reverse=True)
     if not runs:
-        raise PipelineError(f"no finished comparison in MLflow experiment {tracking.experiment_name!r}: "
-                            "run `make compare` first (finished runs are reused)")
+        raise PipelineError(
+            f"no finished comparison in MLflow experiment {tracking.experiment_name!r}: "
+            "run `make compare` first (finished runs are reused)"
+        )
     return runs[0]
 
 
@@ -310,28 +308,8 @@ def comparison_members(comparison) -> list:
     """The model runs a comparison lists in ``MEMBERS_TAG``."""
     member_ids = [i for i in comparison.data.tags.get(MEMBERS_TAG, "").split(",") if i]
     if not member_ids:
-        raise PipelineError(f"comparison run {comparison.info.run_id} lists no model runs: it did not finish; "
-                            "rerun `make compare`")
+        raise PipelineError(
+            f"comparison run {comparison.info.run_id} lists no model runs: it did not finish; rerun `make compare`"
+        )
     client = mlflow.tracking.MlflowClient()
     return [client.get_run(run_id) for run_id in member_ids]
-
-
-class MLflowEpochLogger(keras.callbacks.Callback):
-    """Logs Keras epoch metrics plus learning rate, epoch seconds and tokens per second."""
-
-    def __init__(self, tokens_per_epoch: int):
-        super().__init__()
-        self.tokens_per_epoch = tokens_per_epoch
-        self._started = 0.0
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._started = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        seconds = time.perf_counter() - self._started
-        metrics = {name: float(value) for name, value in (logs or {}).items()}
-        # With a schedule, Keras evaluates it at the optimizer's current step.
-        metrics["learning_rate"] = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
-        metrics["epoch_seconds"] = seconds
-        metrics["tokens_per_second"] = self.tokens_per_epoch / max(seconds, 1e-9)
-        mlflow.log_metrics(metrics, step=epoch)

@@ -36,8 +36,28 @@ requires_real_archive = pytest.mark.skipif(
 POSITIVE_WORDS = ["great", "wonderful", "superb", "brilliant", "loved", "excellent", "moving", "delightful"]
 NEGATIVE_WORDS = ["awful", "terrible", "boring", "worst", "hated", "dreadful", "dull", "painful"]
 NEUTRAL_WORDS = [
-    "the", "movie", "film", "plot", "actor", "scene", "story", "director", "music", "a", "and",
-    "was", "it", "this", "of", "camera", "ending", "character", "script", "cast", "to", "in",
+    "the",
+    "movie",
+    "film",
+    "plot",
+    "actor",
+    "scene",
+    "story",
+    "director",
+    "music",
+    "a",
+    "and",
+    "was",
+    "it",
+    "this",
+    "of",
+    "camera",
+    "ending",
+    "character",
+    "script",
+    "cast",
+    "to",
+    "in",
 ]
 
 
@@ -83,8 +103,9 @@ def make_archive(source_root: Path, archive_path: Path) -> Path:
     return archive_path
 
 
-def add_member(archive_path: Path, name: str, data: bytes = b"x", kind: bytes = tarfile.REGTYPE,
-               linkname: str = "") -> None:
+def add_member(
+    archive_path: Path, name: str, data: bytes = b"x", kind: bytes = tarfile.REGTYPE, linkname: str = ""
+) -> None:
     """Rewrite ``archive_path`` with one extra member (used to plant unsafe entries)."""
     with tarfile.open(archive_path, "r:gz") as old:
         members = [(m, old.extractfile(m).read() if m.isfile() else None) for m in old.getmembers()]
@@ -138,9 +159,13 @@ def pytest_collection_modifyitems(session, config, items):
     A reader that also needs its module's Spark session stays among the other Spark tests: moved to the end it
     would meet a worker without one and start Spark and its model-loading Python workers a second time (40 s).
     """
+
     def readers_of(names: set[str]) -> list:
-        return [item for item in items if names & set(getattr(item, "fixturenames", ()))
-                and "spark_setup" not in getattr(item, "fixturenames", ())]
+        return [
+            item
+            for item in items
+            if names & set(getattr(item, "fixturenames", ())) and "spark_setup" not in getattr(item, "fixturenames", ())
+        ]
 
     first, last = [], []
     for shared in ({"comparison", "own_comparison"}, {"preset_comparison"}):  # the two costliest builds
@@ -196,8 +221,9 @@ def fresh_mlflow_store(template: Path, path: Path) -> Path:
 
     shutil.copyfile(template, path)
     with contextlib.closing(sqlite3.connect(path)) as db, db:
-        db.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0",
-                   (str(Path.cwd() / "mlruns" / "0"),))
+        db.execute(
+            "UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0", (str(Path.cwd() / "mlruns" / "0"),)
+        )
     return path
 
 
@@ -207,7 +233,9 @@ def isolated_workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty_mlfl
     work.mkdir()
     monkeypatch.chdir(work)
     monkeypatch.delenv("IMDB_ARCHIVE", raising=False)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{fresh_mlflow_store(empty_mlflow_store, tmp_path / 'mlflow.db')}")
+    monkeypatch.setenv(
+        "MLFLOW_TRACKING_URI", f"sqlite:///{fresh_mlflow_store(empty_mlflow_store, tmp_path / 'mlflow.db')}"
+    )
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     monkeypatch.setenv("PIPELINE_LOG_FILE", str(tmp_path / "third_party.log"))  # a quiet run's MLflow lines: here
     return work
@@ -228,8 +256,11 @@ def smoke_config(tmp_path: Path, tiny_imdb_archive: Path):
     """The smoke config reading the tiny archive and writing under the test's folder."""
     return load_config(
         PROJECT_ROOT / "configs" / "smoke.yaml",
-        [f"data.archive={tiny_imdb_archive}", f"paths.data_dir={tmp_path / 'data'}",
-         f"paths.reports_dir={tmp_path / 'reports'}"],
+        [
+            f"data.archive={tiny_imdb_archive}",
+            f"paths.data_dir={tmp_path / 'data'}",
+            f"paths.reports_dir={tmp_path / 'reports'}",
+        ],
     )
 
 
@@ -249,11 +280,15 @@ def prepared_data(tmp_path_factory, empty_mlflow_store):
         if build:
             write_imdb_tree(root / "source", per_class=PREPARED_PER_CLASS, seed=3, unlabeled=PREPARED_UNLABELED)
             make_archive(root / "source", archive)
-        config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
-            f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}"])
+        config = load_config(
+            PROJECT_ROOT / "configs" / "smoke.yaml",
+            [f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}"],
+        )
         if build:
             with inside(root), pytest.MonkeyPatch.context() as patch:
-                patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{fresh_mlflow_store(empty_mlflow_store, root / 'mlflow.db')}")
+                patch.setenv(
+                    "MLFLOW_TRACKING_URI", f"sqlite:///{fresh_mlflow_store(empty_mlflow_store, root / 'mlflow.db')}"
+                )
                 ingest.run(config)
                 tokenize.run(config)
     return config
@@ -270,9 +305,16 @@ def prepared_config(prepared_data, tmp_path: Path):
 
 def fixture_config(root: Path, archive: Path, *settings: str):
     """The smoke config over ``archive``, writing data, reports and its MLflow store under ``root``."""
-    return load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
-        f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}",
-        f"tracking.tracking_uri=sqlite:///{root / 'mlflow.db'}", *settings])
+    return load_config(
+        PROJECT_ROOT / "configs" / "smoke.yaml",
+        [
+            f"data.archive={archive}",
+            f"paths.data_dir={root / 'data'}",
+            f"paths.reports_dir={root / 'reports'}",
+            f"tracking.tracking_uri=sqlite:///{root / 'mlflow.db'}",
+            *settings,
+        ],
+    )
 
 
 def run_stages(root: Path, config, empty_store: Path, *stages) -> None:
@@ -299,12 +341,15 @@ def trained_run(tmp_path_factory, empty_mlflow_store):
             write_imdb_tree(root / "source", per_class={"train": 150, "test": 60}, seed=1)
             make_archive(root / "source", archive)
         config = fixture_config(
-            root, archive, "training.epochs=12", "training.early_stopping_patience=3",
+            root,
+            archive,
+            "training.epochs=12",
+            "training.early_stopping_patience=3",
             "model.ngram_max=1",  # tokens alone, as models logged before n-grams: the comparison's models have them
         )
         if build:
             run_stages(root, config, empty_mlflow_store, ingest, tokenize, train)
-    run_dir, = (path.parent for path in (root / "data" / "train").glob("*/manifest.json"))  # the one run
+    (run_dir,) = (path.parent for path in (root / "data" / "train").glob("*/manifest.json"))  # the one run
     return config, run_dir
 
 
@@ -357,9 +402,16 @@ def preset_comparison(tmp_path_factory, empty_mlflow_store, minilm_checkpoint):
             write_imdb_tree(root / "source", per_class={"train": 60, "test": 30}, seed=5)
             make_archive(root / "source", archive)
             shutil.copytree(minilm_checkpoint, preset)
-        config = fixture_config(root, archive, f"model.preset={preset}", "model.ngram_max=1", "training.epochs=1",
-                                "training.fine_tune_learning_rate=0.0002", "compare.seeds=[1]",
-                                "compare.tfidf_baseline=false")
+        config = fixture_config(
+            root,
+            archive,
+            f"model.preset={preset}",
+            "model.ngram_max=1",
+            "training.epochs=1",
+            "training.fine_tune_learning_rate=0.0002",
+            "compare.seeds=[1]",
+            "compare.tfidf_baseline=false",
+        )
         if build:
             with offline():
                 run_stages(root, config, empty_mlflow_store, ingest, tokenize, compare, register)
@@ -395,7 +447,9 @@ def own_comparison(comparison, tmp_path):
     for name in ("data", "reports"):
         shutil.copytree(root / name, copy / name, symlinks=True)
     shutil.copy2(root / "mlflow.db", copy / "mlflow.db")
-    own = config.replace(paths={"data_dir": str(copy / "data"), "reports_dir": str(copy / "reports")},
-                         tracking={"tracking_uri": f"sqlite:///{copy / 'mlflow.db'}"})
+    own = config.replace(
+        paths={"data_dir": str(copy / "data"), "reports_dir": str(copy / "reports")},
+        tracking={"tracking_uri": f"sqlite:///{copy / 'mlflow.db'}"},
+    )
     mlflow.set_tracking_uri(own.tracking.tracking_uri)
     return own, copy / "reports" / report.name

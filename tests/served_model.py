@@ -9,10 +9,17 @@ from pipeline.stages.serve.command import serve_command, serve_environment
 
 
 def model_server(model_uri: str, tracking_uri: str, port: int | None = None, timeout: float = 240.0):
-    """``mlflow models serve`` of ``model_uri`` on 127.0.0.1 for a ``with`` block; yields its base URL once it answers."""
+    """``mlflow models serve`` of ``model_uri`` on 127.0.0.1 for a ``with`` block; yields its base URL once it
+    answers."""
     port = port or free_port()
-    return local_server(serve_command(model_uri, port), port, "/ping", f"mlflow models serve of {model_uri}",
-                        env=serve_environment(tracking_uri), timeout=timeout)
+    return local_server(
+        serve_command(model_uri, port),
+        port,
+        "/ping",
+        f"mlflow models serve of {model_uri}",
+        env=serve_environment(tracking_uri),
+        timeout=timeout,
+    )
 
 
 def invoke(base: str, records: list[dict], params: dict | None = None) -> list[dict]:

@@ -56,8 +56,9 @@ def build_from(path: Path, num_classes: int = 3, vocabulary_size: int = 300):
 def test_shipped_configs_are_the_yaml_files_beside_the_search_space():
     """SHIPPED, which the tests below parametrize over, holds every config in configs/ (none skipped)."""
     assert (PROJECT_ROOT / "configs" / SEARCH_SPACE).is_file()
-    assert SHIPPED == sorted(p.name for p in (PROJECT_ROOT / "configs").iterdir() if p.suffix in (".yaml", ".yml")
-                             and p.name != SEARCH_SPACE)
+    assert SHIPPED == sorted(
+        p.name for p in (PROJECT_ROOT / "configs").iterdir() if p.suffix in (".yaml", ".yml") and p.name != SEARCH_SPACE
+    )
     assert {"default.yaml", "smoke.yaml"} <= set(SHIPPED)
 
 
@@ -66,10 +67,13 @@ def test_each_shipped_config_builds_a_classifier_of_its_shape(name):
     build_from(PROJECT_ROOT / "configs" / name)
 
 
-@pytest.mark.parametrize("typo, message", [
-    ("hidden_dim: 16", "hidden_dimm"),
-    ("max_sequence_length: 32", "max_sequence_lenght"),
-])
+@pytest.mark.parametrize(
+    "typo, message",
+    [
+        ("hidden_dim: 16", "hidden_dimm"),
+        ("max_sequence_length: 32", "max_sequence_lenght"),
+    ],
+)
 def test_the_shipped_config_check_fails_on_a_broken_copy(tmp_path, typo, message):
     """The control: the check above fails on smoke.yaml with one key misspelt."""
     text = (PROJECT_ROOT / "configs" / "smoke.yaml").read_text()
@@ -89,7 +93,9 @@ def test_shipped_configs_load_with_every_value_they_set(name):
         for key, value in values.items():
             loaded = config[section][key]
             expected = list(value) if isinstance(value, (list, tuple)) else value
-            assert (list(loaded) if isinstance(loaded, (list, tuple)) else loaded) == expected, f"{name}: {section}.{key}"
+            assert (list(loaded) if isinstance(loaded, (list, tuple)) else loaded) == expected, (
+                f"{name}: {section}.{key}"
+            )
 
 
 def test_a_config_with_an_unknown_key_is_refused_naming_it(tmp_path):
@@ -100,8 +106,9 @@ def test_a_config_with_an_unknown_key_is_refused_naming_it(tmp_path):
 
 
 def test_overrides_are_typed_and_applied():
-    config = load_config(None, ["model.pooling=mean", "training.epochs=7", "compare.seeds=[4, 5]",
-                                "training.learning_rate=1"])
+    config = load_config(
+        None, ["model.pooling=mean", "training.epochs=7", "compare.seeds=[4, 5]", "training.learning_rate=1"]
+    )
     assert config.model.pooling == "mean"
     assert config.training.epochs == 7
     assert config.compare.seeds == (4, 5)
@@ -178,8 +185,9 @@ def test_gpu_config_loads_and_each_model_takes_a_step_on_cpu():
     adversarial.compile(optimizer="adam", loss="sparse_categorical_crossentropy", run_eagerly=True)
     assert np.isfinite(adversarial.train_on_batch(ids, np.array([0, 1])))
     masked_lm = build_masked_lm(config.model, vocabulary, length)
-    masked_lm.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      run_eagerly=True)
+    masked_lm.compile(
+        optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), run_eagerly=True
+    )
     positions = np.array([[1, 2, 3], [4, 5, 6]], dtype="int32")
     assert np.isfinite(masked_lm.train_on_batch({"token_ids": ids, "mask_positions": positions}, ids[:, 1:4]))
 
@@ -190,7 +198,9 @@ def test_the_comparison_design_comes_from_the_compare_section():
     assert design.fixed == () and design.champion_pool  # the other settings: as the model section says
     fixed = design_for(load_config(None, ["compare.token_embeddings=[word2vec]"]))
     assert fixed.fixed == (("model.token_embedding", "word2vec"),)
-    lever = design_for(load_config(None, ["compare.poolings=[first_token]", "compare.token_embeddings=[random, word2vec]"]))
+    lever = design_for(
+        load_config(None, ["compare.poolings=[first_token]", "compare.token_embeddings=[random, word2vec]"])
+    )
     assert lever.factors == (("model.token_embedding", ("random", "word2vec")),)
     assert ("model.pooling", "first_token") in lever.fixed
     assert design_for(load_config(), "position").report_name == "ablation_position"
@@ -203,7 +213,10 @@ def test_long_reviews_are_a_factor_and_windows_are_refused_with_a_preset():
     design = design_for(config)
     assert design.factors == (("model.long_reviews", ("truncate", "windows")),)
     assert [variant_name(v) for v in variants(design)] == ["truncate", "windows"]
-    assert [variant_config(config, design, v, 2).model.long_reviews for v in variants(design)] == ["truncate", "windows"]
+    assert [variant_config(config, design, v, 2).model.long_reviews for v in variants(design)] == [
+        "truncate",
+        "windows",
+    ]
     with pytest.raises(ConfigError, match="model.long_reviews must be one of"):
         load_config(None, ["model.long_reviews=whole"])
     with pytest.raises(ConfigError, match="set model.long_reviews=truncate"):
@@ -224,16 +237,19 @@ def test_ngrams_are_a_factor_named_by_their_setting():
     assert load_config(None, ["model.ngram_max=2"]).model.backbone()["ngram_buckets"] == 262_144
 
 
-@pytest.mark.parametrize("override, message", [
-    ("compare.poolings=[first_token, mean, max]", "max"),
-    ("compare.inits=[scratch, scratch]", "one or two different levels"),
-    ("compare.token_embeddings=[glove]", "glove"),
-    ("compare.fusion_weights=1", "fusion_weights"),
-    ("compare.ngrams=[1, 9]", "9"),
-    ("model.ngram_max=0", "model.ngram_max"),
-    ("model.ngram_buckets=1", "model.ngram_buckets"),
-    ("model.ngram_dropout=1.0", "model.ngram_dropout"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("compare.poolings=[first_token, mean, max]", "max"),
+        ("compare.inits=[scratch, scratch]", "one or two different levels"),
+        ("compare.token_embeddings=[glove]", "glove"),
+        ("compare.fusion_weights=1", "fusion_weights"),
+        ("compare.ngrams=[1, 9]", "9"),
+        ("model.ngram_max=0", "model.ngram_max"),
+        ("model.ngram_buckets=1", "model.ngram_buckets"),
+        ("model.ngram_dropout=1.0", "model.ngram_dropout"),
+    ],
+)
 def test_a_bad_comparison_is_refused_naming_the_key(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, [override])
@@ -273,17 +289,28 @@ def test_keys_added_for_ngrams_presets_and_sparse_updates_leave_the_hashes_of_ru
         for key in NGRAM_KEYS + PRESET_KEYS:
             payload.get("model", {}).pop(key, None)
         payload.get("compare", {}).pop("ngrams", None)
-        for section, key in (("compare", "sparse_updates"), ("compare", "adversarial_epsilons"),
-                             ("training", "sparse_updates"), ("training", "adversarial_epsilon"),
-                             ("model", "long_reviews"), ("compare", "long_reviews")):
+        for section, key in (
+            ("compare", "sparse_updates"),
+            ("compare", "adversarial_epsilons"),
+            ("training", "sparse_updates"),
+            ("training", "adversarial_epsilon"),
+            ("model", "long_reviews"),
+            ("compare", "long_reviews"),
+        ):
             payload.get(section, {}).pop(key, None)
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
     for name in SHIPPED:
-        config = load_config(PROJECT_ROOT / "configs" / name, ["model.ngram_max=1", "model.preset=null",
-                                                               "training.sparse_updates=false",
-                                                               "model.long_reviews=truncate",
-                                                               "training.adversarial_epsilon=0"])
+        config = load_config(
+            PROJECT_ROOT / "configs" / name,
+            [
+                "model.ngram_max=1",
+                "model.preset=null",
+                "training.sparse_updates=false",
+                "model.long_reviews=truncate",
+                "training.adversarial_epsilon=0",
+            ],
+        )
         for sections in (("model", "training"), ("compare", "model", "training")):
             assert config.section_hash(*sections) == earlier_hash(config, *sections), (name, sections)
     # the controls: with a preset, or with n-grams on (or compared), the hash is another one
@@ -293,11 +320,14 @@ def test_keys_added_for_ngrams_presets_and_sparse_updates_leave_the_hashes_of_ru
     assert config.section_hash("model", "training") != earlier_hash(config, "model", "training")
     config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", ["model.ngram_max=1", "training.sparse_updates=true"])
     assert config.section_hash("model", "training") != earlier_hash(config, "model", "training")
-    config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", ["model.ngram_max=1",
-                                                                  "compare.sparse_updates=[false, true]"])
+    config = load_config(
+        PROJECT_ROOT / "configs" / "smoke.yaml", ["model.ngram_max=1", "compare.sparse_updates=[false, true]"]
+    )
     assert config.section_hash("compare") != earlier_hash(config, "compare")
-    config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", ["model.ngram_max=1", "training.sparse_updates=false",
-                                                                  "training.adversarial_epsilon=1.0"])
+    config = load_config(
+        PROJECT_ROOT / "configs" / "smoke.yaml",
+        ["model.ngram_max=1", "training.sparse_updates=false", "training.adversarial_epsilon=1.0"],
+    )
     assert config.section_hash("model", "training") != earlier_hash(config, "model", "training")
     config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", ["compare.ngrams=[1, 3]", "model.ngram_max=1"])
     assert config.section_hash("compare") != earlier_hash(config, "compare")
@@ -305,6 +335,8 @@ def test_keys_added_for_ngrams_presets_and_sparse_updates_leave_the_hashes_of_ru
     other = config.with_settings([("model.ngram_dropout", config.model.ngram_dropout / 2 + 0.1)])
     assert other.section_hash("compare", "model") != config.section_hash("compare", "model")
     assert other.section_hash("model") == config.section_hash("model")  # its tokens-only runs are shared
-    windows = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", ["model.ngram_max=1", "training.sparse_updates=false",
-                                                                  "model.long_reviews=windows"])
+    windows = load_config(
+        PROJECT_ROOT / "configs" / "smoke.yaml",
+        ["model.ngram_max=1", "training.sparse_updates=false", "model.long_reviews=windows"],
+    )
     assert windows.section_hash("model", "training") != earlier_hash(windows, "model", "training")

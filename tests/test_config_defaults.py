@@ -31,12 +31,17 @@ def restated_defaults(path) -> list[str]:
 
 def make_arguments(target: str, *variables: str):
     """The parsed arguments of the command ``make <target> <variables>`` runs (``make -n``: nothing runs)."""
-    result = subprocess.run(["make", "-n", target, "PYTHON=python", *variables], cwd=PROJECT_ROOT,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["make", "-n", target, "PYTHON=python", *variables],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     line = next(li for li in result.stdout.splitlines() if f"-m pipeline {target}" in li)
     argv = shlex.split(line)
-    return build_parser().parse_args(argv[argv.index("pipeline") + 1:])
+    return build_parser().parse_args(argv[argv.index("pipeline") + 1 :])
 
 
 def test_make_train_and_python_m_pipeline_train_resolve_to_the_same_config():
@@ -65,7 +70,8 @@ def test_a_restated_default_is_found(tmp_path):
 
 
 def test_make_variables_reach_the_stage():
-    """DATA=folder becomes paths.data_dir; POOLING= becomes model.pooling (what make passes, not only its file targets)."""
+    """DATA=folder becomes paths.data_dir; POOLING= becomes model.pooling (what make passes, not only its file
+    targets)."""
     args = make_arguments("train", "DATA=elsewhere", "POOLING=mean")
     config = load_config(PROJECT_ROOT / args.config, args.overrides)
     assert config.paths.data_dir == "elsewhere" and config.model.pooling == "mean"

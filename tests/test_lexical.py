@@ -138,8 +138,9 @@ def test_the_teacher_never_scores_a_crop_with_a_model_that_read_its_review():
     teacher = cross_fitted_teacher(train, crops, c=1.0, ngram_max=1, max_features=5000, seed=0)
     np.testing.assert_allclose(teacher.sum(axis=1), 1.0, rtol=1e-6)
     own_word = crops["text"].str.startswith("only").to_numpy()
-    named = pd.DataFrame({"text": [f"only{i} only{i} only{i}." for i in range(120)], "label": train["label"],
-                          "review": range(120)})
+    named = pd.DataFrame(
+        {"text": [f"only{i} only{i} only{i}." for i in range(120)], "label": train["label"], "review": range(120)}
+    )
     blind = cross_fitted_teacher(train, named, c=1.0, ngram_max=1, max_features=5000, seed=0)
     # a review's own word is unknown to the model that scores it: each fold's model gives all of them its intercept
     # alone, so two values in all (a model that had read them would tell the labels apart)
@@ -154,10 +155,19 @@ def test_crops_in_training_keep_reviews_and_help_on_single_sentences():
 
     def mixed(count: int) -> pd.DataFrame:  # each review: several neutral sentences and one that carries its label
         labels = [i % 2 for i in range(count)]
-        texts = [" ".join(rng.sample(["The film runs two hours.", "It was shown in May.", "I saw it twice.",
-                                      "The cinema was full."], 3)
-                          + [rng.choice(["Superb and moving.", "A wonderful film."] if label else
-                                        ["Awful and dull.", "A tedious mess."])]) for label in labels]
+        texts = [
+            " ".join(
+                rng.sample(
+                    ["The film runs two hours.", "It was shown in May.", "I saw it twice.", "The cinema was full."], 3
+                )
+                + [
+                    rng.choice(
+                        ["Superb and moving.", "A wonderful film."] if label else ["Awful and dull.", "A tedious mess."]
+                    )
+                ]
+            )
+            for label in labels
+        ]
         return pd.DataFrame({"text": texts, "label": labels})
 
     train, val, test = mixed(300), mixed(100), mixed(200)
@@ -165,13 +175,16 @@ def test_crops_in_training_keep_reviews_and_help_on_single_sentences():
     cropped = nbsvm_baseline(train, val, c_values=(0.1,), ngram_max=2, crops=CropRows(4))
     assert cropped.params["nbsvm.crops_per_review"] == 4 and cropped.params["nbsvm.crop_label_weight"] == 0.5
     for fitted in (plain, cropped):
-        assert (class_probabilities(fitted.model, test["text"].tolist(), 2).argmax(axis=1) == test["label"]).mean() > 0.95
+        assert (
+            class_probabilities(fitted.model, test["text"].tolist(), 2).argmax(axis=1) == test["label"]
+        ).mean() > 0.95
     sentences = sentence_crops(test, seed=1, per_review=1)
     labelled = sentences[sentences["text"].str.contains("Superb|wonderful|Awful|tedious")]
 
     for fitted in (plain, cropped):  # right on every sentence that carries the label
-        assert (class_probabilities(fitted.model, labelled["text"].tolist(), 2).argmax(axis=1)
-                == labelled["label"]).all()
+        assert (
+            class_probabilities(fitted.model, labelled["text"].tolist(), 2).argmax(axis=1) == labelled["label"]
+        ).all()
     # the crops were read: same vocabulary, other ratios and weights
     assert plain.params["nbsvm.vocabulary"] == cropped.params["nbsvm.vocabulary"]
     assert not np.allclose(plain.model.steps[-1][1].ratios_[0], cropped.model.steps[-1][1].ratios_[0])
@@ -241,11 +254,20 @@ def test_a_fit_says_each_step_as_it_starts_and_from_the_second_c_on_what_is_left
     unlabeled = reviews(30, 14)[["text"]]
     val_crops = pd.DataFrame({"text": ["Superb.", "Awful."], "label": [1, 0]})
     lines = []
-    fitted = nbsvm_baseline(train, val, c_values=(1.0, 0.1, 0.3), ngram_max=2, seed=3,
-                            crops=CropRows(2, 0.5, unlabeled, 3, val_crops), progress=lines.append)
-    assert lines[:3] == ["1-2-gram counts of 120 train reviews",
-                         "2 crops of each train review, labelled by NBSVMs fitted on each half",
-                         "3 crops of each of 30 unlabeled reviews, labelled by an NBSVM fitted on the train reviews"]
+    fitted = nbsvm_baseline(
+        train,
+        val,
+        c_values=(1.0, 0.1, 0.3),
+        ngram_max=2,
+        seed=3,
+        crops=CropRows(2, 0.5, unlabeled, 3, val_crops),
+        progress=lines.append,
+    )
+    assert lines[:3] == [
+        "1-2-gram counts of 120 train reviews",
+        "2 crops of each train review, labelled by NBSVMs fitted on each half",
+        "3 crops of each of 30 unlabeled reviews, labelled by an NBSVM fitted on the train reviews",
+    ]
     crop_rows = int(lines[3].split()[3].replace(",", ""))
     assert lines[3] == f"n-gram counts of {crop_rows:,} crop rows" and 2 * 120 + 3 * 30 <= crop_rows <= 2 * (330)
     assert lines[4] == f"C 0.1 [1/3] on {120 + crop_rows:,} rows"  # nothing finished: no estimate yet

@@ -34,7 +34,7 @@ def test_mcnemar_known_answer():
     b = np.array([False] * 10 + [True] * 5 + [False] * 5)
     result = mcnemar_exact(a, b)
     assert (result["only_a_correct"], result["only_b_correct"]) == (10, 0)
-    assert result["p_value"] == pytest.approx(2 * 0.5 ** 10)
+    assert result["p_value"] == pytest.approx(2 * 0.5**10)
     # balanced disagreements: no evidence of a difference
     assert mcnemar_exact(np.array([True, False] * 5), np.array([False, True] * 5))["p_value"] == pytest.approx(1.0)
 
@@ -102,9 +102,9 @@ def test_champion_choice_prefers_crops_among_candidates_close_on_reviews():
 
     val = {"nbsvm": 0.915, "fused": 0.921, "short": 0.919, "crops_only": 0.80}
     crops = {"nbsvm": 0.73, "fused": 0.75, "short": 0.79, "crops_only": 0.85}
-    assert champion_choice(val, crops, tolerance=0.003) == "short"      # within 0.3 points, best on crops
-    assert champion_choice(val, crops, tolerance=0.0) == "fused"        # the best on reviews alone
-    assert champion_choice(val, {}, tolerance=0.003) == "fused"         # no crops: the best on reviews
+    assert champion_choice(val, crops, tolerance=0.003) == "short"  # within 0.3 points, best on crops
+    assert champion_choice(val, crops, tolerance=0.0) == "fused"  # the best on reviews alone
+    assert champion_choice(val, {}, tolerance=0.003) == "fused"  # no crops: the best on reviews
     assert champion_choice(val, {"nbsvm": 0.9}, tolerance=0.01) == "nbsvm"
     # a candidate without a crop accuracy is never preferred on crops; ties go to reviews, then order
     assert champion_choice({"a": 0.9, "b": 0.9}, {"a": 0.7, "b": 0.7}, 0.0) == "a"
@@ -124,14 +124,19 @@ def sklearn_bootstrap(labels, probabilities, samples, seed=0):
         hat = p.argmax(axis=1)
         f1 = f1_score(y, hat, zero_division=0) if binary else f1_score(y, hat, average="macro", zero_division=0)
         try:
-            auc = roc_auc_score(y, p[:, 1]) if binary else roc_auc_score(
-                y, p, multi_class="ovr", labels=list(range(p.shape[1])))
+            auc = (
+                roc_auc_score(y, p[:, 1])
+                if binary
+                else roc_auc_score(y, p, multi_class="ovr", labels=list(range(p.shape[1])))
+            )
         except ValueError:
             auc = np.nan
         draws.append((accuracy_score(y, hat), f1, auc))
     draws = np.array(draws)
-    return {name: {"low": np.nanquantile(draws[:, i], 0.025), "high": np.nanquantile(draws[:, i], 0.975)}
-            for i, name in enumerate(("accuracy", "f1", "roc_auc"))}
+    return {
+        name: {"low": np.nanquantile(draws[:, i], 0.025), "high": np.nanquantile(draws[:, i], 0.975)}
+        for i, name in enumerate(("accuracy", "f1", "roc_auc"))
+    }
 
 
 @pytest.mark.parametrize("classes, rows", [(2, 300), (2, 6), (3, 240), (3, 9)])

@@ -1,7 +1,9 @@
 """The stage and experiment tables: the CLI, `make help` and the README agree with them; --force and errors behave."""
 
+import os
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -46,7 +48,7 @@ def readme_table(heading: str) -> set[str]:
     """The ``make`` targets of the first table under ``heading`` in the README."""
     readme = (PROJECT_ROOT / "README.md").read_text()
     section = readme.split(heading, 1)[1]
-    table = section[section.index("\n|"):].split("\n\n", 1)[0]
+    table = section[section.index("\n|") :].split("\n\n", 1)[0]
     return set(re.findall(r"^\| `make ([a-z-]+)", table, flags=re.MULTILINE))
 
 
@@ -96,21 +98,67 @@ def test_bench_is_an_experiment_with_one_line_errors(smoke_config, capsys):
 
 def test_force_reruns_ingest_tokenize_train_and_evaluate(smoke_config, capsys):
     """Each stage says "up to date" on a second run and really reruns with --force."""
-    config_args = ["--config", str(PROJECT_ROOT / "configs" / "smoke.yaml"),
-                   "--set", f"data.archive={smoke_config.data.archive}",
-                   "--set", f"paths.data_dir={smoke_config.data_dir}",
-                   "--set", f"paths.reports_dir={smoke_config.reports_dir}",
-                   "--set", "training.epochs=1"]
+    config_args = [
+        "--config",
+        str(PROJECT_ROOT / "configs" / "smoke.yaml"),
+        "--set",
+        f"data.archive={smoke_config.data.archive}",
+        "--set",
+        f"paths.data_dir={smoke_config.data_dir}",
+        "--set",
+        f"paths.reports_dir={smoke_config.reports_dir}",
+        "--set",
+        "training.epochs=1",
+    ]
     for stage in ("ingest", "tokenize", "train", "evaluate"):
         assert cli_main([stage, *config_args]) == 0, stage
         capsys.readouterr()
         assert cli_main([stage, *config_args]) == 0
         assert "up to date" in capsys.readouterr().out, stage
-        written = {"ingest": "data/ingest/manifest.json", "tokenize": "data/tokenize/manifest.json",
-                   "train": "data/train/*/manifest.json", "evaluate": "reports/*/metrics.json"}[stage]
+        written = {
+            "ingest": "data/ingest/manifest.json",
+            "tokenize": "data/tokenize/manifest.json",
+            "train": "data/train/*/manifest.json",
+            "evaluate": "reports/*/metrics.json",
+        }[stage]
         (output_file,) = smoke_config.data_dir.parent.glob(written)
         before = output_file.stat().st_mtime_ns
         assert cli_main([stage, *config_args, "--force"]) == 0
         output = capsys.readouterr().out
         assert "up to date" not in output and f"{stage}: read" in output, stage
         assert output_file.stat().st_mtime_ns != before, stage
+
+
+def make_setup_plan(venv: Path, path: str, *settings: str) -> str:
+    """What `make setup` would run (``make -n``) for the environment ``venv`` with ``path`` as PATH."""
+    result = subprocess.run(
+        ["make", "-n", "setup", f"VENV={venv}", *settings],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": path, "HOME": str(venv.parent)},
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_setup_adds_the_gpu_runtime_of_the_chosen_backend_after_a_cpu_install(tmp_path):
+    venv, fake = tmp_path / "venv", tmp_path / "fake-driver"
+    (venv / "bin").mkdir(parents=True)
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA-SMI 580.00'\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    (venv / ".installed-cpu").touch()  # a CPU install, newer than the locks
+    system = os.environ["PATH"]
+    assert "pip install" not in make_setup_plan(venv, system, "GPU=")
+    with_driver = f"{fake}:{system}"
+    jax = make_setup_plan(venv, with_driver, "BACKEND=jax")
+    assert "pip install --require-hashes -r requirements-gpu-jax.lock" in jax
+    assert f"touch {venv}/.installed-gpu-jax" in jax
+    tensorflow = make_setup_plan(venv, with_driver)
+    assert "-r requirements-gpu-tensorflow.lock" in tensorflow and "gpu-jax" not in tensorflow
+    (venv / ".installed-gpu-jax").touch()
+    assert "pip install" not in make_setup_plan(venv, with_driver, "BACKEND=jax")  # installed once, then stamped
+    (venv / ".installed-gpu-jax").unlink()  # GPU=1 asks for it on a machine without a driver too
+    assert "-r requirements-gpu-jax.lock" in make_setup_plan(venv, system, "GPU=1", "BACKEND=jax")

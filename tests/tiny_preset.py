@@ -22,11 +22,34 @@ def write_tiny_preset(folder: Path, with_tokenizer: bool = True, seed: int = 0, 
 
     keras.utils.set_random_seed(seed)
     words = sorted({*POSITIVE_WORDS, *NEGATIVE_WORDS, *NEUTRAL_WORDS})
-    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "!", "'", "br", "<", ">", "/", *words,
-                  "##s", "##ed", "##ing", "##ly"]
-    backbone = keras_hub.models.BertBackbone(vocabulary_size=len(vocabulary), num_layers=2, num_heads=2,
-                                             hidden_dim=16, intermediate_dim=32,
-                                             max_sequence_length=max_sequence_length)
+    vocabulary = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        ".",
+        ",",
+        "!",
+        "'",
+        "br",
+        "<",
+        ">",
+        "/",
+        *words,
+        "##s",
+        "##ed",
+        "##ing",
+        "##ly",
+    ]
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=len(vocabulary),
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+        max_sequence_length=max_sequence_length,
+    )
     backbone.save_to_preset(str(folder))
     if with_tokenizer:
         keras_hub.models.BertTokenizer(vocabulary=vocabulary, lowercase=True).save_to_preset(str(folder))

@@ -13,9 +13,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import yaml
 
@@ -55,20 +56,53 @@ from pipeline.config.typed_values import build_sections
 from pipeline.core.errors import ConfigError, MissingInputError
 
 __all__ = [
-    "BACKBONE_KEYS", "CANONICAL_IMDB_MD5", "CANONICAL_IMDB_URL", "COMPARE_FACTORS", "DATA_SOURCES", "INITS",
-    "LONG_REVIEWS", "NGRAM_KEYS", "POOLINGS", "POSITIONS", "PRECISIONS", "PRESET_KEYS", "PSEUDO_LABEL_TEACHERS",
-    "SPARK_OUTPUT_FORMATS", "TOKEN_EMBEDDINGS", "TRUNCATION_STRATEGIES", "BaselineConfig", "CompareConfig", "Config",
-    "DataConfig", "ModelConfig", "PathsConfig", "PretrainConfig", "PseudoLabelConfig", "SparkConfig",
-    "TokenizerConfig", "TrackingConfig", "TrainingConfig", "TuneConfig", "load_config", "parse_override",
+    "BACKBONE_KEYS",
+    "CANONICAL_IMDB_MD5",
+    "CANONICAL_IMDB_URL",
+    "COMPARE_FACTORS",
+    "DATA_SOURCES",
+    "INITS",
+    "LONG_REVIEWS",
+    "NGRAM_KEYS",
+    "POOLINGS",
+    "POSITIONS",
+    "PRECISIONS",
+    "PRESET_KEYS",
+    "PSEUDO_LABEL_TEACHERS",
+    "SPARK_OUTPUT_FORMATS",
+    "TOKEN_EMBEDDINGS",
+    "TRUNCATION_STRATEGIES",
+    "BaselineConfig",
+    "CompareConfig",
+    "Config",
+    "DataConfig",
+    "ModelConfig",
+    "PathsConfig",
+    "PretrainConfig",
+    "PseudoLabelConfig",
+    "SparkConfig",
+    "TokenizerConfig",
+    "TrackingConfig",
+    "TrainingConfig",
+    "TuneConfig",
+    "load_config",
+    "parse_override",
 ]
 
 # Keys added after runs were recorded -> the value that does what the config did without them: left out of
 # ``Config.section_hash`` while they hold it.
-ADDED_KEYS = {("compare", "ngrams"): None, ("compare", "sparse_updates"): None,
-              ("compare", "adversarial_epsilons"): None, ("pseudo_label", "max_rows"): None,
-              ("training", "sparse_updates"): False, ("training", "adversarial_epsilon"): 0.0,
-              ("model", "long_reviews"): "truncate", ("compare", "long_reviews"): None,
-              ("compare", "short_fusion_words"): 0, ("baseline", "unlabeled_crops_per_review"): 0}
+ADDED_KEYS = {
+    ("compare", "ngrams"): None,
+    ("compare", "sparse_updates"): None,
+    ("compare", "adversarial_epsilons"): None,
+    ("pseudo_label", "max_rows"): None,
+    ("training", "sparse_updates"): False,
+    ("training", "adversarial_epsilon"): 0.0,
+    ("model", "long_reviews"): "truncate",
+    ("compare", "long_reviews"): None,
+    ("compare", "short_fusion_words"): 0,
+    ("baseline", "unlabeled_crops_per_review"): 0,
+}
 
 
 @dataclass(frozen=True)
@@ -117,7 +151,7 @@ class Config:
                 del payload[section][key]
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
-    def with_settings(self, settings: Iterable[tuple[str, Any]]) -> "Config":
+    def with_settings(self, settings: Iterable[tuple[str, Any]]) -> Config:
         """A copy with ``section.key`` settings applied in order (a later one wins)."""
         changes: dict[str, dict[str, Any]] = {}
         for name, value in settings:
@@ -125,7 +159,7 @@ class Config:
             changes.setdefault(section, {})[key] = value
         return self.replace(**changes)
 
-    def replace(self, **section_changes: Mapping[str, Any]) -> "Config":
+    def replace(self, **section_changes: Mapping[str, Any]) -> Config:
         """A copy with some keys of some sections changed, e.g. ``replace(model={"pooling": "mean"})``."""
         raw = self.to_dict()
         for section, changes in section_changes.items():

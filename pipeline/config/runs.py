@@ -19,13 +19,16 @@ class TrackingConfig:
 
 
 # What `make compare` can vary: the compare key holding its levels -> (the setting it sets, the levels it allows).
-COMPARE_FACTORS = {"poolings": ("model.pooling", POOLINGS), "inits": ("model.init", INITS),
-                   "token_embeddings": ("model.token_embedding", TOKEN_EMBEDDINGS),
-                   "pseudo_labels": ("training.pseudo_labels", (False, True)),
-                   "ngrams": ("model.ngram_max", (1, 2, 3, 4)),
-                   "sparse_updates": ("training.sparse_updates", (False, True)),
-                   "adversarial_epsilons": ("training.adversarial_epsilon", (0.0, 0.5, 1.0, 2.0, 5.0)),
-                   "long_reviews": ("model.long_reviews", LONG_REVIEWS)}
+COMPARE_FACTORS = {
+    "poolings": ("model.pooling", POOLINGS),
+    "inits": ("model.init", INITS),
+    "token_embeddings": ("model.token_embedding", TOKEN_EMBEDDINGS),
+    "pseudo_labels": ("training.pseudo_labels", (False, True)),
+    "ngrams": ("model.ngram_max", (1, 2, 3, 4)),
+    "sparse_updates": ("training.sparse_updates", (False, True)),
+    "adversarial_epsilons": ("training.adversarial_epsilon", (0.0, 0.5, 1.0, 2.0, 5.0)),
+    "long_reviews": ("model.long_reviews", LONG_REVIEWS),
+}
 
 
 @dataclass(frozen=True)
@@ -41,21 +44,21 @@ class CompareConfig:
     seeds: tuple[int, ...] = (1, 2, 3)
     bootstrap_samples: int = 2000
     poolings: tuple[str, ...] | None = POOLINGS
-    inits: tuple[str, ...] | None = None        # configs/gpu.yaml compares [pretrained, scratch]
+    inits: tuple[str, ...] | None = None  # configs/gpu.yaml compares [pretrained, scratch]
     token_embeddings: tuple[str, ...] | None = None
     pseudo_labels: tuple[bool, ...] | None = None
-    ngrams: tuple[int, ...] | None = None      # model.ngram_max levels, e.g. [1, 3]: tokens alone vs with n-grams
+    ngrams: tuple[int, ...] | None = None  # model.ngram_max levels, e.g. [1, 3]: tokens alone vs with n-grams
     sparse_updates: tuple[bool, ...] | None = None  # training.sparse_updates levels: dense vs lazy embedding updates
     adversarial_epsilons: tuple[float, ...] | None = None  # training.adversarial_epsilon levels, e.g. [0, 2]
     long_reviews: tuple[str, ...] | None = None  # model.long_reviews levels: [truncate, windows]
-    fusion: bool = True            # also fuse every Transformer run with the NBSVM baseline (a candidate each)
-    fusion_weights: int = 21       # weights 0, 0.05, ..., 1 on the Transformer, chosen on validation
+    fusion: bool = True  # also fuse every Transformer run with the NBSVM baseline (a candidate each)
+    fusion_weights: int = 21  # weights 0, 0.05, ..., 1 on the Transformer, chosen on validation
     # > 0: texts of at most this many words get their own fusion weight, chosen on the short validation reviews and
     # the validation sentence crops (cross-fitted for the figures the champion is chosen on); 0: one weight. 80
     # (measured, docs/results.md: +0.95 points on the test crops, significant; reviews -0.02, not significant)
     short_fusion_words: int = 80
-    tfidf_baseline: bool = True    # the earlier TF-IDF + logistic regression baseline, a reference row
-    tuned: str | None = None       # make compare-tuned: the tuned config file (null: <reports_dir>/tune/best.yaml)
+    tfidf_baseline: bool = True  # the earlier TF-IDF + logistic regression baseline, a reference row
+    tuned: str | None = None  # make compare-tuned: the tuned config file (null: <reports_dir>/tune/best.yaml)
     # make register: the candidates within this of the best full-review validation accuracy compete on the validation
     # sentence crops (short texts), so long reviews keep their accuracy and short ones get the best of the rest
     champion_tolerance: float = 0.003
@@ -76,8 +79,9 @@ class CompareConfig:
         if self.fusion_weights < 2:
             raise ConfigError("compare.fusion_weights must be at least 2 (the weights 0 and 1)")
         if self.short_fusion_words < 0:
-            raise ConfigError(f"compare.short_fusion_words must be 0 (one weight) or more, "
-                              f"got {self.short_fusion_words}")
+            raise ConfigError(
+                f"compare.short_fusion_words must be 0 (one weight) or more, got {self.short_fusion_words}"
+            )
         if not 0.0 <= self.champion_tolerance <= 1.0:
             raise ConfigError(f"compare.champion_tolerance must be in [0, 1], got {self.champion_tolerance}")
 
@@ -101,7 +105,7 @@ class TuneConfig:
     pruner_startup_trials: int = 5
     pruner_warmup_epochs: int = 0
     max_train_samples: int | None = None
-    heartbeat_seconds: int = 30    # a trial silent for twice this is failed (a killed process's trial)
+    heartbeat_seconds: int = 30  # a trial silent for twice this is failed (a killed process's trial)
     start_from_config: bool = True  # a new study's first trial is the configured settings (the bar to beat)
 
     def __post_init__(self) -> None:

@@ -42,7 +42,7 @@ class DataConfig:
     label_column: str = "label"
     split_column: str | None = None
     group_column: str | None = None  # tables: reviews of one group (e.g. one movie) stay on one side of train/val
-    group_validation: bool = True    # IMDB: hold whole movies out for validation when the archive names them
+    group_validation: bool = True  # IMDB: hold whole movies out for validation when the archive names them
     test_fraction: float = 0.2
     archive_sha256: str | None = None
     unlabeled_archive: str | None = None  # train/unsup reviews when the archive lacks them ($IMDB_UNSUP_ARCHIVE)
@@ -71,7 +71,7 @@ class TokenizerConfig:
 
     vocabulary_size: int = 20000
     lowercase: bool = True
-    min_frequency: int = 5      # words rarer than this are not learned (speeds learning ~4x)
+    min_frequency: int = 5  # words rarer than this are not learned (speeds learning ~4x)
     max_sequence_length: int = 256
     truncation: str = "head_tail"  # keep the first head_tokens and the last (max_sequence_length - 1 - head_tokens)
     head_tokens: int = 64
@@ -79,15 +79,12 @@ class TokenizerConfig:
 
     def __post_init__(self) -> None:
         if self.truncation not in TRUNCATION_STRATEGIES:
-            raise ConfigError(
-                f"tokenizer.truncation must be one of {TRUNCATION_STRATEGIES}, got {self.truncation!r}"
-            )
+            raise ConfigError(f"tokenizer.truncation must be one of {TRUNCATION_STRATEGIES}, got {self.truncation!r}")
         if self.max_sequence_length < 2:
             raise ConfigError("tokenizer.max_sequence_length must be at least 2 ([CLS] plus one token)")
         if not 0 <= self.head_tokens <= self.max_sequence_length - 1:
             raise ConfigError(
-                "tokenizer.head_tokens must be between 0 and max_sequence_length - 1, "
-                f"got {self.head_tokens}"
+                f"tokenizer.head_tokens must be between 0 and max_sequence_length - 1, got {self.head_tokens}"
             )
         if self.vocabulary_size < 10:
             raise ConfigError(f"tokenizer.vocabulary_size is too small: {self.vocabulary_size}")
@@ -115,12 +112,14 @@ class ModelConfig:
     intermediate_dim: int = 128
     dropout: float = 0.2
     classifier_dropout: float = 0.3
-    init: str = "scratch"           # scratch | pretrained (`make pretrain`'s backbone; worse here: docs/results.md)
-    pretrained: str | None = None   # a pretrain output folder or runs:/<run_id>/backbone; default data/pretrain
-    token_embedding: str = "random"  # random | word2vec (vectors learned on train + unlabeled, pipeline.model.word_vectors)
-    ngram_max: int = 3              # 1: tokens alone; 3: + hashed 2- and 3-grams (significantly better: docs/results.md)
-    ngram_buckets: int = 262_144    # rows of the hashed n-gram table shared by every n (2^18)
-    ngram_dropout: float = 0.3      # drop whole n-gram vectors while training (without: over-fits, docs/results.md)
+    init: str = "scratch"  # scratch | pretrained (`make pretrain`'s backbone; worse here: docs/results.md)
+    pretrained: str | None = None  # a pretrain output folder or runs:/<run_id>/backbone; default data/pretrain
+    token_embedding: str = (
+        "random"  # random | word2vec (vectors learned on train + unlabeled, pipeline.model.word_vectors)
+    )
+    ngram_max: int = 3  # 1: tokens alone; 3: + hashed 2- and 3-grams (significantly better: docs/results.md)
+    ngram_buckets: int = 262_144  # rows of the hashed n-gram table shared by every n (2^18)
+    ngram_dropout: float = 0.3  # drop whole n-gram vectors while training (without: over-fits, docs/results.md)
     # A pretrained KerasHub encoder to fine-tune instead (a preset name, or a folder save_to_preset wrote): its own
     # tokenizer and backbone, the pipeline's pooling and head; the shape keys above then do not apply
     preset: str | None = None
@@ -149,8 +148,10 @@ class ModelConfig:
         if self.long_reviews not in LONG_REVIEWS:
             raise ConfigError(f"model.long_reviews must be one of {LONG_REVIEWS}, got {self.long_reviews!r}")
         if self.long_reviews == "windows" and self.preset is not None:
-            raise ConfigError("model.long_reviews=windows reads reviews with the pipeline's own tokenizer; a model.preset "
-                              "reads each review's head and tail: set model.long_reviews=truncate")
+            raise ConfigError(
+                "model.long_reviews=windows reads reviews with the pipeline's own tokenizer; a model.preset "
+                "reads each review's head and tail: set model.long_reviews=truncate"
+            )
         if self.token_embedding not in TOKEN_EMBEDDINGS:
             raise ConfigError(f"model.token_embedding must be one of {TOKEN_EMBEDDINGS}, got {self.token_embedding!r}")
         if self.position not in POSITIONS:
@@ -169,12 +170,17 @@ class ModelConfig:
         if self.preset is not None:
             if not self.preset.strip():
                 raise ConfigError("model.preset must name a KerasHub preset or a preset folder (or be null)")
-            own = {"init": ("scratch", "masked-LM pretraining"), "token_embedding": ("random", "word2vec vectors"),
-                   "ngram_max": (1, "hashed n-grams")}
+            own = {
+                "init": ("scratch", "masked-LM pretraining"),
+                "token_embedding": ("random", "word2vec vectors"),
+                "ngram_max": (1, "hashed n-grams"),
+            }
             for key, (plain, what) in own.items():
                 if getattr(self, key) != plain:
-                    raise ConfigError(f"model.{key} must be {plain} with model.preset ({what}: for the pipeline's "
-                                      f"own encoder only); set model.{key}={plain}")
+                    raise ConfigError(
+                        f"model.{key} must be {plain} with model.preset ({what}: for the pipeline's "
+                        f"own encoder only); set model.{key}={plain}"
+                    )
 
 
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
@@ -195,7 +201,9 @@ class TrainingConfig:
     max_train_samples: int | None = None
     length_multiple: int = 16  # batches are trimmed to their longest review rounded up to this
     class_weights: bool = False
-    fine_tune_learning_rate: float = 1e-3  # instead of learning_rate when model.init is pretrained (3e-4 was worse: docs/results.md)
+    fine_tune_learning_rate: float = (
+        1e-3  # instead of learning_rate when model.init is pretrained (3e-4 was worse: docs/results.md)
+    )
     fine_tune_warmup_fraction: float = 0.1
     # distillation: also train on pseudo_label.max_rows unlabeled reviews with the teacher's probabilities
     # (significantly better: docs/results.md); made first when missing; off by itself when nothing is unlabeled
@@ -216,15 +224,21 @@ class TrainingConfig:
         if not 0.0 <= self.warmup_fraction < 1.0:
             raise ConfigError("training.warmup_fraction must be in [0, 1)")
         if self.adversarial_epsilon < 0:
-            raise ConfigError(f"training.adversarial_epsilon must be 0 (off) or positive, got {self.adversarial_epsilon}")
+            raise ConfigError(
+                f"training.adversarial_epsilon must be 0 (off) or positive, got {self.adversarial_epsilon}"
+            )
         if not 0 <= self.freeze_backbone_epochs < self.epochs:
-            raise ConfigError(f"training.freeze_backbone_epochs must be at least 0 and below training.epochs "
-                              f"({self.epochs}), got {self.freeze_backbone_epochs}")
+            raise ConfigError(
+                f"training.freeze_backbone_epochs must be at least 0 and below training.epochs "
+                f"({self.epochs}), got {self.freeze_backbone_epochs}"
+            )
         if self.pseudo_labels and self.max_train_samples:
             # the teacher is fitted on the whole train split: its labels would carry the gold labels left out
-            raise ConfigError("training.pseudo_labels and training.max_train_samples cannot be combined: the "
-                              "pseudo-label teacher is fitted on the whole train split; set "
-                              "training.pseudo_labels=false with training.max_train_samples")
+            raise ConfigError(
+                "training.pseudo_labels and training.max_train_samples cannot be combined: the "
+                "pseudo-label teacher is fitted on the whole train split; set "
+                "training.pseudo_labels=false with training.max_train_samples"
+            )
 
 
 @dataclass(frozen=True)
@@ -236,7 +250,7 @@ class PretrainConfig:
     """
 
     max_minutes: float | None = None
-    max_steps: int | None = 1500     # about 15 minutes on 2 CPU cores; steps, not minutes: the same on any machine
+    max_steps: int | None = 1500  # about 15 minutes on 2 CPU cores; steps, not minutes: the same on any machine
     batch_size: int = 64
     learning_rate: float = 5e-4
     warmup_steps: int = 300
@@ -251,7 +265,9 @@ class PretrainConfig:
     def __post_init__(self) -> None:
         if self.max_minutes is None and self.max_steps is None:
             raise ConfigError("pretrain needs a budget: pretrain.max_minutes and/or pretrain.max_steps")
-        if (self.max_minutes is not None and self.max_minutes <= 0) or (self.max_steps is not None and self.max_steps < 1):
+        if (self.max_minutes is not None and self.max_minutes <= 0) or (
+            self.max_steps is not None and self.max_steps < 1
+        ):
             raise ConfigError("pretrain.max_minutes and pretrain.max_steps must be positive")
         if not 0.0 < self.mask_rate < 1.0:
             raise ConfigError(f"pretrain.mask_rate must be in (0, 1), got {self.mask_rate}")
@@ -276,17 +292,17 @@ class PseudoLabelConfig:
     """``make pseudo-label``: self-training data from the unlabeled reviews.
 
     The teacher (``nbsvm``: the comparison's NBSVM baseline on reviews alone, without its crops; ``tfidf``:
-    TF-IDF + logistic regression; both fitted on the train split only; or a model this pipeline logged, by its URI: ``models:/NAME@champion``,
-    ``runs:/RUN_ID/model`` or a folder, loaded as it is) labels every unlabeled review; those whose top-class
-    probability is at least ``min_confidence`` join the training set when ``training.pseudo_labels``
-    is on: as their most likely class, or with ``soft`` as the teacher's probabilities (distillation).
-    ``max_rows`` keeps a random sample of that many of them (seeded by ``seed``), for a training time
+    TF-IDF + logistic regression; both fitted on the train split only; or a model this pipeline logged, by its URI:
+    ``models:/NAME@champion``, ``runs:/RUN_ID/model`` or a folder, loaded as it is) labels every unlabeled review;
+    those whose top-class probability is at least ``min_confidence`` join the training set when
+    ``training.pseudo_labels`` is on: as their most likely class, or with ``soft`` as the teacher's probabilities
+    (distillation). ``max_rows`` keeps a random sample of that many of them (seeded by ``seed``), for a training time
     that fits a budget: each pseudo-labelled row costs what a labelled one does.
     """
 
     teacher: str = "nbsvm"
     min_confidence: float = 0.5  # with two classes 0.5 keeps every review (docs/results.md)
-    soft: bool = True            # train on the teacher's probabilities, not its hard labels
+    soft: bool = True  # train on the teacher's probabilities, not its hard labels
     max_rows: int | None = 10_000  # null: every review that passes min_confidence (50,000 for IMDB; configs/gpu.yaml)
     seed: int = 1337
     # short texts for the Transformer: this many random 1-2-sentence crops of every train review join the distilled
@@ -298,13 +314,17 @@ class PseudoLabelConfig:
 
     def __post_init__(self) -> None:
         if self.teacher not in PSEUDO_LABEL_TEACHERS and not is_model_uri(self.teacher):
-            raise ConfigError(f"pseudo_label.teacher must be one of {PSEUDO_LABEL_TEACHERS} or a model URI "
-                              f"(models:/NAME@ALIAS, runs:/RUN_ID/model or a model folder), got {self.teacher!r}")
+            raise ConfigError(
+                f"pseudo_label.teacher must be one of {PSEUDO_LABEL_TEACHERS} or a model URI "
+                f"(models:/NAME@ALIAS, runs:/RUN_ID/model or a model folder), got {self.teacher!r}"
+            )
         if not 0.0 <= self.min_confidence <= 1.0:
             raise ConfigError(f"pseudo_label.min_confidence must be in [0, 1], got {self.min_confidence}")
         if self.crops_per_review < 0 or not 0.0 <= self.crop_label_weight <= 1.0:
-            raise ConfigError("pseudo_label.crops_per_review must be 0 or more and pseudo_label.crop_label_weight in "
-                              f"[0, 1], got {self.crops_per_review} and {self.crop_label_weight}")
+            raise ConfigError(
+                "pseudo_label.crops_per_review must be 0 or more and pseudo_label.crop_label_weight in "
+                f"[0, 1], got {self.crops_per_review} and {self.crop_label_weight}"
+            )
         if self.max_rows is not None and self.max_rows < 1:
             raise ConfigError(f"pseudo_label.max_rows must be positive or null (every row), got {self.max_rows}")
 
@@ -330,11 +350,13 @@ class BaselineConfig:
 
     def __post_init__(self) -> None:
         if self.crops_per_review < 0:
-            raise ConfigError(f"baseline.crops_per_review must be 0 (reviews only) or more, "
-                              f"got {self.crops_per_review}")
+            raise ConfigError(
+                f"baseline.crops_per_review must be 0 (reviews only) or more, got {self.crops_per_review}"
+            )
         if self.unlabeled_crops_per_review < 0:
-            raise ConfigError(f"baseline.unlabeled_crops_per_review must be 0 (none) or more, "
-                              f"got {self.unlabeled_crops_per_review}")
+            raise ConfigError(
+                f"baseline.unlabeled_crops_per_review must be 0 (none) or more, got {self.unlabeled_crops_per_review}"
+            )
         if not 0.0 <= self.crop_label_weight <= 1.0:
             raise ConfigError(f"baseline.crop_label_weight must be in [0, 1], got {self.crop_label_weight}")
         if any(c <= 0 for c in self.nbsvm_c):

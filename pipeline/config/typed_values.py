@@ -8,7 +8,8 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pipeline.core.errors import ConfigError
 
@@ -57,7 +58,9 @@ def build_sections(config_type: type, raw: Mapping[str, Any], source: str):
     for name, values in raw.items():
         if name not in sections:
             raise ConfigError(f"{source}: unknown section {name!r} (known: {', '.join(sections)})")
-        section_type = sections[name].default_factory  # type: ignore[misc]
+        section_type = sections[name].default_factory
+        if section_type is dataclasses.MISSING:
+            raise ConfigError(f"{source}: section {name!r} of {config_type.__name__} has no default to build from")
         values = values or {}
         if not isinstance(values, Mapping):
             raise ConfigError(f"{source}: section {name!r} must be a mapping")
@@ -65,9 +68,7 @@ def build_sections(config_type: type, raw: Mapping[str, Any], source: str):
         kwargs = {}
         for key, value in values.items():
             if key not in hints:
-                raise ConfigError(
-                    f"{source}: unknown key {name}.{key} (known: {', '.join(sorted(hints))})"
-                )
+                raise ConfigError(f"{source}: unknown key {name}.{key} (known: {', '.join(sorted(hints))})")
             kwargs[key] = check_type(value, hints[key], f"{source}: {name}.{key}")
         try:
             built[name] = section_type(**kwargs)

@@ -10,9 +10,10 @@ location and the "run ``make X`` first" message are written once. Nothing here i
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from pipeline.core.errors import MissingInputError
 
@@ -24,31 +25,31 @@ MANIFEST_FORMAT_VERSION = 1
 # its checkpoints) are named in the stage itself.
 
 SPLITS = ("train", "val", "test")
-LABELS_FILE = "labels.json"                    # class names in index order: ingest, tokenize, every model
-UNLABELED_TABLE = "unlabeled.parquet"          # ingest -> tokenize, pseudo-label
-VOCABULARY_FILE = "vocabulary.txt"             # tokenize -> train, every model
-TOKENIZER_SETTINGS_FILE = "tokenizer.json"     # tokenize -> train, every model
-TOKEN_LENGTHS_PLOT = "token_lengths.png"       # tokenize -> train (logged with the run)
+LABELS_FILE = "labels.json"  # class names in index order: ingest, tokenize, every model
+UNLABELED_TABLE = "unlabeled.parquet"  # ingest -> tokenize, pseudo-label
+VOCABULARY_FILE = "vocabulary.txt"  # tokenize -> train, every model
+TOKENIZER_SETTINGS_FILE = "tokenizer.json"  # tokenize -> train, every model
+TOKEN_LENGTHS_PLOT = "token_lengths.png"  # tokenize -> train (logged with the run)
 BACKBONE_WEIGHTS_FILE = "backbone.weights.npz"  # pretrain -> train
-BACKBONE_SPEC_FILE = "backbone.json"           # pretrain -> train
-BACKBONE_SNAPSHOTS_DIR = "snapshots"           # pretrain -> pretrain-budget: snapshots/<minutes>min/
-PSEUDO_LABELS_FILE = "pseudo_labels.parquet"   # pseudo-label -> train
+BACKBONE_SPEC_FILE = "backbone.json"  # pretrain -> train
+BACKBONE_SNAPSHOTS_DIR = "snapshots"  # pretrain -> pretrain-budget: snapshots/<minutes>min/
+PSEUDO_LABELS_FILE = "pseudo_labels.parquet"  # pseudo-label -> train
 PSEUDO_CROPS_FILE = "training_crops.parquet"  # pseudo-label -> train: sentence crops of train reviews
-KERAS_MODEL_FILE = "model.keras"               # train -> evaluate, the pyfunc model
-MODEL_SETTINGS_FILE = "model_settings.json"    # train -> every scorer: how the model reads a review (long_reviews)
-TOKENIZER_DIR = "tokenizer"                    # train: the tokenizer files carried with the model
-BACKUP_DIR = "backup"                          # train, pretrain: the state a killed fit resumes from
-HISTORY_FILE = "history.json"                  # train, pretrain: per-epoch (per-period) curves
-METRICS_FILE = "metrics.json"                  # evaluate -> compare, register, pretrain-budget
+KERAS_MODEL_FILE = "model.keras"  # train -> evaluate, the pyfunc model
+MODEL_SETTINGS_FILE = "model_settings.json"  # train -> every scorer: how the model reads a review (long_reviews)
+TOKENIZER_DIR = "tokenizer"  # train: the tokenizer files carried with the model
+BACKUP_DIR = "backup"  # train, pretrain: the state a killed fit resumes from
+HISTORY_FILE = "history.json"  # train, pretrain: per-epoch (per-period) curves
+METRICS_FILE = "metrics.json"  # evaluate -> compare, register, pretrain-budget
 TEST_PREDICTIONS_FILE = "test_predictions.parquet"  # evaluate, compare's baselines -> compare, register
-VAL_PREDICTIONS_FILE = "val_predictions.parquet"    # evaluate -> compare (fusion weights, the champion)
+VAL_PREDICTIONS_FILE = "val_predictions.parquet"  # evaluate -> compare (fusion weights, the champion)
 CROP_PREDICTIONS_FILE = "crop_predictions.parquet"  # evaluate -> compare (the sentence crops: short texts)
-LEXICAL_MODEL_FILE = "nbsvm.joblib"            # compare's NBSVM baseline -> its fused models
-FUSION_FILE = "fusion.json"                    # a fused model's weight
-COMPARISON_REPORT = "comparison"               # compare -> register, pretrain-budget: reports/comparison.*
-SAVED_MODEL_DIR = "saved_model"                # export -> TF Serving, any TensorFlow process: the SavedModel
-SHORT_REVIEWS_TABLE = "reviews.parquet"        # short-reviews -> ingest (data.source: table)
-EXPORT_SETTINGS_FILE = "export.json"           # export -> bench: what was exported, its size, the identity check
+LEXICAL_MODEL_FILE = "nbsvm.joblib"  # compare's NBSVM baseline -> its fused models
+FUSION_FILE = "fusion.json"  # a fused model's weight
+COMPARISON_REPORT = "comparison"  # compare -> register, pretrain-budget: reports/comparison.*
+SAVED_MODEL_DIR = "saved_model"  # export -> TF Serving, any TensorFlow process: the SavedModel
+SHORT_REVIEWS_TABLE = "reviews.parquet"  # short-reviews -> ingest (data.source: table)
+EXPORT_SETTINGS_FILE = "export.json"  # export -> bench: what was exported, its size, the identity check
 
 
 def split_table(split: str) -> str:
@@ -61,8 +62,8 @@ def ids_file(split: str) -> str:
     return f"{split}_ids.npy"
 
 
-UNLABELED = "unlabeled"                        # tokenize's ids of the unlabeled reviews: no labels, no split
-UNLABELED_IDS_FILE = ids_file(UNLABELED)       # tokenize -> pretrain, train (pseudo labels)
+UNLABELED = "unlabeled"  # tokenize's ids of the unlabeled reviews: no labels, no split
+UNLABELED_IDS_FILE = ids_file(UNLABELED)  # tokenize -> pretrain, train (pseudo labels)
 
 
 def labels_file(split: str) -> str:
@@ -81,8 +82,15 @@ def token_counts_file(split: str) -> str:
 
 
 # stage name -> its output folder under paths.data_dir (stages without one write to MLflow or reports/)
-FOLDERS = {"ingest": "ingest", "tokenize": "tokenize", "pretrain": "pretrain", "pseudo-label": "pseudo_label",
-           "train": "train", "export": "export", "short-reviews": "short_reviews"}
+FOLDERS = {
+    "ingest": "ingest",
+    "tokenize": "tokenize",
+    "pretrain": "pretrain",
+    "pseudo-label": "pseudo_label",
+    "train": "train",
+    "export": "export",
+    "short-reviews": "short_reviews",
+}
 
 
 @dataclass(frozen=True)
@@ -95,9 +103,9 @@ class Stage:
     name: str
     module: str
     help: str
-    reads: tuple[str, ...]          # upstream stages whose outputs it needs (make builds their folders first)
-    writes: str                     # what it writes, for people
-    force: bool = False             # offers --force (and honours it)
+    reads: tuple[str, ...]  # upstream stages whose outputs it needs (make builds their folders first)
+    writes: str  # what it writes, for people
+    force: bool = False  # offers --force (and honours it)
     arguments: Callable[[argparse.ArgumentParser], None] | None = None
     # upstream stages whose work or output it uses beyond ``reads``: work it does itself (compare trains and
     # evaluates), outputs it makes first when the config asks for them, saying so in a line of its own (pseudo
@@ -117,9 +125,12 @@ class Stage:
 
 def model_argument(parser: argparse.ArgumentParser) -> None:
     """``--model``, for every sub-command that loads a logged model."""
-    parser.add_argument("--model", default=None,
-                        help="models:/NAME@ALIAS, runs:/RUN_ID/model or a local model folder "
-                             "(default: models:/<registered name>@champion)")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="models:/NAME@ALIAS, runs:/RUN_ID/model or a local model folder "
+        "(default: models:/<registered name>@champion)",
+    )
 
 
 class HasDataDir(Protocol):

@@ -11,17 +11,21 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from pipeline.core.errors import ConfigError, InputError, MissingInputError
 
 # KerasHub's own handles for a checkpoint on a hub (its docs' way to name one): passed to it as the strings they are,
 # never read as paths. Each hub's host, probed before a download is tried, and the variable that makes its client
 # read its local cache only.
-HANDLES = {"hf://": ("huggingface.co", "HF_HUB_OFFLINE"), "kaggle://": ("www.kaggle.com", "KAGGLEHUB_OFFLINE"),
-           "modelscope://": ("www.modelscope.cn", None), "gs://": ("storage.googleapis.com", None)}
+HANDLES = {
+    "hf://": ("huggingface.co", "HF_HUB_OFFLINE"),
+    "kaggle://": ("www.kaggle.com", "KAGGLEHUB_OFFLINE"),
+    "modelscope://": ("www.modelscope.cn", None),
+    "gs://": ("storage.googleapis.com", None),
+}
 PROBE_SECONDS = 3.0
 
 
@@ -78,8 +82,11 @@ def converted_architectures() -> list[str]:
 
     from keras_hub.src.utils import transformers as loaders
 
-    return sorted(name.removeprefix("convert_") for _, name, _ in pkgutil.iter_modules(loaders.__path__)
-                  if name.startswith("convert_"))
+    return sorted(
+        name.removeprefix("convert_")
+        for _, name, _ in pkgutil.iter_modules(loaders.__path__)
+        if name.startswith("convert_")
+    )
 
 
 def check_convertible(folder: Path) -> None:
@@ -94,8 +101,10 @@ def check_convertible(folder: Path) -> None:
     try:
         TransformersPresetLoader(str(folder), config)
     except ValueError:
-        raise InputError(f"model.preset: {folder} is a Hugging Face checkpoint of model_type {model_type!r}, which "
-                         f"KerasHub cannot convert; it converts {', '.join(converted_architectures())}") from None
+        raise InputError(
+            f"model.preset: {folder} is a Hugging Face checkpoint of model_type {model_type!r}, which "
+            f"KerasHub cannot convert; it converts {', '.join(converted_architectures())}"
+        ) from None
 
 
 def check_preset_location(preset: str) -> None:
@@ -109,15 +118,20 @@ def check_preset_location(preset: str) -> None:
     if _is_folder_name(preset):
         folder = Path(preset)
         if not folder.is_dir():
-            raise MissingInputError(f"model.preset: no preset folder at {folder} (a KerasHub preset name, an hf:// or "
-                                    "kaggle:// handle, or a folder: a KerasHub preset or a Hugging Face checkpoint)")
+            raise MissingInputError(
+                f"model.preset: no preset folder at {folder} (a KerasHub preset name, an hf:// or "
+                "kaggle:// handle, or a folder: a KerasHub preset or a Hugging Face checkpoint)"
+            )
         if not (folder / "config.json").is_file():
-            raise InputError(f"model.preset: {folder} is not a KerasHub preset or Hugging Face checkpoint "
-                             "(no config.json)")
+            raise InputError(
+                f"model.preset: {folder} is not a KerasHub preset or Hugging Face checkpoint (no config.json)"
+            )
         check_convertible(folder)
     elif preset not in keras_hub.models.Backbone.presets:
-        raise ConfigError(f"model.preset: {preset!r} is neither a folder, a handle (hf://, kaggle://) nor a KerasHub "
-                          "preset name (keras_hub.models.Backbone.presets lists them)")
+        raise ConfigError(
+            f"model.preset: {preset!r} is neither a folder, a handle (hf://, kaggle://) nor a KerasHub "
+            "preset name (keras_hub.models.Backbone.presets lists them)"
+        )
 
 
 LICENCE_FILES = ("LICENSE", "LICENSE.txt", "LICENSE.md", "NOTICE", "NOTICE.txt", "NOTICE.md")
@@ -127,8 +141,8 @@ LICENCE_FILES = ("LICENSE", "LICENSE.txt", "LICENSE.md", "NOTICE", "NOTICE.txt",
 class CheckpointOrigin:
     """Where a checkpoint came from and the licence it states, for the model card."""
 
-    source: str                     # what kind of name the user gave, in words
-    licence: str                    # as the checkpoint's folder states it, or where to read it
+    source: str  # what kind of name the user gave, in words
+    licence: str  # as the checkpoint's folder states it, or where to read it
     licence_files: tuple[Path, ...]  # its LICENSE / NOTICE files, which travel with a model made from it
 
 
@@ -165,23 +179,33 @@ def checkpoint_origin(preset: str) -> CheckpointOrigin:
     if is_handle(preset):
         return CheckpointOrigin(f"the hub handle {preset}", "as published on the model's hub page", ())
     if not _is_folder_name(preset):
-        return CheckpointOrigin(f"the KerasHub preset {preset} (downloaded from Kaggle or Hugging Face by KerasHub)",
-                                "as published on the preset's Kaggle model page", ())
+        return CheckpointOrigin(
+            f"the KerasHub preset {preset} (downloaded from Kaggle or Hugging Face by KerasHub)",
+            "as published on the preset's Kaggle model page",
+            (),
+        )
     folder = Path(preset)
     config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else {}
-    kind = ("a KerasHub preset folder" if "registered_name" in config
-            else f"a Hugging Face checkpoint folder ({config.get('model_type', 'unknown')} architecture, converted by "
-                 "KerasHub)")
+    kind = (
+        "a KerasHub preset folder"
+        if "registered_name" in config
+        else f"a Hugging Face checkpoint folder ({config.get('model_type', 'unknown')} architecture, converted by "
+        "KerasHub)"
+    )
     files = tuple(folder / name for name in LICENCE_FILES if (folder / name).is_file())
     return CheckpointOrigin(kind, _stated_licence(folder) or "not stated in the folder", files)
 
 
 def load_failed(preset: str, part: str, error: Exception, reachable: bool = True) -> InputError:
     if not reachable:
-        return InputError(f"model.preset: could not load the {part} of {preset!r}: its hub cannot be reached from "
-                          "here and the handle is not in the local cache; download it once with a network, or use "
-                          "a local folder")
+        return InputError(
+            f"model.preset: could not load the {part} of {preset!r}: its hub cannot be reached from "
+            "here and the handle is not in the local cache; download it once with a network, or use "
+            "a local folder"
+        )
     if isinstance(error, (OSError, ConnectionError)) and not _is_folder_name(preset):  # requests' errors are OSErrors
-        return InputError(f"model.preset: could not load the {part} of {preset!r} ({type(error).__name__}: "
-                          f"{first_line(error)}); a preset name needs the network once, or use a preset folder")
+        return InputError(
+            f"model.preset: could not load the {part} of {preset!r} ({type(error).__name__}: "
+            f"{first_line(error)}); a preset name needs the network once, or use a preset folder"
+        )
     return InputError(f"model.preset: could not load the {part} of {preset!r} ({first_line(error)})")

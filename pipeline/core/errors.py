@@ -2,7 +2,8 @@
 
 ``python -m pipeline`` turns a :class:`PipelineError` into one ``error:`` line and exit status 2.
 Anything else is a bug in this code or a library and keeps its traceback, a bare
-``FileNotFoundError`` included: a user's missing file is raised as :class:`MissingInputError`. Each class subclasses the built-in a caller would expect (``ValueError``, and
+``FileNotFoundError`` included: a user's missing file is raised as :class:`MissingInputError`. Each class
+subclasses the built-in a caller would expect (``ValueError``, and
 ``FileNotFoundError`` for something that is not there), so ``except ValueError`` still works.
 """
 

@@ -16,9 +16,10 @@ import os
 import shutil
 import subprocess
 import tempfile
-from datetime import datetime, timezone
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pipeline import __version__
 from pipeline.core.catalog import MANIFEST_FORMAT_VERSION, MANIFEST_NAME
@@ -154,6 +155,14 @@ def read_manifest(stage_dir: str | Path) -> dict[str, Any] | None:
         return None
 
 
+def require_manifest(stage_dir: str | Path) -> dict[str, Any]:
+    """The stage's manifest (:func:`read_manifest`); an error naming it where it is missing or unreadable."""
+    manifest = read_manifest(stage_dir)
+    if manifest is None:
+        raise MissingInputError(f"no readable manifest at {Path(stage_dir) / MANIFEST_NAME}: rerun the stage")
+    return manifest
+
+
 def write_manifest(stage_dir: str | Path, manifest: dict) -> Path:
     return atomic_write_json(Path(stage_dir) / MANIFEST_NAME, manifest)
 
@@ -166,7 +175,7 @@ def build_manifest(stage: str, config_hash: str, inputs: dict[str, str], config:
         "inputs": inputs,
         "config": config,
         "code_version": code_version(),
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         **fields,
     }
 

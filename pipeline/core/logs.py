@@ -70,8 +70,10 @@ def captured_stderr():
 
 
 def is_known_warning(message, category) -> bool:
-    return any(issubclass(category, known) and re.match(pattern, str(message), re.IGNORECASE)
-               for pattern, known in KNOWN_WARNINGS)
+    return any(
+        issubclass(category, known) and re.match(pattern, str(message), re.IGNORECASE)
+        for pattern, known in KNOWN_WARNINGS
+    )
 
 
 def ignore_known_warnings() -> None:
@@ -88,7 +90,7 @@ def ignore_known_warnings() -> None:
         if not is_known_warning(message, category):
             show(message, category, filename, lineno, file, line)
 
-    showwarning.drops_known_warnings = True
+    showwarning.drops_known_warnings = True  # type: ignore[attr-defined]  # mypy has no function attributes
     warnings.showwarning = showwarning
 
 
@@ -96,6 +98,12 @@ def third_party_log(environ=os.environ) -> str:
     """The file a quiet run's third-party log lines go to: ``PIPELINE_LOG_FILE``, else ``pipeline_third_party.log``
     in the system's temporary folder."""
     return environ.get(LOG_FILE_ENV) or os.path.join(tempfile.gettempdir(), "pipeline_third_party.log")
+
+
+class _ThirdPartyLogHandler(logging.FileHandler):
+    """A file handler that records the file it writes (``pipeline_log_file``), so a second call keeps it."""
+
+    pipeline_log_file: str
 
 
 def log_third_parties_to_file(environ=os.environ) -> str:
@@ -106,7 +114,7 @@ def log_third_parties_to_file(environ=os.environ) -> str:
     import mlflow  # noqa: F401  (MLflow sets up its logger's terminal handler when imported: replaced here)
 
     path = third_party_log(environ)
-    handler = logging.FileHandler(path, encoding="utf-8", delay=True)
+    handler = _ThirdPartyLogHandler(path, encoding="utf-8", delay=True)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     for name in LOGGED_THIRD_PARTIES:
         logger = logging.getLogger(name)
@@ -127,8 +135,11 @@ def printed_to_log(environ=os.environ):
     if verbose_requested(environ):
         yield
         return
-    with open(third_party_log(environ), "a", encoding="utf-8") as log, contextlib.redirect_stderr(log), \
-            contextlib.redirect_stdout(log):
+    with (
+        open(third_party_log(environ), "a", encoding="utf-8") as log,
+        contextlib.redirect_stderr(log),
+        contextlib.redirect_stdout(log),
+    ):
         yield
 
 

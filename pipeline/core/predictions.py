@@ -12,12 +12,12 @@ turns their ``[N, 1]`` output into ``[1 - p, p]``, the only place that knows abo
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
-FUSION_EPS = 1e-7   # fuse_probabilities clips each model's probabilities to [FUSION_EPS, 1]: no sure model vetoes
+FUSION_EPS = 1e-7  # fuse_probabilities clips each model's probabilities to [FUSION_EPS, 1]: no sure model vetoes
 WINDOW_EPS = 1e-12  # pool_windows clips a window's probabilities to [WINDOW_EPS, 1] before their log
 
 
@@ -71,11 +71,19 @@ def from_probability_columns(frame, labels: Sequence[str]) -> np.ndarray:
 
 
 def prediction_frame(source_files, labels: np.ndarray, probabilities: np.ndarray, names: list[str]) -> pd.DataFrame:
-    """The test predictions a stage hands on (``test_predictions.parquet``), one row per test example: label, prediction, correctness, confidence and the named probabilities."""
+    """The test predictions a stage hands on (``test_predictions.parquet``), one row per test example: label,
+    prediction, correctness, confidence and the named probabilities."""
     predicted, confidence = predicted_and_confidence(probabilities)
-    return pd.DataFrame({"source_file": list(source_files), "label": np.asarray(labels), "predicted": predicted,
-                         "correct": predicted == np.asarray(labels), "confidence": confidence,
-                         **probability_columns(probabilities, names)})
+    return pd.DataFrame(
+        {
+            "source_file": list(source_files),
+            "label": np.asarray(labels),
+            "predicted": predicted,
+            "correct": predicted == np.asarray(labels),
+            "confidence": confidence,
+            **probability_columns(probabilities, names),
+        }
+    )
 
 
 def fuse_probabilities(transformer: np.ndarray, lexical: np.ndarray, weight) -> np.ndarray:
@@ -98,17 +106,19 @@ def fuse_probabilities(transformer: np.ndarray, lexical: np.ndarray, weight) -> 
     if transformer.shape[1] == 2:  # from the positive class's probability, as scored tables store it
         transformer = np.stack([1.0 - transformer[:, 1], transformer[:, 1]], axis=1)
         lexical = np.stack([1.0 - lexical[:, 1], lexical[:, 1]], axis=1)
-    logits = (weight * np.log(np.clip(transformer, FUSION_EPS, 1.0))
-              + (1.0 - weight) * np.log(np.clip(lexical, FUSION_EPS, 1.0)))
+    logits = weight * np.log(np.clip(transformer, FUSION_EPS, 1.0)) + (1.0 - weight) * np.log(
+        np.clip(lexical, FUSION_EPS, 1.0)
+    )
     logits -= logits.max(axis=1, keepdims=True)
     fused = np.exp(logits)
     return (fused / fused.sum(axis=1, keepdims=True)).astype(np.float32)
 
 
 def pool_windows(probabilities: np.ndarray, owner: np.ndarray) -> np.ndarray:
-    """``[texts, k]`` from the ``[rows, k]`` probabilities of every text's rows (``WordPieceTextTokenizer.encode_windows``: each
-    text's own row first, in order, then its windows; ``owner`` the text of each row): the softmax of the mean
-    log-probability over a text's rows (for two classes, the mean logit); a text of one row keeps that row's."""
+    """``[texts, k]`` from the ``[rows, k]`` probabilities of every text's rows
+    (``WordPieceTextTokenizer.encode_windows``: each text's own row first, in order, then its windows; ``owner`` the
+    text of each row): the softmax of the mean log-probability over a text's rows (for two classes, the mean logit); a
+    text of one row keeps that row's."""
     probabilities, owner = np.asarray(probabilities), np.asarray(owner, dtype=np.int64)
     texts = int(owner.max()) + 1 if len(owner) else 0
     pooled = probabilities[:texts].copy()

@@ -42,8 +42,13 @@ WHEEL_ROOTS = ("keras", "keras-hub", "mlflow-skinny", "sqlalchemy", "alembic")
 # not carried: TensorFlow's (the dry run blocks them) and the full mlflow (its server and UI; mlflow-skinny is the
 # same package without them)
 NEVER_CARRIED = {"tensorflow", "tensorflow-text", "tf-keras", "tensorflow-io-gcs-filesystem", "mlflow"}
-WHEEL_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-                   "manylinux1_x86_64")
+WHEEL_PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+)
 # dense bf16 matrix throughput (TFLOP/s) of the cards this check has a figure for: the vendors' datasheet values
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L4": 121.0}
 
@@ -60,10 +65,10 @@ def texts_to_store(ingest_dir: Path) -> list[str]:
     logged model's example, the attention plot's and the behaviour tests' (cleaned, as the tokenizer reads them)."""
     import pandas as pd
 
+    from pipeline.model.logged_model import EXAMPLE_TEXTS
     from pipeline.stages.evaluate.behaviour import build_suite
     from pipeline.stages.evaluate.lengths import crop_frames
     from pipeline.stages.evaluate.scorecard import ATTENTION_EXAMPLES
-    from pipeline.stages.train.fit_and_log import EXAMPLE_TEXTS
 
     splits = {split: pd.read_parquet(ingest_dir / f"{split}.parquet") for split in SPLITS}
     texts = [text for frame in splits.values() for text in frame["text"]]
@@ -80,9 +85,17 @@ def carried_packages(device_packages: set[str]) -> dict[str, str]:
 
     from packaging.requirements import Requirement
 
-    environment = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
-                   "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix", "extra": "",
-                   "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+    environment = {
+        "python_version": "3.12",
+        "python_full_version": "3.12.3",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "os_name": "posix",
+        "extra": "",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+    }
     todo, found = list(WHEEL_ROOTS), {}
     while todo:
         name = canonical(todo.pop())
@@ -100,9 +113,23 @@ def carried_packages(device_packages: set[str]) -> dict[str, str]:
 def download_wheels(packages: dict[str, str], folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     platforms = [part for platform in WHEEL_PLATFORMS for part in ("--platform", platform)]
-    command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
-               "3.12", "--implementation", "cp", *platforms, "-d", str(folder),
-               *(f"{name}=={version}" for name, version in sorted(packages.items()))]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        "3.12",
+        "--implementation",
+        "cp",
+        *platforms,
+        "-d",
+        str(folder),
+        *(f"{name}=={version}" for name, version in sorted(packages.items())),
+    ]
     if subprocess.run(command).returncode != 0:
         raise MissingInputError(f"pip could not download the wheels for {folder}/ (PyPI needed): {' '.join(command)}")
 
@@ -117,40 +144,60 @@ def make_bundle(config: Config, bundle: Path, wheels: bool = True) -> dict:
     import yaml
 
     from pipeline.text.text_tokenizer import load_text_tokenizer
+    from pipeline.text.wordpiece import WordPieceTextTokenizer
 
     ingest_dir, tokenize_dir = require_output(config, "ingest"), require_output(config, "tokenize")
     text_tokenizer = load_text_tokenizer(tokenize_dir)
-    if text_tokenizer.preset is not None:
-        raise ConfigError(f"model.preset {text_tokenizer.preset!r}: the token store holds the pipeline's own WordPiece "
-                          "ids only; the GPU check runs the pipeline's own encoder")
+    if not isinstance(text_tokenizer, WordPieceTextTokenizer):  # a preset's tokenizer (its preset is never None)
+        raise ConfigError(
+            f"model.preset {text_tokenizer.preset!r}: the token store holds the pipeline's own WordPiece "
+            "ids only; the GPU check runs the pipeline's own encoder"
+        )
     shutil.rmtree(bundle, ignore_errors=True)
     (bundle / "data" / "ingest").mkdir(parents=True)
     for path in ingest_dir.iterdir():
         target = bundle / "data" / "ingest" / path.name
         if path.suffix == ".parquet":  # the same rows, 13 % smaller than zstd-19 in 1 MB pages (train, measured)
-            pq.write_table(pq.read_table(path), target, compression="zstd", compression_level=22,
-                           data_page_size=2**30, row_group_size=2**30)
+            pq.write_table(
+                pq.read_table(path),
+                target,
+                compression="zstd",
+                compression_level=22,
+                data_page_size=2**30,
+                row_group_size=2**30,
+            )
         elif path.is_file():
             shutil.copy2(path, target)
     ids = {split: ids_file(split) for split in SPLITS}
-    shutil.copytree(tokenize_dir, bundle / "data" / "tokenize", ignore=lambda _, names: [n for n in names
-                                                                                        if n in ids.values()])
-    stored = write_token_store(bundle / STORE_FILE, text_tokenizer.identity, texts_to_store(ingest_dir),
-                               text_tokenizer.untruncated_rows, text_tokenizer.vocabulary_size)
+    shutil.copytree(
+        tokenize_dir, bundle / "data" / "tokenize", ignore=lambda _, names: [n for n in names if n in ids.values()]
+    )
+    stored = write_token_store(
+        bundle / STORE_FILE,
+        text_tokenizer.identity,
+        texts_to_store(ingest_dir),
+        text_tokenizer.untruncated_rows,
+        text_tokenizer.vocabulary_size,
+    )
     atomic_write_text(bundle / CONFIG_FILE, yaml.safe_dump(config.to_dict(), sort_keys=False))
     carried = {}
     if wheels:
-        device = {canonical(line.strip()) for line in DEVICE_PACKAGES.read_text().splitlines()
-                  if line.strip() and not line.startswith("#")}
+        device = {
+            canonical(line.strip())
+            for line in DEVICE_PACKAGES.read_text().splitlines()
+            if line.strip() and not line.startswith("#")
+        }
         carried = carried_packages(device)
         download_wheels(carried, bundle / "wheels")
-    payload = {"ids_sha256": {split: sha256_file(tokenize_dir / name) for split, name in ids.items()},
-               "stored_texts": stored, "wheels": carried,
-               "bytes": folder_size(bundle)}
+    ids_sha256 = {split: sha256_file(tokenize_dir / name) for split, name in ids.items()}
+    total = folder_size(bundle)
+    payload = {"ids_sha256": ids_sha256, "stored_texts": stored, "wheels": carried, "bytes": total}
     atomic_write_json(bundle / BUNDLE_FILE, payload)
-    size = payload["bytes"] / 2**20
-    print(f"gpu-check-bundle: {stored:,} texts in the token store, {len(carried)} wheels; wrote {bundle}/ "
-          f"({size:.1f} MiB{'' if payload['bytes'] < CARRY_LIMIT else ', OVER the 64 MiB a device call carries'})")
+    size = total / 2**20
+    print(
+        f"gpu-check-bundle: {stored:,} texts in the token store, {len(carried)} wheels; wrote {bundle}/ "
+        f"({size:.1f} MiB{'' if total < CARRY_LIMIT else ', OVER the 64 MiB a device call carries'})"
+    )
     return payload
 
 
@@ -171,8 +218,10 @@ def unpack(bundle: Path, data_dir: Path) -> None:
         path = data_dir / "tokenize" / ids_file(split)
         np.save(path, text_tokenizer.encode(pd.read_parquet(data_dir / "ingest" / f"{split}.parquet")["text"].tolist()))
         if sha256_file(path) != recorded[split]:
-            raise InputError(f"{path}: rebuilt from {bundle / STORE_FILE}, its checksum differs from the bundle's "
-                             f"({bundle / BUNDLE_FILE}); rebuild the bundle with `make gpu-check-bundle`")
+            raise InputError(
+                f"{path}: rebuilt from {bundle / STORE_FILE}, its checksum differs from the bundle's "
+                f"({bundle / BUNDLE_FILE}); rebuild the bundle with `make gpu-check-bundle`"
+            )
 
 
 def peak_tflops(device: str) -> float | None:
@@ -186,14 +235,22 @@ def transformer_rows(config: Config, comparison: dict) -> list[dict]:
     from pipeline.model.flops import TRAINING_STEP_FACTOR, EncoderShape, classifier_forward_flops
 
     client = mlflow.tracking.MlflowClient()
+    experiment = client.get_experiment_by_name(config.tracking.experiment_name)
+    if experiment is None:
+        raise MissingInputError(
+            f"no MLflow experiment {config.tracking.experiment_name!r} (tracking.experiment_name): run the comparison"
+        )
     rows = []
-    for run in client.search_runs([client.get_experiment_by_name(config.tracking.experiment_name).experiment_id],
-                                  filter_string=f"tags.mlflow.parentRunId = '{comparison['parent_run_id']}'"):
+    for run in client.search_runs(
+        [experiment.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{comparison['parent_run_id']}'",
+    ):
         params = run.data.params
         if "model.pooling" not in params or "train_rows" not in params:
             continue
-        epochs = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "epoch_seconds"),
-                                          key=lambda m: m.step)]
+        epochs = [
+            m.value for m in sorted(client.get_metric_history(run.info.run_id, "epoch_seconds"), key=lambda m: m.step)
+        ]
         padding = run.data.metrics.get("padding_fraction", 0.0)
         train_rows, batch = int(params["train_rows"]), int(params["training.batch_size"])
         steps = -(-train_rows // batch)
@@ -204,31 +261,53 @@ def transformer_rows(config: Config, comparison: dict) -> list[dict]:
         steady = float(np.median(epochs[1:])) if len(epochs) > 1 else (epochs[0] if epochs else float("nan"))
         tflops = flops / steady / 1e12 if epochs else float("nan")
         peak = peak_tflops(params.get("device", ""))
-        rows.append({"run": run.info.run_name, "device": params.get("device"), "precision": params.get(
-            "precision_policy"), "epochs": len(epochs), "first_epoch_s": epochs[0] if epochs else None,
-            "epoch_s": steady, "ms_per_step": 1000 * steady / steps, "tflops": tflops,
-            "share_of_peak": tflops / peak if peak else None})
+        rows.append(
+            {
+                "run": run.info.run_name,
+                "device": params.get("device"),
+                "precision": params.get("precision_policy"),
+                "epochs": len(epochs),
+                "first_epoch_s": epochs[0] if epochs else None,
+                "epoch_s": steady,
+                "ms_per_step": 1000 * steady / steps,
+                "tflops": tflops,
+                "share_of_peak": tflops / peak if peak else None,
+            }
+        )
     return sorted(rows, key=lambda row: row["run"])
 
 
 def summary_markdown(rows: list[dict], comparison: dict, seconds: float) -> str:
-    lines = ["# GPU check", "", f"{seconds:.0f} s in all; Transformer epochs after the first (which compiles) "
-             "timed with validation; TFLOP/s from the analytic count (pipeline/model/flops.py) at the mean computed "
-             "width, so approximate.", "", "| run | device | precision | epochs | first epoch s | epoch s | ms/step | "
-             "TFLOP/s | share of peak |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "# GPU check",
+        "",
+        f"{seconds:.0f} s in all; Transformer epochs after the first (which compiles) "
+        "timed with validation; TFLOP/s from the analytic count (pipeline/model/flops.py) at the mean computed "
+        "width, so approximate.",
+        "",
+        "| run | device | precision | epochs | first epoch s | epoch s | ms/step | TFLOP/s | share of peak |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for row in rows:
         share = "n/a" if row["share_of_peak"] is None else f"{row['share_of_peak']:.1%}"
-        lines.append(f"| {row['run']} | {row['device']} | {row['precision']} | {row['epochs']} | "
-                     f"{row['first_epoch_s']:.1f} | {row['epoch_s']:.1f} | {row['ms_per_step']:.1f} | "
-                     f"{row['tflops']:.3g} | {share} |")
-    lines += ["", "| candidate | seeds | validation accuracy (mean) | test accuracy (mean) | per seed |",
-              "| --- | --- | --- | --- | --- |"]
+        lines.append(
+            f"| {row['run']} | {row['device']} | {row['precision']} | {row['epochs']} | "
+            f"{row['first_epoch_s']:.1f} | {row['epoch_s']:.1f} | {row['ms_per_step']:.1f} | "
+            f"{row['tflops']:.3g} | {share} |"
+        )
+    lines += [
+        "",
+        "| candidate | seeds | validation accuracy (mean) | test accuracy (mean) | per seed |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for name in comparison["candidates"]:
         entry = comparison["summary"].get(name, {})
         val, test = entry.get("best_val_accuracy", {}), entry.get("test_accuracy", {})
         values = " / ".join(f"{value:.4f}" for value in test.get("values", []))
-        lines.append(f"| {name} | {len(test.get('values', []))} | {val.get('mean', float('nan')):.4f} | "
-                     f"{test.get('mean', float('nan')):.4f} | {values} |")
+        lines.append(
+            f"| {name} | {len(test.get('values', []))} | {val.get('mean', float('nan')):.4f} | "
+            f"{test.get('mean', float('nan')):.4f} | {values} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -241,9 +320,15 @@ def run_check(bundle: Path, out: Path, work: Path, overrides: list[str]) -> Path
     os.environ[STORE_ENV] = str((bundle / STORE_FILE).resolve())
     shutil.rmtree(work, ignore_errors=True)  # one comparison: its runs alone in a new MLflow store
     unpack(bundle, work / "data")
-    config = load_config(bundle / CONFIG_FILE, [
-        f"paths.data_dir={work / 'data'}", f"paths.reports_dir={work / 'reports'}",
-        f"tracking.tracking_uri=sqlite:///{work / 'mlflow.db'}", *overrides])
+    config = load_config(
+        bundle / CONFIG_FILE,
+        [
+            f"paths.data_dir={work / 'data'}",
+            f"paths.reports_dir={work / 'reports'}",
+            f"tracking.tracking_uri=sqlite:///{work / 'mlflow.db'}",
+            *overrides,
+        ],
+    )
     from pipeline.stages import compare
     from pipeline.tracking import setup_tracking
 

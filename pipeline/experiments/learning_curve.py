@@ -69,14 +69,26 @@ def accuracy(labels: np.ndarray, probabilities: np.ndarray) -> float:
     return float((probabilities.argmax(axis=1) == labels).mean())
 
 
-def lexical_and_fused(frames: IngestedRows, keep: np.ndarray, config: Config, size: int, seed: int,
-                      transformers: dict[str, tuple[np.ndarray, np.ndarray]]) -> list[Scored]:
+def lexical_and_fused(
+    frames: IngestedRows,
+    keep: np.ndarray,
+    config: Config,
+    size: int,
+    seed: int,
+    transformers: dict[str, tuple[np.ndarray, np.ndarray]],
+) -> list[Scored]:
     """NBSVM on the ``keep`` train rows, and its fusion with each pooling's ``(val, test)`` probabilities."""
     val, test, names = frames.val, frames.test, frames.labels
     baseline = config.baseline
-    fitted = nbsvm_baseline(frames.train.iloc[keep], val, baseline.nbsvm_c, baseline.ngram_max,
-                            baseline.max_features, baseline.seed,
-                            CropRows(baseline.crops_per_review, baseline.crop_label_weight)).model  # labelled rows only
+    fitted = nbsvm_baseline(
+        frames.train.iloc[keep],
+        val,
+        baseline.nbsvm_c,
+        baseline.ngram_max,
+        baseline.max_features,
+        baseline.seed,
+        CropRows(baseline.crops_per_review, baseline.crop_label_weight),
+    ).model  # labelled rows only
     val_l = class_probabilities(fitted, val["text"].tolist(), len(names))
     test_l = class_probabilities(fitted, test["text"].tolist(), len(names))
     y_val, y_test = val["label"].to_numpy(), test["label"].to_numpy()
@@ -88,14 +100,16 @@ def lexical_and_fused(frames: IngestedRows, keep: np.ndarray, config: Config, si
     return scored
 
 
-def transformer(config: Config, frames: IngestedRows, size: int, seed: int,
-                pooling: str) -> tuple[Scored, np.ndarray, np.ndarray, np.ndarray]:
+def transformer(
+    config: Config, frames: IngestedRows, size: int, seed: int, pooling: str
+) -> tuple[Scored, np.ndarray, np.ndarray, np.ndarray]:
     """The configured encoder with ``pooling`` trained on ``size`` train rows and evaluated: its score, its
     validation and test probabilities, and the train rows it learned from."""
-    child = config.replace(model={"pooling": pooling},
-                           training={"max_train_samples": size, "seed": seed, "pseudo_labels": False})
+    child = config.replace(
+        model={"pooling": pooling}, training={"max_train_samples": size, "seed": seed, "pseudo_labels": False}
+    )
     trained = train_model(child)
-    evaluated = evaluate_run(child, run=trained.run_id)
+    evaluated = evaluate_run(child, run=trained.logged_run_id())
     names = frames.labels
     val_p = from_probability_columns(evaluated.predictions("val"), names)
     test_p = from_probability_columns(evaluated.predictions("test"), names)
@@ -134,16 +148,25 @@ def summarize(scores: list[Scored], samples: int) -> list[dict]:
             mine = sorted((s for s in scores if s.size == size and s.candidate == candidate), key=lambda s: s.seed)
             correct = np.stack([s.test_correct for s in mine])
             interval = paired_bootstrap_difference(correct, np.zeros_like(correct), samples=samples)
-            rows.append({"size": size, "candidate": candidate, "seeds": [s.seed for s in mine],
-                         "mean_val_accuracy": float(np.mean([s.val_accuracy for s in mine])),
-                         "mean_test_accuracy": float(correct.mean()), "ci_low": interval["ci_low"],
-                         "ci_high": interval["ci_high"], "run_ids": [s.run_id for s in mine if s.run_id]})
+            rows.append(
+                {
+                    "size": size,
+                    "candidate": candidate,
+                    "seeds": [s.seed for s in mine],
+                    "mean_val_accuracy": float(np.mean([s.val_accuracy for s in mine])),
+                    "mean_test_accuracy": float(correct.mean()),
+                    "ci_low": interval["ci_low"],
+                    "ci_high": interval["ci_high"],
+                    "run_ids": [s.run_id for s in mine if s.run_id],
+                }
+            )
     return rows
 
 
 def pairs_at(scores: list[Scored], size: int, samples: int) -> dict[str, dict]:
     """The paired comparisons at ``size``: first token against mean; the better pooling on validation against
     NBSVM; its fusion against NBSVM."""
+
     def correct(candidate: str) -> tuple[np.ndarray, list[dict]]:
         mine = sorted((s for s in scores if s.size == size and s.candidate == candidate), key=lambda s: s.seed)
         return np.stack([s.test_correct for s in mine]), [{"seed": s.seed} for s in mine]
@@ -152,8 +175,11 @@ def pairs_at(scores: list[Scored], size: int, samples: int) -> dict[str, dict]:
         return float(np.mean([s.val_accuracy for s in scores if s.size == size and s.candidate == candidate]))
 
     better = max(POOLINGS, key=mean_val)
-    questions = {"first_token - mean": ("first_token", "mean"), f"{better} - {NBSVM}": (better, NBSVM),
-                 f"{NBSVM}+{better} - {NBSVM}": (f"{NBSVM}+{better}", NBSVM)}
+    questions = {
+        "first_token - mean": ("first_token", "mean"),
+        f"{better} - {NBSVM}": (better, NBSVM),
+        f"{NBSVM}+{better} - {NBSVM}": (f"{NBSVM}+{better}", NBSVM),
+    }
     found = {}
     for name, (a, b) in questions.items():
         (correct_a, labels), (correct_b, _) = correct(a), correct(b)
@@ -176,20 +202,30 @@ def plot_curve(encoders: dict[str, dict], path: Path) -> Path:
     from pipeline.core.plots import new_figure, save_figure
 
     figure, axis = new_figure(8.5, 5.2)
-    lines = {}
+    lines: dict[str, list[dict]] = {}
     for encoder, part in encoders.items():
         for candidate in dict.fromkeys(row["candidate"] for row in part["summary"]):
             label = candidate if candidate == NBSVM else f"{candidate}: {encoder}"
             lines.setdefault(label, [row for row in part["summary"] if row["candidate"] == candidate])
     for index, (label, rows) in enumerate(lines.items()):
         sizes = [row["size"] for row in rows]
-        axis.plot(sizes, [row["mean_test_accuracy"] for row in rows], marker="o", color=f"C{index % 10}",
-                  linestyle="-" if index < 10 else "--", label=label)
-        axis.fill_between(sizes, [row["ci_low"] for row in rows], [row["ci_high"] for row in rows],
-                          color=f"C{index % 10}", alpha=0.12)
+        axis.plot(
+            sizes,
+            [row["mean_test_accuracy"] for row in rows],
+            marker="o",
+            color=f"C{index % 10}",
+            linestyle="-" if index < 10 else "--",
+            label=label,
+        )
+        axis.fill_between(
+            sizes, [row["ci_low"] for row in rows], [row["ci_high"] for row in rows], color=f"C{index % 10}", alpha=0.12
+        )
     axis.set_xscale("log")
-    axis.set(xlabel="labelled training reviews", ylabel="test accuracy",
-             title="Test accuracy against labelled rows (bands: 95 % bootstrap over test rows)")
+    axis.set(
+        xlabel="labelled training reviews",
+        ylabel="test accuracy",
+        title="Test accuracy against labelled rows (bands: 95 % bootstrap over test rows)",
+    )
     axis.title.set_fontsize(9)
     axis.legend(fontsize=6)
     return save_figure(figure, path)
@@ -207,27 +243,44 @@ def deploy_overall(encoders: dict[str, dict]) -> dict[str, str]:
 
 
 def render_markdown(report: dict) -> str:
-    lines = ["# Test accuracy against labelled reviews", "",
-             "Every candidate at a size and seed trains on the same rows and is scored on the same validation and test "
-             "reviews. What to deploy is chosen on validation; intervals are 95 % bootstraps over test rows.", "",
-             "| labelled rows | deploy (best on validation, every encoder) |", "| --- | --- |"]
+    lines = [
+        "# Test accuracy against labelled reviews",
+        "",
+        "Every candidate at a size and seed trains on the same rows and is scored on the same validation and test "
+        "reviews. What to deploy is chosen on validation; intervals are 95 % bootstraps over test rows.",
+        "",
+        "| labelled rows | deploy (best on validation, every encoder) |",
+        "| --- | --- |",
+    ]
     lines += [f"| {int(size):,} | {name} |" for size, name in report["deploy"].items()]
     for encoder, part in report["encoders"].items():
-        lines += ["", f"## {encoder}", "", f"Seeds {part['seeds']}; {part['val_rows']:,} validation and "
-                  f"{part['test_rows']:,} test reviews.", "",
-                  "| labelled rows | candidate | mean validation accuracy | mean test accuracy | 95 % interval |",
-                  "| --- | --- | --- | --- | --- |"]
-        lines += [f"| {row['size']:,} | {row['candidate']} | {row['mean_val_accuracy']:.4f} | "
-                  f"{row['mean_test_accuracy']:.4f} | {row['ci_low']:.4f} to {row['ci_high']:.4f} |"
-                  for row in part["summary"]]
-        lines += ["", "| labelled rows | deploy (this encoder) | comparison | test difference | 95 % CI | "
-                  "significant |", "| --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "",
+            f"## {encoder}",
+            "",
+            f"Seeds {part['seeds']}; {part['val_rows']:,} validation and {part['test_rows']:,} test reviews.",
+            "",
+            "| labelled rows | candidate | mean validation accuracy | mean test accuracy | 95 % interval |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| {row['size']:,} | {row['candidate']} | {row['mean_val_accuracy']:.4f} | "
+            f"{row['mean_test_accuracy']:.4f} | {row['ci_low']:.4f} to {row['ci_high']:.4f} |"
+            for row in part["summary"]
+        ]
+        lines += [
+            "",
+            "| labelled rows | deploy (this encoder) | comparison | test difference | 95 % CI | significant |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
         for size, pairs in part["pairs"].items():
             for name, pair in pairs.items():
                 boot = pair["bootstrap"]
-                lines.append(f"| {int(size):,} | {part['deploy'][size]} | {name} | "
-                             f"{100 * pair['mean_accuracy_difference']:+.2f} points | {100 * boot['ci_low']:+.2f} to "
-                             f"{100 * boot['ci_high']:+.2f} | {'yes' if pair['significant'] else 'no'} |")
+                lines.append(
+                    f"| {int(size):,} | {part['deploy'][size]} | {name} | "
+                    f"{100 * pair['mean_accuracy_difference']:+.2f} points | {100 * boot['ci_low']:+.2f} to "
+                    f"{100 * boot['ci_high']:+.2f} | {'yes' if pair['significant'] else 'no'} |"
+                )
     return "\n".join(lines) + "\n"
 
 
@@ -267,8 +320,9 @@ def run(config: Config, sizes: str = DEFAULT_SIZES, seeds: tuple[int, ...] | Non
     return write_report(config, frames, scores, seeds, started)
 
 
-def write_report(config: Config, frames: IngestedRows, scores: list[Scored], seeds: tuple[int, ...],
-                 started: float) -> Path:
+def write_report(
+    config: Config, frames: IngestedRows, scores: list[Scored], seeds: tuple[int, ...], started: float
+) -> Path:
     """The JSON, Markdown and plot in ``reports/``, and an MLflow run that holds them with a metric per point."""
     import mlflow
 
@@ -278,9 +332,14 @@ def write_report(config: Config, frames: IngestedRows, scores: list[Scored], see
     summary = summarize(scores, samples)
     sizes = sorted({s.size for s in scores})
     encoder = encoder_name(config.model)
-    part = {"seeds": list(seeds), "val_rows": len(frames.val), "test_rows": len(frames.test), "summary": summary,
-            "pairs": {str(size): pairs_at(scores, size, samples) for size in sizes},
-            "deploy": {str(size): name for size, name in deploy_at(summary).items()}}
+    part = {
+        "seeds": list(seeds),
+        "val_rows": len(frames.val),
+        "test_rows": len(frames.test),
+        "summary": summary,
+        "pairs": {str(size): pairs_at(scores, size, samples) for size in sizes},
+        "deploy": {str(size): name for size, name in deploy_at(summary).items()},
+    }
     reports = config.reports_dir
     report = merged(reports / f"{REPORT_NAME}.json", frames.ingest_manifest_sha256, encoder, part)
     json_path = atomic_write_json(reports / f"{REPORT_NAME}.json", report)
@@ -295,9 +354,11 @@ def write_report(config: Config, frames: IngestedRows, scores: list[Scored], see
             mlflow.log_metric(f"test_accuracy.{name}", row["mean_test_accuracy"], step=row["size"])
         for path in (json_path, md_path, png_path):
             mlflow.log_artifact(str(path), REPORT_NAME)
-    print(f"learning-curve: {encoder}: {len(scores)} candidates scored at {len(sizes)} sizes x {len(seeds)} seeds "
-          f"on {len(frames.test):,} test reviews; deploy {part['deploy']}; wrote {md_path}, {json_path.name}, "
-          f"{png_path.name} in {time.perf_counter() - started:.0f}s")
+    print(
+        f"learning-curve: {encoder}: {len(scores)} candidates scored at {len(sizes)} sizes x {len(seeds)} seeds "
+        f"on {len(frames.test):,} test reviews; deploy {part['deploy']}; wrote {md_path}, {json_path.name}, "
+        f"{png_path.name} in {time.perf_counter() - started:.0f}s"
+    )
     return md_path
 
 

@@ -35,8 +35,11 @@ def short_reviews(splits: dict[str, pd.DataFrame], names: list[str], max_words: 
     for split in SPLITS:
         frame = splits[split]
         kept = frame[frame["text"].str.split().str.len() <= max_words]
-        parts.append(pd.DataFrame({"text": kept["text"].to_numpy(), "split": split,
-                                   "label": [names[index] for index in kept["label"]]}))
+        parts.append(
+            pd.DataFrame(
+                {"text": kept["text"].to_numpy(), "split": split, "label": [names[index] for index in kept["label"]]}
+            )
+        )
     return pd.concat(parts, ignore_index=True)[["text", "label", "split"]]
 
 
@@ -46,12 +49,15 @@ def run(config: Config, max_words: int = DEFAULT_MAX_WORDS) -> Path:
     table = short_reviews(splits, load_labels(ingest_dir), max_words)
     counts = table["split"].value_counts()
     if not all(counts.get(split, 0) for split in SPLITS):
-        raise InputError(f"reviews of at most {max_words} words: {dict(counts)} per split; every split needs some "
-                         "(raise --max-words)")
+        raise InputError(
+            f"reviews of at most {max_words} words: {dict(counts)} per split; every split needs some "
+            "(raise --max-words)"
+        )
     path = atomic_write_parquet(table, stage_dir(config, "short-reviews") / SHORT_REVIEWS_TABLE)
-    print(f"short-reviews: read {sum(len(frame) for frame in splits.values()):,} reviews from {ingest_dir}/; kept "
-          f"those of at most {max_words} words: " + ", ".join(f"{counts[s]:,} {s}" for s in SPLITS)
-          + f"; wrote {path}")
+    print(
+        f"short-reviews: read {sum(len(frame) for frame in splits.values()):,} reviews from {ingest_dir}/; kept "
+        f"those of at most {max_words} words: " + ", ".join(f"{counts[s]:,} {s}" for s in SPLITS) + f"; wrote {path}"
+    )
     return path
 
 

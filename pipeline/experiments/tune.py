@@ -9,11 +9,11 @@ Writes: the study in Optuna storage (``tune.storage``; default ``optuna.db`` bes
         ``reports/tune/{best.yaml,trials.csv,summary.json,*.png}``.
 
 A new study's first trial is the configured settings (``tune.start_from_config``): the bar the search has to
-beat, measured by the same protocol. The sampler is TPE with ``tune.seed``; a median pruner stops a trial whose validation loss after an epoch is
-worse than the median of earlier trials' at that epoch. The objective is the trial's best validation accuracy:
-test is never read. ``best.yaml`` is the whole configuration with the best parameters in place, so the tuned
-model goes through the same comparison as any other (``make compare CONFIG=reports/tune/best.yaml``) and can
-become the champion only by that protocol: ``make compare-tuned`` runs it against the configured model, both
+beat, measured by the same protocol. The sampler is TPE with ``tune.seed``; a median pruner stops a trial whose
+validation loss after an epoch is worse than the median of earlier trials' at that epoch. The objective is the trial's
+best validation accuracy: test is never read. ``best.yaml`` is the whole configuration with the best parameters in
+place, so the tuned model goes through the same comparison as any other (``make compare CONFIG=reports/tune/best.yaml``)
+and can become the champion only by that protocol: ``make compare-tuned`` runs it against the configured model, both
 candidates of one comparison. A killed ``make tune`` resumes the same study (its interrupted trial
 is failed by Optuna's heartbeat check); several ``make tune`` processes on one storage share the study.
 """
@@ -33,7 +33,7 @@ from pipeline.config import Config, TrackingConfig
 from pipeline.config.typed_values import check_type
 from pipeline.core.catalog import MANIFEST_NAME, require_output
 from pipeline.core.errors import ConfigError, InputError, MissingInputError, PipelineError
-from pipeline.core.files import atomic_write_json, atomic_write_text, read_manifest
+from pipeline.core.files import atomic_write_json, atomic_write_text, require_manifest
 from pipeline.stages.tokenize.vocabulary import own_tokenization
 from pipeline.stages.train.fit_and_log import train_model
 from pipeline.tracking import flat_params, setup_tracking, tracking_uri
@@ -71,16 +71,18 @@ def parse_space(raw: Any, config: Config, source: str) -> list[Parameter]:
     import typing
 
     if not isinstance(raw, dict) or not raw:
-        raise ConfigError(f"{source}: the search space must be a non-empty mapping of section.key to a range "
-                          "or choices")
+        raise ConfigError(
+            f"{source}: the search space must be a non-empty mapping of section.key to a range or choices"
+        )
     sections = {f.name: typing.get_type_hints(type(getattr(config, f.name))) for f in dataclasses.fields(config)}
     parameters = []
     for name, spec in raw.items():
         where = f"{source}: {name}"
         section, _, key = str(name).partition(".")
         if section not in sections or key not in sections[section]:
-            known = sorted(f"{s}.{k}" for s, hints in sections.items() if s not in ("paths", "tracking", "tune")
-                           for k in hints)
+            known = sorted(
+                f"{s}.{k}" for s, hints in sections.items() if s not in ("paths", "tracking", "tune") for k in hints
+            )
             raise ConfigError(f"{where}: unknown setting (known: {', '.join(known)})")
         if section in ("paths", "tracking", "tune"):
             raise ConfigError(f"{where}: {section} settings are not searched")
@@ -127,8 +129,11 @@ def load_space(config: Config) -> list[Parameter]:
 def trial_config(config: Config, values: dict[str, Any]) -> Config:
     """The config of one trial: ``values`` (``section.key`` -> value) set, the rest as configured. A trial capped by
     ``tune.max_train_samples`` trains without distillation: its teacher saw every train row."""
-    cap = ([("training.max_train_samples", config.tune.max_train_samples), ("training.pseudo_labels", False)]
-           if config.tune.max_train_samples else [])
+    cap = (
+        [("training.max_train_samples", config.tune.max_train_samples), ("training.pseudo_labels", False)]
+        if config.tune.max_train_samples
+        else []
+    )
     return config.with_settings([*cap, *values.items()])  # a searched cap wins over tune's
 
 
@@ -139,9 +144,13 @@ def configured_values(config: Config, parameters: list[Parameter]) -> dict[str, 
     for parameter in parameters:
         section, key = parameter.name.split(".", 1)
         value = getattr(getattr(config, section), key)
-        inside = (value in parameter.choices if parameter.choices is not None
-                  else not isinstance(value, bool) and isinstance(value, (int, float))
-                  and parameter.low <= value <= parameter.high)
+        if parameter.choices is not None:
+            inside = value in parameter.choices
+        else:
+            low, high = parameter.low, parameter.high
+            if low is None or high is None:
+                raise ValueError(f"{parameter.name}: a searched setting needs choices or a low..high range")
+            inside = not isinstance(value, bool) and isinstance(value, (int, float)) and low <= value <= high
         if inside:
             values[parameter.name] = value
     return values
@@ -159,7 +168,7 @@ def default_storage(config: Config) -> str:
         return config.tune.storage
     uri = tracking_uri(config.tracking)
     if uri.startswith("sqlite:///"):
-        return f"sqlite:///{Path(uri[len('sqlite:///'):]).parent / 'optuna.db'}"
+        return f"sqlite:///{Path(uri[len('sqlite:///') :]).parent / 'optuna.db'}"
     return "sqlite:///optuna.db"
 
 
@@ -171,8 +180,9 @@ def open_storage(url: str, heartbeat_seconds: int = 30):
     try:
         return optuna.storages.RDBStorage(url, heartbeat_interval=heartbeat_seconds, grace_period=2 * heartbeat_seconds)
     except Exception as exc:  # noqa: BLE001 - SQLAlchemy raises many kinds; each means "cannot open"
-        raise InputError(f"tune.storage: cannot open {url!r}: "
-                         f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+        raise InputError(
+            f"tune.storage: cannot open {url!r}: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+        ) from None
 
 
 # --------------------------------------------------------------------------- one trial
@@ -204,7 +214,7 @@ def run_trial(trial, base: Config, parameters: list[Parameter]) -> float:
     callback = pruning_callback(trial)
     started = time.perf_counter()
     run_dir = train_model(config, extra_callbacks=[callback]).run_dir
-    manifest = read_manifest(run_dir)
+    manifest = require_manifest(run_dir)
     client = mlflow.tracking.MlflowClient()
     state = "pruned" if callback.pruned_at is not None else "complete"
     client.set_tag(manifest["mlflow_run_id"], TRIAL_TAG, str(trial.number))
@@ -231,9 +241,11 @@ def save_plots(study, out_dir: Path) -> list[Path]:
     from pipeline.core.plots import save_figure
 
     made = []
-    for name, draw in (("optimization_history", plots.plot_optimization_history),
-                       ("param_importances", plots.plot_param_importances),
-                       ("parallel_coordinate", plots.plot_parallel_coordinate)):
+    for name, draw in (
+        ("optimization_history", plots.plot_optimization_history),
+        ("param_importances", plots.plot_param_importances),
+        ("parallel_coordinate", plots.plot_parallel_coordinate),
+    ):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # Optuna marks its matplotlib plots experimental
@@ -250,16 +262,22 @@ def best_overlay(config: Config, params: dict[str, Any], what: str = "the study'
     """The whole configuration with the best parameters (or ``what`` else) in place, as YAML (for ``CONFIG=``)."""
     raw = trial_config(config.replace(tune={"max_train_samples": None}), params).to_dict()
     raw.pop("tune", None)
-    header = (f"# Written by `make tune`: the configuration with {what} in place.\n"
-              "# Run it through the comparison against the configured model: make compare-tuned\n"
-              "# (or alone: make compare CONFIG=reports/tune/best.yaml)\n")
+    header = (
+        f"# Written by `make tune`: the configuration with {what} in place.\n"
+        "# Run it through the comparison against the configured model: make compare-tuned\n"
+        "# (or alone: make compare CONFIG=reports/tune/best.yaml)\n"
+    )
     return header + yaml.safe_dump(raw, sort_keys=False)
 
 
 def parent_run_id(tracking: TrackingConfig, study_name: str) -> str | None:
-    runs = mlflow.search_runs(experiment_names=[tracking.experiment_name], output_format="list",
-                              filter_string=f"tags.`{STUDY_TAG}` = '{study_name}'",
-                              order_by=["attributes.start_time ASC"], max_results=1)
+    runs = mlflow.search_runs(
+        experiment_names=[tracking.experiment_name],
+        output_format="list",
+        filter_string=f"tags.`{STUDY_TAG}` = '{study_name}'",
+        order_by=["attributes.start_time ASC"],
+        max_results=1,
+    )
     return runs[0].info.run_id if runs else None
 
 
@@ -276,10 +294,16 @@ def open_study(config: Config, storage, parameters: list[Parameter]):
     # machine) draws its own seed, or two processes would propose the same parameters in lockstep
     known = {summary.study_name: summary.n_trials for summary in optuna.get_all_study_summaries(storage)}
     seed = settings.seed if not known.get(settings.study_name) else settings.seed + os.getpid()
-    study = optuna.create_study(study_name=settings.study_name, storage=storage, direction="maximize",
-                                load_if_exists=True, sampler=optuna.samplers.TPESampler(seed=seed),
-                                pruner=optuna.pruners.MedianPruner(n_startup_trials=settings.pruner_startup_trials,
-                                                                   n_warmup_steps=settings.pruner_warmup_epochs))
+    study = optuna.create_study(
+        study_name=settings.study_name,
+        storage=storage,
+        direction="maximize",
+        load_if_exists=True,
+        sampler=optuna.samplers.TPESampler(seed=seed),
+        pruner=optuna.pruners.MedianPruner(
+            n_startup_trials=settings.pruner_startup_trials, n_warmup_steps=settings.pruner_warmup_epochs
+        ),
+    )
     optuna.storages.fail_stale_trials(study)
     if settings.start_from_config and not study.trials:
         study.enqueue_trial(configured_values(config, parameters), user_attrs={"configured": True}, skip_if_exists=True)
@@ -294,8 +318,11 @@ def print_progress(study, trial) -> None:
     best = f"{study.best_value:.4f}" if finished else "-"
     value = f"{trial.value:.4f}" if trial.state == optuna.trial.TrialState.COMPLETE else "-"  # pruned: no value
     what = " (the configured settings)" if trial.user_attrs.get("configured") else ""
-    print(f"tune: trial {trial.number}{what} {trial.state.name.lower()}, value {value}, best so far {best}, "
-          f"{trial.user_attrs.get('seconds', float('nan')):.0f}s", flush=True)
+    print(
+        f"tune: trial {trial.number}{what} {trial.state.name.lower()}, value {value}, best so far {best}, "
+        f"{trial.user_attrs.get('seconds', float('nan')):.0f}s",
+        flush=True,
+    )
 
 
 def optimize(study, config: Config, parameters: list[Parameter], total: int | None) -> None:
@@ -308,23 +335,41 @@ def optimize(study, config: Config, parameters: list[Parameter], total: int | No
         callbacks.append(optuna.study.MaxTrialsCallback(total, states=done_states))
     remaining = None if total is None else max(0, total - len([t for t in study.trials if t.state in done_states]))
     if remaining != 0:
-        study.optimize(lambda trial: run_trial(trial, config, parameters), n_trials=remaining,
-                       timeout=None if config.tune.max_minutes is None else 60 * config.tune.max_minutes,
-                       callbacks=callbacks, catch=(PipelineError,))  # a user-fixable problem fails one trial
+        study.optimize(
+            lambda trial: run_trial(trial, config, parameters),
+            n_trials=remaining,
+            timeout=None if config.tune.max_minutes is None else 60 * config.tune.max_minutes,
+            callbacks=callbacks,
+            catch=(PipelineError,),
+        )  # a user-fixable problem fails one trial
 
 
-def write_study_reports(config: Config, study, best, states: dict[str, int], out_dir: Path, storage_url: str,
-                        parent_run_id: str) -> Path:
+def write_study_reports(
+    config: Config, study, best, states: dict[str, int], out_dir: Path, storage_url: str, parent_run_id: str
+) -> Path:
     """Write ``best.yaml`` (from the ``best`` trial), ``trials.csv``, ``summary.json`` and the plots into ``out_dir``
     and log them, the best value and the trial counts to the active (parent) MLflow run; returns ``best.yaml``."""
     overlay = atomic_write_text(out_dir / "best.yaml", best_overlay(config, best.params))
     atomic_write_text(out_dir / "trials.csv", study.trials_dataframe().to_csv(index=False))
-    summary = {"study": config.tune.study_name, "storage": storage_url, "states": states,
-               "best_value": best.value, "best_trial": best.number, "best_params": best.params,
-               "best_mlflow_run_id": best.user_attrs.get("mlflow_run_id"), "parent_run_id": parent_run_id}
+    summary = {
+        "study": config.tune.study_name,
+        "storage": storage_url,
+        "states": states,
+        "best_value": best.value,
+        "best_trial": best.number,
+        "best_params": best.params,
+        "best_mlflow_run_id": best.user_attrs.get("mlflow_run_id"),
+        "parent_run_id": parent_run_id,
+    }
     atomic_write_json(out_dir / "summary.json", summary)
-    mlflow.log_metrics({"best_val_accuracy": best.value, "trials_complete": states["complete"],
-                        "trials_pruned": states["pruned"], "trials_failed": states["fail"]})
+    mlflow.log_metrics(
+        {
+            "best_val_accuracy": best.value,
+            "trials_complete": states["complete"],
+            "trials_pruned": states["pruned"],
+            "trials_failed": states["fail"],
+        }
+    )
     mlflow.set_tags({f"best.{name}": str(value) for name, value in best.params.items()})
     for path in [*save_plots(study, out_dir), overlay, out_dir / "trials.csv", out_dir / "summary.json"]:
         mlflow.log_artifact(str(path), "tune")
@@ -337,18 +382,26 @@ def write_trial_config(config: Config, study, trial: int, complete: list, out_di
 
     if not 0 <= trial < len(study.trials) or study.trials[trial].state != optuna.trial.TrialState.COMPLETE:
         numbers = ", ".join(str(t.number) for t in complete)
-        raise InputError(f"--trial {trial}: not a complete trial of study {config.tune.study_name!r} "
-                         f"(complete: {numbers})")
-    return atomic_write_text(out_dir / f"trial-{trial}.yaml", best_overlay(
-        config, study.trials[trial].params, f"trial {trial}'s parameters (validation accuracy "
-        f"{study.trials[trial].value:.4f})"))
+        raise InputError(
+            f"--trial {trial}: not a complete trial of study {config.tune.study_name!r} (complete: {numbers})"
+        )
+    return atomic_write_text(
+        out_dir / f"trial-{trial}.yaml",
+        best_overlay(
+            config,
+            study.trials[trial].params,
+            f"trial {trial}'s parameters (validation accuracy {study.trials[trial].value:.4f})",
+        ),
+    )
 
 
 def next_step(config: Config, best_params: dict[str, Any]) -> str:
     """What to run next: ``make compare-tuned``, unless the best parameters are the configured settings."""
     if not configured_differs(config, best_params):
-        return ("the configured settings are the best found, so make compare-tuned has nothing to compare; "
-                "make tune TRIAL=<n> writes another complete trial's config for SET='compare.tuned=...'")
+        return (
+            "the configured settings are the best found, so make compare-tuned has nothing to compare; "
+            "make tune TRIAL=<n> writes another complete trial's config for SET='compare.tuned=...'"
+        )
     return "next: make compare-tuned"
 
 
@@ -379,21 +432,23 @@ def run(config: Config, trials: int | None = None, trial: int | None = None) -> 
         states = {state.name.lower(): sum(t.state == state for t in study.trials) for state in optuna.trial.TrialState}
         complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
         if not complete:
-            raise InputError(f"study {settings.study_name!r} has no complete trial yet ({states}); "
-                             "run `make tune` again")
+            raise InputError(
+                f"study {settings.study_name!r} has no complete trial yet ({states}); run `make tune` again"
+            )
         best = study.best_trial
         overlay = write_study_reports(config, study, best, states, out_dir, storage_url, parent.info.run_id)
     # after the study's reports, so a wrong number loses none of them
     chosen = None if trial is None else write_trial_config(config, study, trial, complete, out_dir)
     written = f"{overlay}" + (f" and {chosen}" if chosen else "")
     mine = sum(t.user_attrs.get("process") == os.getpid() for t in study.trials)
-    print(f"tune: study {settings.study_name!r} in {storage_url}: {mine} trial(s) by this process, "
-          f"{len(study.trials)} in all ({', '.join(f'{k} {v}' for k, v in states.items() if v)}); best validation "
-          f"accuracy {best.value:.4f} (trial {best.number}); wrote {written} ({next_step(config, best.params)}) in "
-          f"{time.perf_counter() - started:.0f}s")
+    print(
+        f"tune: study {settings.study_name!r} in {storage_url}: {mine} trial(s) by this process, "
+        f"{len(study.trials)} in all ({', '.join(f'{k} {v}' for k, v in states.items() if v)}); best validation "
+        f"accuracy {best.value:.4f} (trial {best.number}); wrote {written} ({next_step(config, best.params)}) in "
+        f"{time.perf_counter() - started:.0f}s"
+    )
     return chosen or overlay
 
 
 def main(config: Config, args) -> None:
     run(config, trials=args.trials, trial=args.trial)
-

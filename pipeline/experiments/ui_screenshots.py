@@ -33,8 +33,8 @@ def browser_path() -> str:
 @dataclass
 class Page:
     name: str
-    url: str       # where the browser ended up
-    text: str      # what the page says (its visible text)
+    url: str  # where the browser ended up
+    text: str  # what the page says (its visible text)
     screenshot: Path
 
 
@@ -114,6 +114,8 @@ def main(config: Config, args) -> None:
     uri = tracking_uri(config.tracking)
     with mlflow_server(uri) as base:
         pages = capture(base, comparison, out_dir)
-    print(f"ui-screenshots: read comparison {comparison.parent_id} ({len(comparison.child_ids)} model runs) from "
-          f"{uri}; wrote {', '.join(p.screenshot.name for p in pages.values())} to {out_dir}/ in "
-          f"{time.perf_counter() - started:.0f}s")
+    print(
+        f"ui-screenshots: read comparison {comparison.parent_id} ({len(comparison.child_ids)} model runs) from "
+        f"{uri}; wrote {', '.join(p.screenshot.name for p in pages.values())} to {out_dir}/ in "
+        f"{time.perf_counter() - started:.0f}s"
+    )

@@ -18,8 +18,8 @@ EMBEDDING_OUTPUT_LAYER = "embedding_norm"
 
 
 class AdversarialClassifier(keras.Model):
-    """A classifier built by ``pipeline.model.transformer.build_model`` for ``fit`` with adversarial perturbations: the same
-    layers and weights (``classifier``), a loss with the perturbed reviews' loss added while training.
+    """A classifier built by ``pipeline.model.transformer.build_model`` for ``fit`` with adversarial perturbations:
+    the same layers and weights (``classifier``), a loss with the perturbed reviews' loss added while training.
 
     Built on Keras' documented extension point, ``compute_loss``: ``fit``'s own step computes the clean prediction,
     this adds the adversarial term inside the same gradient tape."""
@@ -32,8 +32,10 @@ class AdversarialClassifier(keras.Model):
         embedded = classifier.get_layer(EMBEDDING_OUTPUT_LAYER).output
         mask = classifier.get_layer("padding_mask").output
         # two views of the classifier's own graph and layers: ids -> embeddings, embeddings -> probabilities
-        self._parts = (keras.Model(classifier.input, [embedded, mask]),
-                       keras.Model([embedded, mask], classifier.output))
+        self._parts = (
+            keras.Model(classifier.input, [embedded, mask]),
+            keras.Model([embedded, mask], classifier.output),
+        )
         self.built = True
 
     def call(self, inputs, training=None):

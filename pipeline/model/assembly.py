@@ -22,9 +22,9 @@ from pipeline.text.text_tokenizer import TextTokenizer
 class StartingWeights:
     """What the pipeline's own encoder starts from besides its initialisers (nothing, by default)."""
 
-    token_vectors: np.ndarray | None = None     # [vocabulary, hidden_dim]: model.token_embedding word2vec
-    backbone: dict[str, list] | None = None     # layer name -> weights: a pretrained backbone (model.init)
-    backbone_source: str = ""                   # where the backbone came from, for errors
+    token_vectors: np.ndarray | None = None  # [vocabulary, hidden_dim]: model.token_embedding word2vec
+    backbone: dict[str, list] | None = None  # layer name -> weights: a pretrained backbone (model.init)
+    backbone_source: str = ""  # where the backbone came from, for errors
 
 
 @dataclass(frozen=True)
@@ -40,22 +40,31 @@ def uses_preset(model_config: ModelConfig, text_tokenizer: TextTokenizer) -> boo
     return model_config.preset is not None or text_tokenizer.preset is not None
 
 
-def assemble_classifier(model_config: ModelConfig, training: TrainingConfig, text_tokenizer: TextTokenizer,
-                        num_classes: int,
-                        device: Device, start: StartingWeights = StartingWeights()):
+def assemble_classifier(
+    model_config: ModelConfig,
+    training: TrainingConfig,
+    text_tokenizer: TextTokenizer,
+    num_classes: int,
+    device: Device,
+    start: StartingWeights = StartingWeights(),
+):
     """The uncompiled classifier; ``(model, names of the backbone layers loaded)``.
 
     Call it inside the distribution strategy's scope. A preset with ``training.adversarial_epsilon`` is refused
     (the perturbation is of the pipeline's own embeddings)."""
     if uses_preset(model_config, text_tokenizer):
         if training.adversarial_epsilon:
-            raise ConfigError("training.adversarial_epsilon perturbs the pipeline's own encoder's embeddings, not "
-                              f"a preset's (model.preset {model_config.preset}); set training.adversarial_epsilon=0")
-        classifier = preset_classifier(model_config, text_tokenizer, num_classes, on_cpu=device.on_cpu,
-                                       dtype=device.policy)
+            raise ConfigError(
+                "training.adversarial_epsilon perturbs the pipeline's own encoder's embeddings, not "
+                f"a preset's (model.preset {model_config.preset}); set training.adversarial_epsilon=0"
+            )
+        classifier = preset_classifier(
+            model_config, text_tokenizer, num_classes, on_cpu=device.on_cpu, dtype=device.policy
+        )
         return classifier, []
-    model = build_model(model_config, text_tokenizer.vocabulary_size, text_tokenizer.settings.max_sequence_length,
-                        num_classes)
+    model = build_model(
+        model_config, text_tokenizer.vocabulary_size, text_tokenizer.settings.max_sequence_length, num_classes
+    )
     if start.token_vectors is not None:
         model.get_layer("token_embedding").embeddings.assign(start.token_vectors)
     loaded = []

@@ -1,7 +1,7 @@
 """Turning raw texts into class probabilities: the pyfunc models this pipeline logs and loads.
 
-``TextTokenizer.encode`` (``pipeline.text.text_tokenizer``) then ``predict_ids`` (``pipeline.model.forward``) is the single
-scoring path used by evaluation, batch scoring and the MLflow pyfunc model (``predict_probabilities`` chains the
+``TextTokenizer.encode`` (``pipeline.text.text_tokenizer``) then ``predict_ids`` (``pipeline.model.forward``) is the
+single scoring path used by evaluation, batch scoring and the MLflow pyfunc model (``predict_probabilities`` chains the
 two), so the same review gets the same probability from all three. It returns ``[N, k]`` class probabilities
 (``pipeline.core.predictions``). Every pyfunc model the pipeline logs (:class:`PipelineModel`: the
 Transformer :class:`SentimentClassifier`, the lexical :class:`LexicalClassifier`, the
@@ -22,12 +22,13 @@ import collections
 import json
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import mlflow
 import numpy as np
 import pandas as pd
+from mlflow.pyfunc import PythonModel
 
 from pipeline.config import LONG_REVIEWS
 from pipeline.core.catalog import LABELS_FILE, TOKENIZER_SETTINGS_FILE
@@ -47,10 +48,10 @@ from pipeline.text.text_tokenizer import load_text_tokenizer
 
 ERROR_COLUMN = "score_error"  # why a row got no score ("" when it was scored)
 ARTIFACT_KERAS_MODEL = "keras_model"  # names of the pyfunc models' artifacts (Transformers logged so far use the
-ARTIFACT_TOKENIZER = "tokenizer"      # first two)
+ARTIFACT_TOKENIZER = "tokenizer"  # first two)
 ARTIFACT_LEXICAL_MODEL = "lexical_model"
-ARTIFACT_LABELS = "labels"            # a folder holding labels.json
-ARTIFACT_FUSION = "fusion"            # fusion.json: the Transformer's weight
+ARTIFACT_LABELS = "labels"  # a folder holding labels.json
+ARTIFACT_FUSION = "fusion"  # fusion.json: the Transformer's weight
 ARTIFACT_MODEL_SETTINGS = "model_settings"  # model_settings.json: how a Transformer reads a review
 
 
@@ -76,8 +77,9 @@ def output_frame(probabilities: np.ndarray, labels: Sequence[str], errors: Seque
     columns = probability_columns(full, labels)
     if not scorable.all():  # None, not NaN: MLflow's JSON writer would send NaN, which JSON does not allow
         columns = {name: pd.Series(values, dtype=object).where(scorable, None) for name, values in columns.items()}
-    return pd.DataFrame({**columns, "predicted_label": pd.Series(names, dtype=object),
-                         ERROR_COLUMN: pd.Series(errors, dtype=object)})
+    return pd.DataFrame(
+        {**columns, "predicted_label": pd.Series(names, dtype=object), ERROR_COLUMN: pd.Series(errors, dtype=object)}
+    )
 
 
 def output_columns(labels: Sequence[str], explain: bool = False) -> list[str]:
@@ -102,7 +104,7 @@ def load_keras_model(path: str | Path):
     return keras.saving.load_model(path)
 
 
-_LOADED: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()  # content key -> parts, newest last
+_LOADED: collections.OrderedDict[tuple, tuple] = collections.OrderedDict()  # content key -> parts, newest last
 _LOADED_MAX = 2
 _LOADING = threading.Lock()
 _CHECKSUMS: dict[tuple, str] = {}  # (path, size, mtime) -> sha256: a file hashed once per process
@@ -126,7 +128,11 @@ def _load_parts(keras_model: Path, tokenizer: Path):
     Thread-safe: one load at a time.
     """
     with _LOADING:
-        key = (_checksum(keras_model), _checksum(tokenizer / TOKENIZER_SETTINGS_FILE), _checksum(tokenizer / LABELS_FILE))
+        key = (
+            _checksum(keras_model),
+            _checksum(tokenizer / TOKENIZER_SETTINGS_FILE),
+            _checksum(tokenizer / LABELS_FILE),
+        )
         parts = _LOADED.get(key)
         if parts is None:
             parts = load_text_tokenizer(tokenizer), load_labels(tokenizer), load_keras_model(keras_model)
@@ -155,7 +161,7 @@ def read_model_settings(artifacts: dict) -> dict[str, str]:
     return {"long_reviews": long_reviews}
 
 
-class PipelineModel(mlflow.pyfunc.PythonModel):
+class PipelineModel(PythonModel):
     """What every model this pipeline logs answers: a DataFrame ``text`` column of raw strings -> the
     probability columns, ``predicted_label`` and ``score_error``, one row per input row in order.
 
@@ -173,14 +179,14 @@ class PipelineModel(mlflow.pyfunc.PythonModel):
         raise NotImplementedError
 
     @classmethod
-    def from_artifacts(cls, artifacts: dict) -> "PipelineModel":
+    def from_artifacts(cls, artifacts: dict) -> PipelineModel:
         """A loaded model from an ``artifacts`` mapping (what ``load_context`` gets from MLflow)."""
         model = cls()
         model._load({name: Path(path) for name, path in artifacts.items()})
         return model
 
     @classmethod
-    def from_paths(cls, *paths) -> "PipelineModel":
+    def from_paths(cls, *paths) -> PipelineModel:
         """A loaded model from its files, in the order of ``artifacts``."""
         return cls.from_artifacts(cls.artifacts(*paths))
 
@@ -219,8 +225,9 @@ class PipelineModel(mlflow.pyfunc.PythonModel):
         frame = output_frame(self.score(prepared), self.labels, errors)
         params = params or {}
         if params.get("explain"):
-            frame[EXPLANATION_COLUMN] = explanation_column(self.explanations(prepared, int(params.get(
-                "explain_top", TOP_ITEMS))), errors)
+            frame[EXPLANATION_COLUMN] = explanation_column(
+                self.explanations(prepared, int(params.get("explain_top", TOP_ITEMS))), errors
+            )
         return frame
 
 
@@ -235,8 +242,9 @@ class SentimentClassifier(PipelineModel):
     kind = "transformer"
 
     @staticmethod
-    def artifacts(keras_model: str | Path, tokenizer: str | Path,
-                  model_settings: str | Path | None = None) -> dict[str, str]:
+    def artifacts(
+        keras_model: str | Path, tokenizer: str | Path, model_settings: str | Path | None = None
+    ) -> dict[str, str]:
         artifacts = {ARTIFACT_KERAS_MODEL: str(keras_model), ARTIFACT_TOKENIZER: str(tokenizer)}
         if model_settings is not None:
             artifacts[ARTIFACT_MODEL_SETTINGS] = str(model_settings)
@@ -244,8 +252,9 @@ class SentimentClassifier(PipelineModel):
 
     def _load(self, artifacts) -> None:
         self.settings = read_model_settings(artifacts)
-        self.text_tokenizer, self.labels, self.model = _load_parts(Path(artifacts[ARTIFACT_KERAS_MODEL]),
-                                                            Path(artifacts[ARTIFACT_TOKENIZER]))
+        self.text_tokenizer, self.labels, self.model = _load_parts(
+            Path(artifacts[ARTIFACT_KERAS_MODEL]), Path(artifacts[ARTIFACT_TOKENIZER])
+        )
 
     @property
     def reads_windows(self) -> bool:
@@ -310,8 +319,10 @@ class FusedClassifier(PipelineModel):
 
     @staticmethod
     def artifacts(keras_model, tokenizer, lexical_model, fusion_file, model_settings=None) -> dict[str, str]:
-        return {**SentimentClassifier.artifacts(keras_model, tokenizer, model_settings),
-                **FusedClassifier.lexical_artifacts(lexical_model, tokenizer, fusion_file)}
+        return {
+            **SentimentClassifier.artifacts(keras_model, tokenizer, model_settings),
+            **FusedClassifier.lexical_artifacts(lexical_model, tokenizer, fusion_file),
+        }
 
     @staticmethod
     def lexical_artifacts(lexical_model, labels_dir, fusion_file) -> dict[str, str]:
@@ -332,8 +343,10 @@ class FusedClassifier(PipelineModel):
         self.transformer_run_id = settings.get("transformer_run_id")  # where its Transformer was trained
         self.labels = self.transformer.labels
         if self.lexical.labels != self.labels or settings.get("labels", self.labels) != self.labels:
-            raise InputError(f"fused model: the Transformer's labels {self.labels} differ from the lexical model's "
-                             f"{self.lexical.labels}")
+            raise InputError(
+                f"fused model: the Transformer's labels {self.labels} differ from the lexical model's "
+                f"{self.lexical.labels}"
+            )
 
     def row_weights(self, texts: Sequence[str]) -> np.ndarray:
         """The Transformer's weight for each text: ``short_weight`` up to ``short_max_words`` words, else ``weight``."""
@@ -348,23 +361,32 @@ class FusedClassifier(PipelineModel):
     def prepare(self, texts: Sequence[str]):
         # a part with weight 0 cannot change the answer: it is not run (validation may give all weight to one)
         weights = self.row_weights(texts)
-        return (self.transformer.prepare(texts) if max(self.weight, self.short_weight) > 0 else None,
-                self.lexical.prepare(texts) if min(self.weight, self.short_weight) < 1 else None, weights)
+        return (
+            self.transformer.prepare(texts) if max(self.weight, self.short_weight) > 0 else None,
+            self.lexical.prepare(texts) if min(self.weight, self.short_weight) < 1 else None,
+            weights,
+        )
 
     def score(self, prepared) -> np.ndarray:
         ids, counts, weights = prepared
         transformer = self.transformer.score(ids) if ids is not None else None
         lexical = self.lexical.score(counts) if counts is not None else None
-        return fuse_probabilities(lexical if transformer is None else transformer,
-                                  transformer if lexical is None else lexical, weights)
+        if transformer is None:  # one part alone is fused with itself
+            if lexical is None:
+                raise ValueError("a fused model scored neither part (both weights leave a part out)")
+            transformer = lexical
+        elif lexical is None:
+            lexical = transformer
+        return fuse_probabilities(transformer, lexical, weights)
 
 
 def check_model_uri(model_uri: str) -> str:
     """``model_uri`` as given; an error naming it when it is a folder (no ``scheme:``) that is not there
     (MLflow would say "no such artifact", or a server process would print its own traceback)."""
     if ":" not in model_uri and not Path(model_uri).is_dir():
-        raise MissingInputError(f"no model folder {model_uri} (a model is models:/NAME@ALIAS, runs:/RUN_ID/model or "
-                                "a folder)")
+        raise MissingInputError(
+            f"no model folder {model_uri} (a model is models:/NAME@ALIAS, runs:/RUN_ID/model or a folder)"
+        )
     return model_uri
 
 

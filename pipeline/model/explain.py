@@ -28,8 +28,8 @@ from __future__ import annotations
 import contextlib
 import re
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -37,16 +37,16 @@ from pipeline.core.errors import ConfigError, InputError
 from pipeline.text.conventions import PAD_ID
 
 EXPLANATION_COLUMN = "explanation"
-TOP_ITEMS = 5          # items an explanation shows
-IG_STEPS = 16          # points of the integrated-gradients path sum
-IG_BATCH = 256         # interpolated sequences per forward and backward pass, at most
+TOP_ITEMS = 5  # items an explanation shows
+IG_STEPS = 16  # points of the integrated-gradients path sum
+IG_BATCH = 256  # interpolated sequences per forward and backward pass, at most
 # and at most about this many activation floats kept for the backward pass (4 GB): 256 sequences of a 128-token
 # all-MiniLM-L6-v2 took 19.6 GB, which killed `make compare` on a 24 GB machine; the own encoder stays at IG_BATCH
 IG_MEMORY_FLOATS = 1_000_000_000
 SPECIAL_TOKENS = frozenset({"[CLS]", "[SEP]", "[PAD]", "[MASK]", "<s>", "</s>", "<pad>", "<mask>"})
-PIECE_PREFIX = "##"    # WordPiece's mark of a piece continuing the previous word
+PIECE_PREFIX = "##"  # WordPiece's mark of a piece continuing the previous word
 _WORDLIKE = re.compile(r"[^\W_]|[!?]")  # an item the column shows: a letter or digit, or ! or ?
-_NBSVM_WEIGHTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # LexicalClassifier -> its LexicalWeights
+_NBSVM_WEIGHTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # LexicalClassifier -> its LexicalWeights
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,10 @@ def explanation_text(items: dict[str, float], top: int = TOP_ITEMS) -> str:
     """The ``top`` items with the largest absolute contributions, signed and ordered: ``+great, +loved, -boring``
     (ties by name). Left out: items that moved nothing, and punctuation other than ``!`` and ``?`` (a ``.`` or ``,``
     the Transformer leans on is not a reason a reader can act on; the errors page still colours it)."""
-    ranked = sorted((item for item in items.items() if item[1] != 0.0 and _WORDLIKE.search(item[0])),
-                    key=lambda item: (-abs(item[1]), item[0]))
+    ranked = sorted(
+        (item for item in items.items() if item[1] != 0.0 and _WORDLIKE.search(item[0])),
+        key=lambda item: (-abs(item[1]), item[0]),
+    )
     return ", ".join(f"{'+' if value > 0 else '-'}{name}" for name, value in ranked[:top])
 
 
@@ -100,8 +102,9 @@ def lexical_explanations(lexical, counts, texts: Sequence[str] | None = None) ->
         weights = _NBSVM_WEIGHTS[lexical] = nbsvm_weights(lexical.lexical, "explanations")
     counts = counts.tocsr()
     # two classes: towards the second, whatever the scores; more: towards the predicted class
-    targets = (np.ones(counts.shape[0], dtype=np.int64) if len(lexical.labels) == 2
-               else target_classes(lexical.score(counts)))
+    targets = (
+        np.ones(counts.shape[0], dtype=np.int64) if len(lexical.labels) == 2 else target_classes(lexical.score(counts))
+    )
     explanations = []
     for row, target in enumerate(targets):
         regression = 0 if weights.weights.shape[1] == 1 else int(np.flatnonzero(weights.classes == target)[0])
@@ -121,14 +124,14 @@ def lexical_words(text: str, items: dict[str, float], weights) -> tuple[tuple[st
 
     tokens = re.findall(NBSVM_TOKEN_PATTERN, text.lower() if weights.lowercase else text)
     low, high = weights.ngram_range
-    spans = [(i, n, " ".join(tokens[i:i + n])) for n in range(low, high + 1) for i in range(len(tokens) - n + 1)]
+    spans = [(i, n, " ".join(tokens[i : i + n])) for n in range(low, high + 1) for i in range(len(tokens) - n + 1)]
     occurrences: dict[str, int] = {}
     for _, _, gram in spans:
         occurrences[gram] = occurrences.get(gram, 0) + 1
     scores = np.zeros(len(tokens))
     for i, n, gram in spans:
         if gram in items:
-            scores[i:i + n] += items[gram] / (n * occurrences[gram])
+            scores[i : i + n] += items[gram] / (n * occurrences[gram])
     return tuple(zip(tokens, scores.tolist()))
 
 
@@ -179,8 +182,9 @@ def _gradients(function, inputs: list):
     raise ConfigError(f"explanations need gradients, computed on the tensorflow or jax Keras backend, not {backend}")
 
 
-def integrated_gradients(model, ids: np.ndarray, vocabulary: Sequence[str], steps: int = IG_STEPS,
-                         targets: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def integrated_gradients(
+    model, ids: np.ndarray, vocabulary: Sequence[str], steps: int = IG_STEPS, targets: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-position attributions ``[N, length]`` of ``model`` on token ``ids`` towards ``targets`` (default
     :func:`target_classes`), and the log-odds ``[N]`` at the ids and at the all-[PAD] reference.
 
@@ -199,11 +203,12 @@ def integrated_gradients(model, ids: np.ndarray, vocabulary: Sequence[str], step
     rows_per_pass = max(1, sequences_per_pass(model, int(widths.max())) // steps)
     order = np.argsort(widths, kind="stable")
     for start in range(0, len(ids), rows_per_pass):
-        rows = order[start:start + rows_per_pass]
+        rows = order[start : start + rows_per_pass]
         width = int(widths[rows].max())
         given = None if targets is None else np.asarray(targets)[rows]
         group, at_text[rows], at_reference[rows] = _group_attributions(
-            model, layers, ids[rows, :width], np.isin(ids[rows, :width], special_ids), steps, given)
+            model, layers, ids[rows, :width], np.isin(ids[rows, :width], special_ids), steps, given
+        )
         attributions[rows, :width] = group
     return attributions, at_text, at_reference
 
@@ -221,8 +226,9 @@ def sequences_per_pass(model, width: int) -> int:
     return int(min(IG_BATCH, max(1, IG_MEMORY_FLOATS // max(1, per_token * width))))
 
 
-def _group_attributions(model, layers: list, ids: np.ndarray, special: np.ndarray, steps: int,
-                        targets: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _group_attributions(
+    model, layers: list, ids: np.ndarray, special: np.ndarray, steps: int, targets: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`integrated_gradients` for one group of rows: attributions ``[rows, width]``, log-odds at the text and at
     the reference."""
     import keras
@@ -233,7 +239,7 @@ def _group_attributions(model, layers: list, ids: np.ndarray, special: np.ndarra
     reference_ids = np.where(special, ids, PAD_ID).astype(np.int32)
     # the embedding layers' own outputs for the text and the reference (the n-grams ending at [CLS] are the same)
     vectors = [(layer(ids), layer(reference_ids)) for layer in layers]
-    slots = {layer: {} for layer in layers}
+    slots: dict[object, dict[str, object]] = {layer: {} for layer in layers}
 
     def outputs(given, batch_ids):
         for layer, value in zip(layers, given):
@@ -244,14 +250,17 @@ def _group_attributions(model, layers: list, ids: np.ndarray, special: np.ndarra
     probabilities = ops.convert_to_numpy(outputs([v for v, _ in vectors], ids))
     targets = target_classes(probabilities) if targets is None else targets
     at_text = log_odds(np.log(np.clip(probabilities, 1e-30, 1.0)), targets)
-    at_reference = log_odds(np.log(np.clip(ops.convert_to_numpy(outputs([r for _, r in vectors], ids)), 1e-30,
-                                           1.0)), targets)
+    at_reference = log_odds(
+        np.log(np.clip(ops.convert_to_numpy(outputs([r for _, r in vectors], ids)), 1e-30, 1.0)), targets
+    )
     count, alphas = len(ids), (np.arange(steps) + 0.5) / steps
     batch_ids = np.repeat(ids, steps, axis=0)
     scale = ops.convert_to_tensor(np.tile(alphas, count).reshape(-1, 1, 1), dtype="float32")
     deltas = [ops.cast(v, "float32") - ops.cast(r, "float32") for v, r in vectors]
-    points = [ops.repeat(ops.cast(r, "float32"), steps, axis=0) + scale * ops.repeat(d, steps, axis=0)
-              for (_, r), d in zip(vectors, deltas)]
+    points = [
+        ops.repeat(ops.cast(r, "float32"), steps, axis=0) + scale * ops.repeat(d, steps, axis=0)
+        for (_, r), d in zip(vectors, deltas)
+    ]
     one_hot = keras.ops.one_hot(np.repeat(targets, steps), probabilities.shape[1])
     others = (1.0 - one_hot) / (probabilities.shape[1] - 1)
 
@@ -267,8 +276,9 @@ def _group_attributions(model, layers: list, ids: np.ndarray, special: np.ndarra
     return attributions, at_text, at_reference
 
 
-def word_attributions(ids: np.ndarray, attributions: np.ndarray,
-                      vocabulary: Sequence[str]) -> tuple[tuple[str, float], ...]:
+def word_attributions(
+    ids: np.ndarray, attributions: np.ndarray, vocabulary: Sequence[str]
+) -> tuple[tuple[str, float], ...]:
     """One row's words in order with their attributions: word pieces (``##``) joined to their word, special tokens
     and padding left out."""
     words: list[list] = []
@@ -279,7 +289,7 @@ def word_attributions(ids: np.ndarray, attributions: np.ndarray,
         if token in SPECIAL_TOKENS:
             continue
         if token.startswith(PIECE_PREFIX) and words:
-            words[-1][0] += token[len(PIECE_PREFIX):]
+            words[-1][0] += token[len(PIECE_PREFIX) :]
             words[-1][1] += float(value)
         else:
             words.append([token, float(value)])
@@ -294,8 +304,9 @@ def transformer_explanations(transformer, prepared, steps: int = IG_STEPS) -> li
     if len(ids) == 0:
         return []
     attributions, at_text, at_reference = integrated_gradients(transformer.model, ids, vocabulary, steps)
-    words = [word_attributions(row_ids, row_attributions, vocabulary)
-             for row_ids, row_attributions in zip(ids, attributions)]
+    words = [
+        word_attributions(row_ids, row_attributions, vocabulary) for row_ids, row_attributions in zip(ids, attributions)
+    ]
     explanations = []
     for text in range(int(np.max(owner)) + 1):
         rows = np.flatnonzero(owner == text)
@@ -303,8 +314,9 @@ def transformer_explanations(transformer, prepared, steps: int = IG_STEPS) -> li
         for row in rows:
             for word, value in words[row]:
                 items[word] = items.get(word, 0.0) + value / len(rows)
-        explanations.append(Explanation(items, float(at_text[rows].mean()), float(at_reference[rows].mean()),
-                                        words[rows[0]]))
+        explanations.append(
+            Explanation(items, float(at_text[rows].mean()), float(at_reference[rows].mean()), words[rows[0]])
+        )
     return explanations
 
 
@@ -316,8 +328,11 @@ def fused_explanation(transformer: Explanation, lexical: Explanation, weight: fl
     items = {name: weight * value for name, value in transformer.items.items()}
     for name, value in lexical.items.items():
         items[name] = items.get(name, 0.0) + (1.0 - weight) * value
-    return Explanation(items, weight * transformer.log_odds + (1.0 - weight) * lexical.log_odds,
-                       weight * transformer.reference + (1.0 - weight) * lexical.reference)
+    return Explanation(
+        items,
+        weight * transformer.log_odds + (1.0 - weight) * lexical.log_odds,
+        weight * transformer.reference + (1.0 - weight) * lexical.reference,
+    )
 
 
 def explain(classifier, prepared, steps: int = IG_STEPS) -> list[Explanation]:
@@ -333,7 +348,12 @@ def explain(classifier, prepared, steps: int = IG_STEPS) -> list[Explanation]:
             return transformer_explanations(classifier.transformer, ids, steps)
         if ids is None:
             return lexical_explanations(classifier.lexical, counts)
-        return [fused_explanation(t, x, float(w)) for t, x, w in
-                zip(transformer_explanations(classifier.transformer, ids, steps),
-                    lexical_explanations(classifier.lexical, counts), weights)]
+        return [
+            fused_explanation(t, x, float(w))
+            for t, x, w in zip(
+                transformer_explanations(classifier.transformer, ids, steps),
+                lexical_explanations(classifier.lexical, counts),
+                weights,
+            )
+        ]
     raise InputError(f"explanations: no explanation for a {type(classifier).__name__}")

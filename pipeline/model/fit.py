@@ -1,15 +1,16 @@
 """The Keras fit loop of ``make train``: the optimiser and its schedule, the training data as one typed value, and
 ``fit`` with resume, early stopping, per-epoch MLflow metrics and, for a pretrained preset, head-first epochs.
 
-``pipeline.stages.train.fit_and_log`` does the stage's work around it: run folders, data loading, the MLflow run, the outputs.
+``pipeline.stages.train.fit_and_log`` does the stage's work around it: run folders, data loading, the MLflow run,
+the outputs.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import keras
 import mlflow
@@ -20,17 +21,16 @@ from pipeline.core.catalog import BACKUP_DIR
 from pipeline.core.errors import ConfigError
 from pipeline.model.optimizers import LazyAdamW, lookup_tables
 from pipeline.model.preset_classifier import preset_backbone_of
-from pipeline.model.progress import progress_callbacks
+from pipeline.model.progress import MLflowEpochLogger, progress_callbacks
 from pipeline.runtime.backend import is_out_of_memory, uses_tensorflow
 from pipeline.text.text_tokenizer import TextTokenizer
-from pipeline.tracking import MLflowEpochLogger
 
 
 @dataclass(frozen=True)
 class TrainingData:
     text_tokenizer: TextTokenizer
     labels: list[str]
-    train_rows: int             # including pseudo-labelled rows
+    train_rows: int  # including pseudo-labelled rows
     val_rows: int
     pseudo_label_rows: int
     pseudo_label_run_id: str | None
@@ -38,9 +38,9 @@ class TrainingData:
     val: object
     steps_per_epoch: int
     class_weight: dict[int, float] | None
-    tokens_per_epoch: int       # non-padding tokens in one pass over train
-    soft_targets: bool          # labels are [N, k] probabilities (distillation), not class indices
-    padding: dict[str, float]   # padded share of computed positions, full width vs bucketed
+    tokens_per_epoch: int  # non-padding tokens in one pass over train
+    soft_targets: bool  # labels are [N, k] probabilities (distillation), not class indices
+    padding: dict[str, float]  # padded share of computed positions, full width vs bucketed
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,7 @@ class FitResult:
     train_seconds: float
 
 
-def learning_rate_schedule(training: TrainingConfig, pretrained: bool, steps_per_epoch: int,
-                           epochs: int | None = None):
+def learning_rate_schedule(training: TrainingConfig, pretrained: bool, steps_per_epoch: int, epochs: int | None = None):
     """Linear warm-up to the peak rate then cosine decay to zero over the whole budget.
 
     Fine-tuning a pretrained backbone (``make pretrain``'s or a KerasHub preset's) uses its own (lower) rate and
@@ -69,8 +68,14 @@ def learning_rate_schedule(training: TrainingConfig, pretrained: bool, steps_per
     )
 
 
-def compile_model(model: keras.Model, training: TrainingConfig, pretrained: bool, steps_per_epoch: int,
-                  soft_targets: bool = False, epochs: int | None = None) -> keras.Model:
+def compile_model(
+    model: keras.Model,
+    training: TrainingConfig,
+    pretrained: bool,
+    steps_per_epoch: int,
+    soft_targets: bool = False,
+    epochs: int | None = None,
+) -> keras.Model:
     """AdamW (lazy on embedding rows with ``training.sparse_updates``) + schedule; cross-entropy on the softmax, for
     any number of classes: sparse on class indices, categorical on soft targets (a teacher's probabilities; gold
     labels then one-hot).
@@ -79,8 +84,11 @@ def compile_model(model: keras.Model, training: TrainingConfig, pretrained: bool
     docs/throughput.md); on JAX a step is always one XLA program (off would run it op by op).
     """
     adamw = LazyAdamW if training.sparse_updates else keras.optimizers.AdamW
-    optimizer = adamw(learning_rate=learning_rate_schedule(training, pretrained, steps_per_epoch, epochs),
-                      weight_decay=training.weight_decay, clipnorm=1.0)
+    optimizer = adamw(
+        learning_rate=learning_rate_schedule(training, pretrained, steps_per_epoch, epochs),
+        weight_decay=training.weight_decay,
+        clipnorm=1.0,
+    )
     if soft_targets:
         loss, accuracy = "categorical_crossentropy", keras.metrics.CategoricalAccuracy(name="accuracy")
     else:
@@ -142,15 +150,28 @@ def fit_head_first(model: keras.Model, data: TrainingData, training: TrainingCon
     compile_model(model, training, True, data.steps_per_epoch, data.soft_targets, epochs=epochs)
     print(f"train: {epochs} epoch(s) of the classifier head alone, the preset's backbone frozen")
     verbose, progress = progress_callbacks(data.steps_per_epoch)
-    model.fit(data.train, validation_data=data.val, epochs=epochs, class_weight=data.class_weight, shuffle=False,
-              callbacks=[*([MLflowEpochLogger(data.tokens_per_epoch)] if run_id else []), *progress], verbose=verbose)
+    model.fit(
+        data.train,
+        validation_data=data.val,
+        epochs=epochs,
+        class_weight=data.class_weight,
+        shuffle=False,
+        callbacks=[*([MLflowEpochLogger(data.tokens_per_epoch)] if run_id else []), *progress],
+        verbose=verbose,
+    )
     backbone.trainable = True
     compile_model(model, training, True, data.steps_per_epoch, data.soft_targets, epochs=training.epochs - epochs)
     return epochs
 
 
-def fit(model: keras.Model, data: TrainingData, training: TrainingConfig, run_dir: Path, run_id: str | None,
-        extra_callbacks: Sequence[keras.callbacks.Callback] = ()) -> FitResult:
+def fit(
+    model: keras.Model,
+    data: TrainingData,
+    training: TrainingConfig,
+    run_dir: Path,
+    run_id: str | None,
+    extra_callbacks: Sequence[keras.callbacks.Callback] = (),
+) -> FitResult:
     """Train with resume, early stopping (best weights restored) and per-epoch MLflow metrics.
 
     ``run_id`` None: a non-chief worker of a cluster, which trains and evaluates (every worker
@@ -159,8 +180,9 @@ def fit(model: keras.Model, data: TrainingData, training: TrainingConfig, run_di
     verbose, progress = progress_callbacks(data.steps_per_epoch)  # the bar in a terminal, else a line a minute
     callbacks = [
         keras.callbacks.BackupAndRestore(str(run_dir / BACKUP_DIR), delete_checkpoint=True),
-        keras.callbacks.EarlyStopping(monitor="val_loss", patience=training.early_stopping_patience,
-                                      restore_best_weights=True),
+        keras.callbacks.EarlyStopping(
+            monitor="val_loss", patience=training.early_stopping_patience, restore_best_weights=True
+        ),
         *([MLflowEpochLogger(data.tokens_per_epoch)] if run_id else []),
         *extra_callbacks,
         *progress,
@@ -168,23 +190,41 @@ def fit(model: keras.Model, data: TrainingData, training: TrainingConfig, run_di
     fit_started = time.perf_counter()
     try:
         frozen = fit_head_first(model, data, training, run_id)
-        keras_history = model.fit(data.train, validation_data=data.val, epochs=training.epochs,
-                                  initial_epoch=frozen, callbacks=callbacks, class_weight=data.class_weight,
-                                  shuffle=False,  # data.train is shuffled by make_dataset
-                                  verbose=verbose)
+        keras_history = model.fit(
+            data.train,
+            validation_data=data.val,
+            epochs=training.epochs,
+            initial_epoch=frozen,
+            callbacks=callbacks,
+            class_weight=data.class_weight,
+            shuffle=False,  # data.train is shuffled by make_dataset
+            verbose=verbose,
+        )
     except Exception as error:  # the device's memory: the user's setting to change, not a bug
         if not is_out_of_memory(error):
             raise
-        raise ConfigError(f"out of memory training with training.batch_size={training.batch_size} and "
-                          f"tokenizer.max_sequence_length={data.text_tokenizer.settings.max_sequence_length}: lower "
-                          "training.batch_size (or the sequence length, or use a smaller model.preset)") from None
+        raise ConfigError(
+            f"out of memory training with training.batch_size={training.batch_size} and "
+            f"tokenizer.max_sequence_length={data.text_tokenizer.settings.max_sequence_length}: lower "
+            "training.batch_size (or the sequence length, or use a smaller model.preset)"
+        ) from None
     train_seconds = time.perf_counter() - fit_started
     val_loss, val_accuracy = model.evaluate(data.val, verbose=0)
     if run_id is None:
-        return FitResult({k: list(map(float, v)) for k, v in keras_history.history.items()}, float(val_loss),
-                         float(val_accuracy), train_seconds)
+        return FitResult(
+            {k: list(map(float, v)) for k, v in keras_history.history.items()},
+            float(val_loss),
+            float(val_accuracy),
+            train_seconds,
+        )
     history = history_from_mlflow(run_id)
     best_epoch = int(np.argmin(history["val_loss"])) if history["val_loss"] else 0
-    mlflow.log_metrics({"best_val_loss": float(val_loss), "best_val_accuracy": float(val_accuracy),
-                        "train_seconds": train_seconds, "best_epoch": best_epoch})
+    mlflow.log_metrics(
+        {
+            "best_val_loss": float(val_loss),
+            "best_val_accuracy": float(val_accuracy),
+            "train_seconds": train_seconds,
+            "best_epoch": best_epoch,
+        }
+    )
     return FitResult(history, float(val_loss), float(val_accuracy), train_seconds)

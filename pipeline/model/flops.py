@@ -33,7 +33,7 @@ class EncoderShape:
     intermediate_dim: int
 
     @classmethod
-    def from_config(cls, model_config, vocabulary_size: int) -> "EncoderShape":
+    def from_config(cls, model_config, vocabulary_size: int) -> EncoderShape:
         return cls(vocabulary_size, model_config.hidden_dim, model_config.num_layers, model_config.intermediate_dim)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 import logging
 import weakref
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -19,13 +19,14 @@ from pipeline.runtime.batching import SCORING_LENGTH_MULTIPLE, batch_width, buck
 from pipeline.text.conventions import PAD_ID
 from pipeline.text.text_tokenizer import TextTokenizer
 
-_COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # model -> Counter of batches scored per (batch size, width): what ``predict_ids`` compiles for
-_SHAPE_BATCHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_SHAPE_BATCHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # a batch shape is compiled once this many of its batches were asked of a model (in one call or over several):
 # an XLA compile costs a few eager batches (docs/throughput.md), so a shape met once or
 # twice (a few rows, a tiny split) runs eagerly, and one a long input or a server meets again gets compiled
 COMPILE_AFTER_BATCHES = 3
+
 
 def _expected_retracing(record: logging.LogRecord) -> bool:
     """Drop TensorFlow's "triggered tf.function retracing" warning for this module's forward pass:
@@ -91,8 +92,10 @@ def predict_ids(model, ids: np.ndarray, batch_size: int = 256, compiled: bool | 
     lengths = (ids != PAD_ID).sum(axis=1)
     # a small input is one batch, padded up to a power of two: a bounded set of compiled shapes
     batch_size = min(batch_size, 1 << max(len(ids) - 1, 0).bit_length())
-    batches = [(rows, batch_width(lengths[rows].max(), SCORING_LENGTH_MULTIPLE, ids.shape[1]))
-               for rows in bucketed_batches(lengths, batch_size, seed=None)]
+    batches = [
+        (rows, batch_width(lengths[rows].max(), SCORING_LENGTH_MULTIPLE, ids.shape[1]))
+        for rows in bucketed_batches(lengths, batch_size, seed=None)
+    ]
     if compiled is None:
         seen = _SHAPE_BATCHES.setdefault(model, collections.Counter())
         seen.update((batch_size, width) for _, width in batches)
@@ -105,11 +108,14 @@ def predict_ids(model, ids: np.ndarray, batch_size: int = 256, compiled: bool | 
         if width not in compiled_widths:
             probabilities[rows] = as_class_probabilities(forward_pass(model, batch))
         else:
+            if forward is None:
+                raise ValueError(f"width {width} is to be compiled but no compiled forward pass was made")
             padded = np.pad(batch, ((0, batch_size - len(rows)), (0, 0)), constant_values=PAD_ID)
-            probabilities[rows] = as_class_probabilities(forward(padded))[:len(rows)]
+            probabilities[rows] = as_class_probabilities(forward(padded))[: len(rows)]
     return probabilities
 
 
-def predict_probabilities(model, text_tokenizer: TextTokenizer, texts: Sequence[str], batch_size: int = 256
-                          ) -> np.ndarray:
+def predict_probabilities(
+    model, text_tokenizer: TextTokenizer, texts: Sequence[str], batch_size: int = 256
+) -> np.ndarray:
     return predict_ids(model, text_tokenizer.encode(list(texts)), batch_size)

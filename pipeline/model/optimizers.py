@@ -34,8 +34,12 @@ def summed_rows(gradient):
 def lookup_tables(model) -> frozenset[str]:
     """The paths of ``model``'s look-up tables: the variables of its ``keras.layers.Embedding`` layers (KerasHub's
     token embeddings included), whose gradient TensorFlow hands the optimizer as ``tf.IndexedSlices``."""
-    return frozenset(variable.path for layer in model._flatten_layers() if isinstance(layer, keras.layers.Embedding)
-                     for variable in layer.trainable_variables)
+    return frozenset(
+        variable.path
+        for layer in model._flatten_layers()
+        if isinstance(layer, keras.layers.Embedding)
+        for variable in layer.trainable_variables
+    )
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -83,8 +87,14 @@ class LazyAdamW(keras.optimizers.AdamW):
         index, grad = rows.indices, ops.cast(rows.values, variable.dtype)
         m = self._momentums[self._get_variable_index(variable)]
         v = self._velocities[self._get_variable_index(variable)]
-        m_rows, v_rows, change = self._lazy_rule(variable, learning_rate, grad, tf.gather(m.value, index),
-                                                 tf.gather(v.value, index), tf.gather(variable, index))
+        m_rows, v_rows, change = self._lazy_rule(
+            variable,
+            learning_rate,
+            grad,
+            tf.gather(m.value, index),
+            tf.gather(v.value, index),
+            tf.gather(variable, index),
+        )
         self.assign(m, tf.IndexedSlices(m_rows, index, rows.dense_shape))
         self.assign(v, tf.IndexedSlices(v_rows, index, rows.dense_shape))
         self.assign_sub(variable, tf.IndexedSlices(change, index, rows.dense_shape))

@@ -32,8 +32,10 @@ def load_preset_backbone(preset: str, load_weights: bool = True, dtype: str | No
 def check_text_backbone(backbone, preset: str) -> None:
     inputs = backbone.input if isinstance(backbone.input, dict) else {}
     if not {"token_ids", "padding_mask"} <= set(inputs):
-        raise InputError(f"model.preset: {preset!r} holds a {type(backbone).__name__}, not a text encoder (it takes "
-                         f"{sorted(inputs) or 'one tensor'}, not token_ids and padding_mask)")
+        raise InputError(
+            f"model.preset: {preset!r} holds a {type(backbone).__name__}, not a text encoder (it takes "
+            f"{sorted(inputs) or 'one tensor'}, not token_ids and padding_mask)"
+        )
 
 
 # --------------------------------------------------------------------------- the classifier on the preset's backbone
@@ -61,8 +63,9 @@ def build_preset_model(model_config: ModelConfig, backbone, num_classes: int = 2
     pooling = model_config.pooling
     pooled = POOLING_LAYERS[pooling](name=f"{pooling}_pooling")(sequence, padding_mask=padding_mask)
     pooled = keras.layers.Dropout(model_config.classifier_dropout, name="classifier_dropout")(pooled)
-    probabilities = keras.layers.Dense(num_classes, activation="softmax", dtype="float32",
-                                       name="class_probabilities")(pooled)
+    probabilities = keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="class_probabilities")(
+        pooled
+    )
     return keras.Model(token_ids, probabilities, name=f"preset_{pooling}")
 
 
@@ -74,8 +77,9 @@ def preset_backbone_of(model):
     return next((layer for layer in model.layers if isinstance(layer, keras_hub.models.Backbone)), None)
 
 
-def preset_classifier(model_config: ModelConfig, text_tokenizer, num_classes: int, on_cpu: bool,
-                      dtype: str | None = None):
+def preset_classifier(
+    model_config: ModelConfig, text_tokenizer, num_classes: int, on_cpu: bool, dtype: str | None = None
+):
     """The classifier on ``model.preset``'s pretrained backbone, for the ids ``text_tokenizer`` made.
 
     Refused: ids from another tokenizer than the preset's, and on a CPU a backbone larger than
@@ -84,13 +88,19 @@ def preset_classifier(model_config: ModelConfig, text_tokenizer, num_classes: in
     preset = model_config.preset
     made_by = text_tokenizer.preset
     if made_by != preset:
-        raise InputError(f"the tokenized data was made with {'preset ' + repr(made_by) if made_by else 'the pipeline'}"
-                         f"'s tokenizer, not model.preset {preset!r}'s: rerun `make tokenize` with this config")
+        raise InputError(
+            f"the tokenized data was made with {'preset ' + repr(made_by) if made_by else 'the pipeline'}"
+            f"'s tokenizer, not model.preset {preset!r}'s: rerun `make tokenize` with this config"
+        )
+    if preset is None:
+        raise ConfigError("a preset classifier needs model.preset (the pipeline's own encoder is built without one)")
     backbone = load_preset_backbone(preset, load_weights=True, dtype=dtype)
     parameters = backbone.count_params()
     limit = model_config.preset_max_parameters_on_cpu
     if on_cpu and parameters > limit:
-        raise ConfigError(f"model.preset {preset!r} has {parameters:,} parameters, more than "
-                          f"model.preset_max_parameters_on_cpu ({limit:,}): fine-tuning it without a GPU takes hours "
-                          "per epoch. Use a machine with a GPU, a smaller preset, or raise that setting")
+        raise ConfigError(
+            f"model.preset {preset!r} has {parameters:,} parameters, more than "
+            f"model.preset_max_parameters_on_cpu ({limit:,}): fine-tuning it without a GPU takes hours "
+            "per epoch. Use a machine with a GPU, a smaller preset, or raise that setting"
+        )
     return build_preset_model(model_config, backbone, num_classes)

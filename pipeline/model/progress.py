@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 import keras
+import mlflow
 
 from pipeline.core.logs import duration
 
@@ -43,8 +45,10 @@ def time_left(seconds: float, done_steps: int, steps_per_epoch: int, epochs_left
 def progress_line(epoch: int, epochs: int, step: int, steps: int, seconds: float, prefix: str = "train") -> str:
     """``train: epoch 1/3, step 1,200/3,829 (31%), 20m05s elapsed in it, about 44m left (2h10m in all)``."""
     in_epoch, in_all = time_left(seconds, step, steps, epochs - epoch)
-    line = (f"{prefix}: epoch {epoch}/{epochs}, step {step:,}/{steps:,} ({step / max(steps, 1):.0%}), "
-            f"{duration(seconds)} elapsed in it, about {duration(in_epoch)} left")
+    line = (
+        f"{prefix}: epoch {epoch}/{epochs}, step {step:,}/{steps:,} ({step / max(steps, 1):.0%}), "
+        f"{duration(seconds)} elapsed in it, about {duration(in_epoch)} left"
+    )
     return line + (f" ({duration(in_all)} in all)" if epoch < epochs else "")
 
 
@@ -52,8 +56,14 @@ class ProgressLines(keras.callbacks.Callback):
     """Prints :func:`progress_line` at most every ``every_seconds`` of an epoch (never after its last step: Keras'
     epoch line says that). ``clock`` and ``emit`` are for tests."""
 
-    def __init__(self, steps_per_epoch: int, every_seconds: float = LINE_EVERY_SECONDS, prefix: str = "train",
-                 clock: Callable[[], float] = time.perf_counter, emit: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        steps_per_epoch: int,
+        every_seconds: float = LINE_EVERY_SECONDS,
+        prefix: str = "train",
+        clock: Callable[[], float] = time.perf_counter,
+        emit: Callable[[str], None] | None = None,
+    ):
         super().__init__()
         self.steps_per_epoch = steps_per_epoch
         self.every_seconds = every_seconds
@@ -78,8 +88,9 @@ class ProgressLines(keras.callbacks.Callback):
         if step >= self.steps_per_epoch or now - self._last_line < self.every_seconds:
             return
         self._last_line = now
-        self.emit(progress_line(self._epoch, self._epochs, step, self.steps_per_epoch, now - self._started,
-                                self.prefix))
+        self.emit(
+            progress_line(self._epoch, self._epochs, step, self.steps_per_epoch, now - self._started, self.prefix)
+        )
 
 
 def progress_callbacks(steps_per_epoch: int, quiet: bool | None = None) -> tuple[int, list[keras.callbacks.Callback]]:
@@ -88,3 +99,24 @@ def progress_callbacks(steps_per_epoch: int, quiet: bool | None = None) -> tuple
     if not (quiet_requested() if quiet is None else quiet):
         return 1, []
     return 2, [ProgressLines(steps_per_epoch, LINE_EVERY_SECONDS)]
+
+
+class MLflowEpochLogger(keras.callbacks.Callback):
+    """Logs Keras epoch metrics plus learning rate, epoch seconds and tokens per second."""
+
+    def __init__(self, tokens_per_epoch: int):
+        super().__init__()
+        self.tokens_per_epoch = tokens_per_epoch
+        self._started = 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._started = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        seconds = time.perf_counter() - self._started
+        metrics = {name: float(value) for name, value in (logs or {}).items()}
+        # With a schedule, Keras evaluates it at the optimizer's current step.
+        metrics["learning_rate"] = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+        metrics["epoch_seconds"] = seconds
+        metrics["tokens_per_second"] = self.tokens_per_epoch / max(seconds, 1e-9)
+        mlflow.log_metrics(metrics, step=epoch)

@@ -1,9 +1,9 @@
 """The Transformer encoder classifier: pure model construction, no file or MLflow I/O.
 
 Token ids (``[CLS]`` at position 0, ``[PAD]`` = 0 after the text) -> token embedding (plus, with
-``model.ngram_max`` > 1, the hashed n-grams ending at each position) plus positional information -> KerasHub ``TransformerEncoder`` blocks, each given the
-padding mask explicitly -> pooling (``first_token`` or masked ``mean``) -> dropout ->
-a ``num_classes``-way softmax in float32 for every class count, two included (see
+``model.ngram_max`` > 1, the hashed n-grams ending at each position) plus positional information -> KerasHub
+``TransformerEncoder`` blocks, each given the padding mask explicitly -> pooling (``first_token`` or masked ``mean``) ->
+dropout -> a ``num_classes``-way softmax in float32 for every class count, two included (see
 ``pipeline.core.predictions`` for why). The small custom layers are registered so a saved
 ``.keras`` file loads back wherever ``pipeline.model.transformer`` is importable.
 """
@@ -81,7 +81,7 @@ class MaskedMeanPooling(keras.layers.Layer):
         return (input_shape[0], input_shape[-1])
 
 
-POOLING_LAYERS = {"first_token": FirstTokenPooling, "mean": MaskedMeanPooling}
+POOLING_LAYERS: dict[str, type[keras.layers.Layer]] = {"first_token": FirstTokenPooling, "mean": MaskedMeanPooling}
 
 # Odd multipliers of the polynomial hash, one per n (index n - 2): each n hashes into the shared table differently.
 NGRAM_HASH_MULTIPLIERS = (1_000_003, 998_244_353, 1_000_000_007, 754_974_721, 167_772_161, 469_762_049, 1_004_535_809)
@@ -128,7 +128,7 @@ def hashed_ngram_ids(token_ids, ngram_max: int, buckets: int):
     padded = ops.pad(ids, [[0, 0], [ngram_max - 1, 0]], constant_values=PAD_ID)
     hashes, ngrams = ops.mod(ids, buckets), []  # the 1-gram ending at i: the token itself (t_i mod buckets)
     for back in range(1, ngram_max):  # back = 1: the token before i, 2: the one before that, ...
-        shifted = padded[:, ngram_max - 1 - back: ngram_max - 1 - back + length]
+        shifted = padded[:, ngram_max - 1 - back : ngram_max - 1 - back + length]
         n = back + 1
         multiplier = NGRAM_HASH_MULTIPLIERS[(n - 2) % len(NGRAM_HASH_MULTIPLIERS)]
         hashes = ops.mod(multiply_mod(hashes, multiplier, buckets) + ops.mod(shifted, buckets) + n, buckets)
@@ -148,8 +148,16 @@ class HashedNgramEmbedding(keras.layers.Layer):
     training set has n-grams twice, and without it the model memorises them.
     """
 
-    def __init__(self, ngram_max: int, buckets: int, output_dim: int, dropout: float = 0.0, pad_id: int = PAD_ID,
-                 embeddings_initializer="uniform", **kwargs):
+    def __init__(
+        self,
+        ngram_max: int,
+        buckets: int,
+        output_dim: int,
+        dropout: float = 0.0,
+        pad_id: int = PAD_ID,
+        embeddings_initializer="uniform",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         if ngram_max < 2:
             raise ValueError(f"HashedNgramEmbedding needs ngram_max >= 2, got {ngram_max}")
@@ -160,12 +168,14 @@ class HashedNgramEmbedding(keras.layers.Layer):
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
 
     def build(self, input_shape):
-        self.table = keras.layers.Embedding(self.buckets, self.output_dim,
-                                            embeddings_initializer=self.embeddings_initializer, name="table")
+        self.table = keras.layers.Embedding(
+            self.buckets, self.output_dim, embeddings_initializer=self.embeddings_initializer, name="table"
+        )
         self.table.build((None, None))
         # one draw per (row, n, position): a whole n-gram vector is kept or dropped
-        self.vector_dropout = keras.layers.Dropout(self.dropout, noise_shape=(None, None, None, 1),
-                                                   name="vector_dropout")
+        self.vector_dropout = keras.layers.Dropout(
+            self.dropout, noise_shape=(None, None, None, 1), name="vector_dropout"
+        )
         self.built = True
 
     def call(self, token_ids, training=None):
@@ -178,9 +188,15 @@ class HashedNgramEmbedding(keras.layers.Layer):
         return (*input_shape, self.output_dim)
 
     def get_config(self):
-        return {**super().get_config(), "ngram_max": self.ngram_max, "buckets": self.buckets,
-                "output_dim": self.output_dim, "dropout": self.dropout, "pad_id": self.pad_id,
-                "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer)}
+        return {
+            **super().get_config(),
+            "ngram_max": self.ngram_max,
+            "buckets": self.buckets,
+            "output_dim": self.output_dim,
+            "dropout": self.dropout,
+            "pad_id": self.pad_id,
+            "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+        }
 
 
 def encode_tokens(config: ModelConfig, vocabulary_size: int, max_sequence_length: int, token_ids):
@@ -193,12 +209,18 @@ def encode_tokens(config: ModelConfig, vocabulary_size: int, max_sequence_length
     padding_mask = PaddingMask(name="padding_mask")(token_ids)
     # KerasHub's ReversibleEmbedding: an Embedding whose matrix can also project back onto the
     # vocabulary, which is how the masked-LM head ties its output to it.
-    embedding = keras_hub.layers.ReversibleEmbedding(vocabulary_size, config.hidden_dim, tie_weights=True,
-                                                     name="token_embedding")
+    embedding = keras_hub.layers.ReversibleEmbedding(
+        vocabulary_size, config.hidden_dim, tie_weights=True, name="token_embedding"
+    )
     x = embedding(token_ids)
     if config.ngram_max > 1:
-        ngrams = HashedNgramEmbedding(config.ngram_max, config.ngram_buckets, config.hidden_dim,
-                                      dropout=config.ngram_dropout, name="ngram_embedding")(token_ids)
+        ngrams = HashedNgramEmbedding(
+            config.ngram_max,
+            config.ngram_buckets,
+            config.hidden_dim,
+            dropout=config.ngram_dropout,
+            name="ngram_embedding",
+        )(token_ids)
         x = keras.layers.Add(name="add_ngrams")([x, ngrams])
     if config.position == "learned":
         positions = keras_hub.layers.PositionEmbedding(max_sequence_length, name="position_embedding")(x)
@@ -222,8 +244,11 @@ def encode_tokens(config: ModelConfig, vocabulary_size: int, max_sequence_length
 def backbone_layer_names(model: keras.Model) -> list[str]:
     """Names of the model's backbone layers that hold weights (what pretraining hands to fine-tuning)."""
     fixed = {"token_embedding", "ngram_embedding", "position_embedding", "embedding_norm"}
-    return [layer.name for layer in model.layers
-            if layer.weights and (layer.name in fixed or layer.name.startswith("encoder_"))]
+    return [
+        layer.name
+        for layer in model.layers
+        if layer.weights and (layer.name in fixed or layer.name.startswith("encoder_"))
+    ]
 
 
 def backbone_weights(model: keras.Model) -> dict[str, list]:
@@ -240,23 +265,30 @@ def load_backbone_weights(model: keras.Model, weights: dict[str, list], source: 
     wanted = backbone_layer_names(model)
     missing = sorted(set(wanted) - set(weights))
     if missing:
-        raise InputError(f"{source}: pretrained weights have no layer(s) {missing}: the pretrained encoder has "
-                         "fewer blocks or another position type than this model")
+        raise InputError(
+            f"{source}: pretrained weights have no layer(s) {missing}: the pretrained encoder has "
+            "fewer blocks or another position type than this model"
+        )
     for name in wanted:
         layer = model.get_layer(name)
         if len(layer.weights) != len(weights[name]):
-            raise InputError(f"{source}: pretrained {name} has {len(weights[name])} weights, this model "
-                             f"{len(layer.weights)}: a different encoder layout")
+            raise InputError(
+                f"{source}: pretrained {name} has {len(weights[name])} weights, this model "
+                f"{len(layer.weights)}: a different encoder layout"
+            )
         for target, value in zip(layer.weights, weights[name]):
             if tuple(target.shape) != tuple(value.shape):
-                raise InputError(f"{source}: pretrained {target.path} has shape {tuple(value.shape)}, this model "
-                                 f"{tuple(target.shape)}: a different vocabulary size, width or sequence length")
+                raise InputError(
+                    f"{source}: pretrained {target.path} has shape {tuple(value.shape)}, this model "
+                    f"{tuple(target.shape)}: a different vocabulary size, width or sequence length"
+                )
         layer.set_weights(weights[name])
     return wanted
 
 
-def build_model(config: ModelConfig, vocabulary_size: int, max_sequence_length: int,
-                num_classes: int = 2) -> keras.Model:
+def build_model(
+    config: ModelConfig, vocabulary_size: int, max_sequence_length: int, num_classes: int = 2
+) -> keras.Model:
     """The classifier for ``vocabulary_size`` tokens and inputs up to ``max_sequence_length`` long.
 
     The output is ``[batch, num_classes]`` class probabilities from a softmax, two classes
@@ -269,8 +301,9 @@ def build_model(config: ModelConfig, vocabulary_size: int, max_sequence_length: 
     x, padding_mask, _ = encode_tokens(config, vocabulary_size, max_sequence_length, token_ids)
     pooled = POOLING_LAYERS[config.pooling](name=f"{config.pooling}_pooling")(x, padding_mask=padding_mask)
     pooled = keras.layers.Dropout(config.classifier_dropout, name="classifier_dropout")(pooled)
-    probabilities = keras.layers.Dense(num_classes, activation="softmax", dtype="float32",
-                                       name="class_probabilities")(pooled)
+    probabilities = keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="class_probabilities")(
+        pooled
+    )
     return keras.Model(token_ids, probabilities, name=f"transformer_{config.pooling}")
 
 
@@ -283,8 +316,9 @@ def build_masked_lm(config: ModelConfig, vocabulary_size: int, max_sequence_leng
     token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
     mask_positions = keras.Input(shape=(None,), dtype="int32", name="mask_positions")
     x, _, embedding = encode_tokens(config, vocabulary_size, max_sequence_length, token_ids)
-    logits = keras_hub.layers.MaskedLMHead(token_embedding=embedding, intermediate_activation="gelu",
-                                           name="mlm_head")(x, mask_positions=mask_positions)
+    logits = keras_hub.layers.MaskedLMHead(token_embedding=embedding, intermediate_activation="gelu", name="mlm_head")(
+        x, mask_positions=mask_positions
+    )
     logits = keras.layers.Activation("linear", dtype="float32", name="mlm_logits")(logits)
     return keras.Model({"token_ids": token_ids, "mask_positions": mask_positions}, logits, name="masked_lm")
 
@@ -304,7 +338,8 @@ def last_block_attention(model: keras.Model, token_ids):
         # The block was called with padding_mask as a tensor argument, so its recorded input is
         # [hidden states, padding mask].
         hidden, mask = keras.Model(model.input, last.input)(token_ids)
-    else:  # a preset's backbone (pipeline.model.preset_classifier): its own last block, given what the classifier gives it
+    else:
+        # a preset's backbone (pipeline.model.preset_classifier): its own last block, given what the classifier gives it
         last = encoder_blocks(backbone)[-1]
         ids = ops.convert_to_numpy(token_ids)
         inputs = {"token_ids": ids, "padding_mask": (ids != PAD_ID).astype("int32")}

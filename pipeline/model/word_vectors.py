@@ -37,8 +37,17 @@ def learn_vectors(sentences: list[list[str]], dimension: int, seed: int, workers
     """word2vec vectors of every token id that occurs at least ``MIN_COUNT`` times."""
     from gensim.models import Word2Vec
 
-    model = Word2Vec(sentences=sentences, vector_size=dimension, window=WINDOW, min_count=MIN_COUNT, sg=1,
-                     negative=NEGATIVE, epochs=EPOCHS, workers=workers, seed=seed)
+    model = Word2Vec(
+        sentences=sentences,
+        vector_size=dimension,
+        window=WINDOW,
+        min_count=MIN_COUNT,
+        sg=1,
+        negative=NEGATIVE,
+        epochs=EPOCHS,
+        workers=workers,
+        seed=seed,
+    )
     return {int(token): model.wv[token] for token in model.wv.index_to_key}
 
 
@@ -68,11 +77,14 @@ def cached_embedding(tokenize_dir: Path, cache_dir: Path, vocabulary_size: int, 
         parts.append(np.load(tokenize_dir / UNLABELED_IDS_FILE, mmap_mode="r"))
     sentences = [sentence for part in parts for sentence in token_sentences(part)]
     matrix = embedding_matrix(learn_vectors(sentences, dimension, seed), vocabulary_size, dimension, seed)
+
     def save(tmp: str) -> None:
         with open(tmp, "wb") as out:  # a file object: np.save would add .npy to a bare name
             np.save(out, matrix)
 
     atomic_replace(path, save)  # a temporary file per writer, renamed into place
-    print(f"train: learned {dimension}-dimensional word2vec vectors of {vocabulary_size:,} tokens from "
-          f"{len(sentences):,} reviews (train + unlabeled) in {time.perf_counter() - started:.0f}s; cached {path}")
+    print(
+        f"train: learned {dimension}-dimensional word2vec vectors of {vocabulary_size:,} tokens from "
+        f"{len(sentences):,} reviews (train + unlabeled) in {time.perf_counter() - started:.0f}s; cached {path}"
+    )
     return path

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
+from typing import Protocol
 
 from pipeline.core.errors import ConfigError
 
@@ -31,20 +32,33 @@ def require_tensorflow(what: str, how_to_avoid: str) -> None:
     """Refuse ``what`` (a setting or a step, named as the user writes it) on any other backend, in one error."""
     backend = keras_backend()
     if backend != TENSORFLOW:
-        raise ConfigError(f"{what} runs on Keras' TensorFlow backend only, and this process runs on {backend} "
-                          f"(KERAS_BACKEND={os.environ.get('KERAS_BACKEND', backend)}): {how_to_avoid}, or unset "
-                          "BACKEND / KERAS_BACKEND")
+        raise ConfigError(
+            f"{what} runs on Keras' TensorFlow backend only, and this process runs on {backend} "
+            f"(KERAS_BACKEND={os.environ.get('KERAS_BACKEND', backend)}): {how_to_avoid}, or unset "
+            "BACKEND / KERAS_BACKEND"
+        )
 
 
 def check_training_settings(adversarial_epsilon: float) -> None:
     """What training cannot do off TensorFlow, refused before anything is built or written."""
     if adversarial_epsilon:
-        require_tensorflow(f"training.adversarial_epsilon={adversarial_epsilon:g} (a second gradient inside the "
-                           "training step)", "set training.adversarial_epsilon=0")
+        require_tensorflow(
+            f"training.adversarial_epsilon={adversarial_epsilon:g} (a second gradient inside the training step)",
+            "set training.adversarial_epsilon=0",
+        )
     if os.environ.get("TF_CONFIG", "").strip():
         require_tensorflow("multi-worker training (TF_CONFIG)", "unset TF_CONFIG to train on this machine's devices")
     if os.environ.get("PIPELINE_CPU_DEVICES", "").strip():
         require_tensorflow("PIPELINE_CPU_DEVICES (logical CPU devices)", "unset PIPELINE_CPU_DEVICES")
+
+
+class DistributionStrategy(Protocol):
+    """What training uses of a distribution strategy: a ``tf.distribute.Strategy``, or :class:`OneProgram`."""
+
+    @property
+    def num_replicas_in_sync(self) -> int: ...
+
+    def scope(self) -> contextlib.AbstractContextManager: ...
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,9 @@ def fixed_width(longest: int, widths: tuple[int, ...]) -> int:
     return next((width for width in widths if width >= longest), widths[-1])
 
 
-def bucketed_batches(lengths: np.ndarray, batch_size: int, seed: int | None,
-                     window_batches: int = 50) -> list[np.ndarray]:
+def bucketed_batches(
+    lengths: np.ndarray, batch_size: int, seed: int | None, window_batches: int = 50
+) -> list[np.ndarray]:
     """Row indices of each batch; every row appears exactly once.
 
     With a ``seed``: shuffled, sorted by length inside windows of ``window_batches`` batches,
@@ -50,15 +51,15 @@ def bucketed_batches(lengths: np.ndarray, batch_size: int, seed: int | None,
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     if seed is None:
         order = np.argsort(lengths, kind="stable")
-        return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+        return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(lengths))
     window = batch_size * max(1, window_batches)
-    batches = []
+    batches: list[np.ndarray] = []
     for start in range(0, len(order), window):
-        chunk = order[start:start + window]
+        chunk = order[start : start + window]
         chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
-        batches.extend(chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size))
+        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
     return [batches[i] for i in rng.permutation(len(batches))]
 
 

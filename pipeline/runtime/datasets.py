@@ -2,7 +2,8 @@
 pipeline on TensorFlow and as a ``keras.utils.PyDataset`` of NumPy batches on any other Keras backend, which
 compiles every input shape: there batches take a few fixed widths (``xla_widths``).
 
-Used by training (``pipeline.stages.train.fit_and_log``), the tuning study and the benchmarks; nothing here reads a file.
+Used by training (``pipeline.stages.train.fit_and_log``), the tuning study and the benchmarks; nothing here reads a
+file.
 """
 
 from __future__ import annotations
@@ -36,8 +37,14 @@ def subsample(rows: int, size: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(rows, size, replace=False))
 
 
-def make_dataset(ids: np.ndarray, labels: np.ndarray, batch_size: int, shuffle_seed: int | None = None,
-                 length_multiple: int = TRAINING_LENGTH_MULTIPLE, shard: tuple[int, int] = (0, 1)):
+def make_dataset(
+    ids: np.ndarray,
+    labels: np.ndarray,
+    batch_size: int,
+    shuffle_seed: int | None = None,
+    length_multiple: int = TRAINING_LENGTH_MULTIPLE,
+    shard: tuple[int, int] = (0, 1),
+):
     """Length-bucketed ``(ids, class index)`` batches, each trimmed to its own width (``pipeline.runtime.batching``).
 
     With ``shuffle_seed`` every epoch draws a new order (seed, seed + 1, ...); without, rows are
@@ -67,9 +74,15 @@ def make_dataset(ids: np.ndarray, labels: np.ndarray, batch_size: int, shuffle_s
             width = batch_width(lengths[rows].max(), length_multiple, ids.shape[1])
             yield ids[rows, :width], labels[rows]
 
-    dataset = tf.data.Dataset.from_generator(batches, output_signature=(
-        tf.TensorSpec((None, None), tf.int32),
-        tf.TensorSpec((None, labels.shape[1]), tf.float32) if labels.ndim == 2 else tf.TensorSpec((None,), tf.int32)))
+    dataset = tf.data.Dataset.from_generator(
+        batches,
+        output_signature=(
+            tf.TensorSpec((None, None), tf.int32),
+            tf.TensorSpec((None, labels.shape[1]), tf.float32)
+            if labels.ndim == 2
+            else tf.TensorSpec((None,), tf.int32),
+        ),
+    )
     if count > 1:
         dataset = already_sharded(dataset)
     return dataset.apply(tf.data.experimental.assert_cardinality(-(-len(ids) // batch_size))).prefetch(2)
@@ -79,9 +92,12 @@ def padding_fractions(ids: np.ndarray, batch_size: int, seed: int, length_multip
     """Padded share of computed positions: every batch at full width vs length-bucketed."""
     lengths = (np.asarray(ids) != PAD_ID).sum(axis=1)
     width = int(np.asarray(ids).shape[1])
-    return {"padding_fraction_full_width": padding_fraction(lengths, [np.arange(len(lengths))], width, width),
-            "padding_fraction": padding_fraction(lengths, bucketed_batches(lengths, batch_size, seed),
-                                                 length_multiple, width)}
+    return {
+        "padding_fraction_full_width": padding_fraction(lengths, [np.arange(len(lengths))], width, width),
+        "padding_fraction": padding_fraction(
+            lengths, bucketed_batches(lengths, batch_size, seed), length_multiple, width
+        ),
+    }
 
 
 class BucketedBatches(keras.utils.PyDataset):
@@ -89,8 +105,9 @@ class BucketedBatches(keras.utils.PyDataset):
     each batch trimmed to the narrowest of ``widths`` that holds it; with ``shuffle_seed`` a new order every epoch
     (seed, seed + 1, ...), as the ``tf.data`` pipeline draws."""
 
-    def __init__(self, ids: np.ndarray, labels: np.ndarray, batch_size: int, shuffle_seed: int | None,
-                 widths: tuple[int, ...]):
+    def __init__(
+        self, ids: np.ndarray, labels: np.ndarray, batch_size: int, shuffle_seed: int | None, widths: tuple[int, ...]
+    ):
         super().__init__()
         self.ids, self.labels, self.batch_size = ids, labels, batch_size
         self.shuffle_seed, self.widths, self.epoch = shuffle_seed, widths, 0

@@ -16,8 +16,11 @@ bfloat16 units from a width where it pays off, else ``float32``.
 
 Example, two workers on one machine (each in its own shell, same command)::
 
-    TF_CONFIG='{"cluster": {"worker": ["127.0.0.1:12345", "127.0.0.1:12346"]}, "task": {"type": "worker", "index": 0}}' make train
-    TF_CONFIG='{"cluster": {"worker": ["127.0.0.1:12345", "127.0.0.1:12346"]}, "task": {"type": "worker", "index": 1}}' make train
+    TF_CONFIG='{"cluster": {"worker": ["127.0.0.1:12345", "127.0.0.1:12346"]},
+               "task": {"type": "worker", "index": 0}}' make train
+
+    TF_CONFIG='{"cluster": {"worker": ["127.0.0.1:12345", "127.0.0.1:12346"]},
+               "task": {"type": "worker", "index": 1}}' make train
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from pipeline.core.errors import ConfigError, PipelineError
 
@@ -44,7 +48,7 @@ TASK_TYPES = ("chief", "worker")
 class Cluster:
     """This process's place in a ``TF_CONFIG`` cluster."""
 
-    workers: int        # training tasks (chief + workers)
+    workers: int  # training tasks (chief + workers)
     task_type: str
     index: int
     has_chief_job: bool
@@ -104,9 +108,15 @@ def cluster_from_env(environ: Mapping[str, str] = os.environ) -> Cluster | None:
         spec = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"TF_CONFIG is not valid JSON ({exc.msg} at character {exc.pos})") from None
-    if not isinstance(spec, dict) or not isinstance(spec.get("cluster"), dict) or not isinstance(spec.get("task"), dict):
-        raise ConfigError('TF_CONFIG needs "cluster" and "task" objects, e.g. {"cluster": {"worker": '
-                          '["host1:port", "host2:port"]}, "task": {"type": "worker", "index": 0}}')
+    if (
+        not isinstance(spec, dict)
+        or not isinstance(spec.get("cluster"), dict)
+        or not isinstance(spec.get("task"), dict)
+    ):
+        raise ConfigError(
+            'TF_CONFIG needs "cluster" and "task" objects, e.g. {"cluster": {"worker": '
+            '["host1:port", "host2:port"]}, "task": {"type": "worker", "index": 0}}'
+        )
     cluster, task = spec["cluster"], spec["task"]
     for job, addresses in cluster.items():
         if not isinstance(addresses, list) or not all(isinstance(a, str) and ":" in a for a in addresses):
@@ -117,8 +127,9 @@ def cluster_from_env(environ: Mapping[str, str] = os.environ) -> Cluster | None:
     if task_type not in cluster:
         raise ConfigError(f"TF_CONFIG task.type {task_type!r} is not a job of the cluster {sorted(cluster)}")
     if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(cluster[task_type]):
-        raise ConfigError(f"TF_CONFIG task.index must be 0..{len(cluster[task_type]) - 1} for job {task_type!r}, "
-                          f"got {index!r}")
+        raise ConfigError(
+            f"TF_CONFIG task.index must be 0..{len(cluster[task_type]) - 1} for job {task_type!r}, got {index!r}"
+        )
     workers = sum(len(cluster.get(job, [])) for job in TASK_TYPES)
     if workers < 2:
         return None
@@ -141,8 +152,10 @@ def split_cpu() -> int:
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * wanted)
     except RuntimeError:  # TensorFlow already started in this process: keep what it has
         if len(tf.config.list_logical_devices("CPU")) != wanted:
-            raise PipelineError(f"{CPU_DEVICES_ENV}={wanted}: TensorFlow had already started in this process; "
-                                "set it before the first stage runs") from None
+            raise PipelineError(
+                f"{CPU_DEVICES_ENV}={wanted}: TensorFlow had already started in this process; "
+                "set it before the first stage runs"
+            ) from None
     return wanted
 
 
@@ -159,8 +172,10 @@ def choose_strategy():
     cpus = split_cpu() if not gpus else 1
     if cpus > 1:
         devices = [d.name for d in tf.config.list_logical_devices("CPU")]
-        return (tf.distribute.MirroredStrategy(devices=devices),
-                f"{cpus} logical CPU devices (MirroredStrategy, {os.cpu_count()} cores)")
+        return (
+            tf.distribute.MirroredStrategy(devices=devices),
+            f"{cpus} logical CPU devices (MirroredStrategy, {os.cpu_count()} cores)",
+        )
     return tf.distribute.get_strategy(), "1 GPU" if gpus else f"CPU ({os.cpu_count()} cores)"
 
 
@@ -190,7 +205,8 @@ def require_verified_keras() -> None:
         raise PipelineError(
             f"multi-worker training (TF_CONFIG names several tasks) is verified on Keras "
             f"{', '.join(VERIFIED_KERAS)} only, and Keras {installed} is installed: pin "
-            f"keras=={VERIFIED_KERAS[-1]}.* or train single-worker (unset TF_CONFIG)")
+            f"keras=={VERIFIED_KERAS[-1]}.* or train single-worker (unset TF_CONFIG)"
+        )
 
 
 def in_multi_worker_mode(strategy) -> bool:
@@ -242,7 +258,9 @@ def multi_worker_fit(model, dataset, strategy):
         def vector_logs_step(data):
             return tf.nest.map_structure(
                 lambda value: tf.reshape(value, [1]) if tf.is_tensor(value) and value.shape.rank == 0 else value,
-                step(data))
+                step(data),
+            )
+
         return vector_logs_step
 
     try:
@@ -298,7 +316,7 @@ def cpu_has_bfloat16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def choose_hardware(precision: str, hidden_dim: int = 0) -> tuple["tf.distribute.Strategy", str, str]:
+def choose_hardware(precision: str, hidden_dim: int = 0) -> tuple[tf.distribute.Strategy, str, str]:
     """(distribution strategy, Keras dtype policy, a description to log).
 
     The strategy comes from :func:`choose_strategy`: several workers, devices or one device.

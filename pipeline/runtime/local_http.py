@@ -12,8 +12,8 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
 from pipeline.core.errors import PipelineError
 
@@ -25,16 +25,27 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def local_server(command: Sequence[str], port: int, probe: str, what: str, env: Mapping[str, str] | None = None,
-                 timeout: float = 120.0) -> Iterator[str]:
+def local_server(
+    command: Sequence[str],
+    port: int,
+    probe: str,
+    what: str,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 120.0,
+) -> Iterator[str]:
     """Run ``command`` (serving on ``port``) for the block; yields ``http://127.0.0.1:<port>`` once
     ``probe`` answers. A server that exits or stays silent for ``timeout`` seconds is an error
     quoting the end of its log."""
     with tempfile.TemporaryDirectory(prefix="pipeline-server-") as folder:
         log_path = Path(folder) / "server.log"
         with open(log_path, "w") as log:
-            server = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT, cwd=folder,
-                                      env=dict(env) if env is not None else None)
+            server = subprocess.Popen(
+                list(command),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=folder,
+                env=dict(env) if env is not None else None,
+            )
         base = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + timeout

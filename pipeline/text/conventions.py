@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -82,6 +82,8 @@ def load_labels(directory: str | Path) -> list[str]:
     """Class names saved beside a dataset or a tokenizer, in class-index order."""
     path = Path(directory) / LABELS_FILE
     if not path.is_file():
-        raise MissingInputError(f"class names missing: {path} (outputs from before labels were saved: "
-                                "rerun `make ingest tokenize` and retrain)")
+        raise MissingInputError(
+            f"class names missing: {path} (outputs from before labels were saved: "
+            "rerun `make ingest tokenize` and retrain)"
+        )
     return list(json.loads(path.read_text())["labels"])

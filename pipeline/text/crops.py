@@ -48,7 +48,7 @@ def sentence_crops(frame: pd.DataFrame, seed: int, per_review: int = 1) -> pd.Da
         for take_two, start in draws[row]:
             length = 2 if take_two >= 0.5 and len(pieces) > 1 else 1
             first = int(start * (len(pieces) - length + 1))
-            texts.append(" ".join(pieces[first:first + length]))
+            texts.append(" ".join(pieces[first : first + length]))
     review = np.repeat(np.arange(len(frame)), per_review)
     crops = pd.DataFrame({"text": texts, "label": frame["label"].to_numpy()[review], "review": review})
     if "source_file" in frame:
@@ -59,8 +59,9 @@ def sentence_crops(frame: pd.DataFrame, seed: int, per_review: int = 1) -> pd.Da
 def crop_set(splits: dict[str, pd.DataFrame], seed: int) -> dict[str, pd.DataFrame]:
     """One crop per review of the validation and test splits (``CROP_SPLITS``) that ``splits`` holds, each split's
     crops drawn with its own seed (``seed`` + the split's index) so that neither depends on the other's size."""
-    return {split: sentence_crops(splits[split], seed + index) for index, split in enumerate(CROP_SPLITS)
-            if split in splits}
+    return {
+        split: sentence_crops(splits[split], seed + index) for index, split in enumerate(CROP_SPLITS) if split in splits
+    }
 
 
 def word_bucket_names(bounds: tuple[int, ...] = WORD_BUCKETS) -> list[str]:

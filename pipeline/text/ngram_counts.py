@@ -4,7 +4,7 @@ I/O): what the lexical models' scoring path (``pipeline.model.classifiers.Lexica
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -25,8 +25,9 @@ class NgramCounts:
 
     def __init__(self, vectorizer):
         if vectorizer.analyzer != "word" or vectorizer.strip_accents or vectorizer.preprocessor or vectorizer.tokenizer:
-            raise ValueError("NgramCounts mirrors a word-analyzer CountVectorizer without accent stripping or custom "
-                             "pre-processing")
+            raise ValueError(
+                "NgramCounts mirrors a word-analyzer CountVectorizer without accent stripping or custom pre-processing"
+            )
         self.pattern = re.compile(vectorizer.token_pattern)
         self.lowercase = vectorizer.lowercase
         self.binary = vectorizer.binary
@@ -41,7 +42,7 @@ class NgramCounts:
             by_order[len(parts)][0].append(ids)
             by_order[len(parts)][1].append(column)
         self.base = max(1, len(self.token_ids))
-        if self.base ** max(self.orders) >= 2 ** 62:
+        if self.base ** max(self.orders) >= 2**62:
             raise ConfigError(f"{self.base:,} tokens and {max(self.orders)}-grams do not fit 64-bit keys")
         self.keys, self.columns = {}, {}
         for n, (ids, columns) in by_order.items():
@@ -63,22 +64,24 @@ class NgramCounts:
         get = self.token_ids.get
         ids = np.fromiter((get(token, -1) for doc in tokens for token in doc), dtype=np.int64, count=int(lengths.sum()))
         doc = np.repeat(np.arange(len(tokens)), lengths)
-        rows, columns = [], []
+        row_parts: list[np.ndarray] = []
+        column_parts: list[np.ndarray] = []
         for n in self.orders:
             count = len(ids) - n + 1
             if count <= 0:
                 continue
             grams = np.lib.stride_tricks.sliding_window_view(ids, n)
-            usable = (doc[:count] == doc[n - 1:]) & (grams >= 0).all(axis=1)
+            usable = (doc[:count] == doc[n - 1 :]) & (grams >= 0).all(axis=1)
             keys = self._keys(grams[usable])
             position = np.minimum(np.searchsorted(self.keys[n], keys), max(len(self.keys[n]) - 1, 0))
             hit = (self.keys[n][position] == keys) if len(self.keys[n]) else np.zeros(len(keys), bool)
-            rows.append(doc[:count][usable][hit])
-            columns.append(self.columns[n][position[hit]])
-        rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-        columns = np.concatenate(columns) if columns else np.zeros(0, np.int64)
-        matrix = sparse.csr_matrix((np.ones(len(rows), dtype=self.dtype), (rows, columns)),
-                                   shape=(len(tokens), self.width), dtype=self.dtype)
+            row_parts.append(doc[:count][usable][hit])
+            column_parts.append(self.columns[n][position[hit]])
+        rows = np.concatenate(row_parts) if row_parts else np.zeros(0, np.int64)
+        columns = np.concatenate(column_parts) if column_parts else np.zeros(0, np.int64)
+        matrix = sparse.csr_matrix(
+            (np.ones(len(rows), dtype=self.dtype), (rows, columns)), shape=(len(tokens), self.width), dtype=self.dtype
+        )
         matrix.sum_duplicates()
         if self.binary:
             matrix.data[:] = 1

@@ -11,9 +11,9 @@ the network the first time) or the folder ``keras_hub.models.Backbone.save_to_pr
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -41,8 +41,10 @@ def load_preset_tokenizer(preset: str):
         except FileNotFoundError as error:  # KerasHub's word for a preset saved without its tokenizer
             if not reachable:
                 raise load_failed(preset, "tokenizer", error, reachable) from None
-            raise InputError(f"model.preset: {preset} has no tokenizer ({first_line(error)}): the pipeline needs "
-                             "the preset's own (Tokenizer.save_to_preset)") from None
+            raise InputError(
+                f"model.preset: {preset} has no tokenizer ({first_line(error)}): the pipeline needs "
+                "the preset's own (Tokenizer.save_to_preset)"
+            ) from None
         except Exception as error:  # a failed download (offline), a broken tokenizer file, another library's error
             raise load_failed(preset, "tokenizer", error, reachable) from None
 
@@ -52,25 +54,33 @@ def check_tokenizer(tokenizer, preset: str) -> None:
     the pipeline's batching and masks use)."""
     for name in ("start_token_id", "pad_token_id"):
         if getattr(tokenizer, name, None) is None:
-            raise InputError(f"model.preset: the tokenizer of {preset!r} ({type(tokenizer).__name__}) has no "
-                             f"{name.removesuffix('_id').replace('_', ' ')}")
+            raise InputError(
+                f"model.preset: the tokenizer of {preset!r} ({type(tokenizer).__name__}) has no "
+                f"{name.removesuffix('_id').replace('_', ' ')}"
+            )
     if tokenizer.pad_token_id != PAD_ID:
-        raise InputError(f"model.preset: the tokenizer of {preset!r} pads with id {tokenizer.pad_token_id}; the "
-                         f"pipeline pads with id {PAD_ID} (BERT, DistilBERT, ELECTRA and DeBERTa presets do)")
+        raise InputError(
+            f"model.preset: the tokenizer of {preset!r} pads with id {tokenizer.pad_token_id}; the "
+            f"pipeline pads with id {PAD_ID} (BERT, DistilBERT, ELECTRA and DeBERTa presets do)"
+        )
 
 
-def preset_text_tokenizer(preset: str, settings, backbone) -> "PresetTextTokenizer":
+def preset_text_tokenizer(preset: str, settings, backbone) -> PresetTextTokenizer:
     """The text tokenizer of ``preset`` for the tokenize stage: its tokenizer, checked against ``backbone`` (the
     preset's network, loaded without weights for its limits), with the pipeline's length and truncation settings
     (``tokenizer.max_sequence_length`` at most the backbone's own limit)."""
     tokenizer = load_preset_tokenizer(preset)
     limit = getattr(backbone, "max_sequence_length", None)
     if limit is not None and settings.max_sequence_length > limit:
-        raise ConfigError(f"tokenizer.max_sequence_length is {settings.max_sequence_length}, but {preset!r} takes "
-                          f"at most {limit} tokens")
+        raise ConfigError(
+            f"tokenizer.max_sequence_length is {settings.max_sequence_length}, but {preset!r} takes "
+            f"at most {limit} tokens"
+        )
     if backbone.vocabulary_size != tokenizer.vocabulary_size():
-        raise InputError(f"model.preset: {preset!r}'s tokenizer has {tokenizer.vocabulary_size()} tokens, its "
-                         f"backbone {backbone.vocabulary_size}")
+        raise InputError(
+            f"model.preset: {preset!r}'s tokenizer has {tokenizer.vocabulary_size()} tokens, its "
+            f"backbone {backbone.vocabulary_size}"
+        )
     return PresetTextTokenizer(tokenizer, settings, preset)
 
 
@@ -111,13 +121,23 @@ class PresetTextTokenizer:
         s = self.settings
         ids, counts, unknown = [], [], 0
         for start in range(0, len(texts), _ENCODE_BATCH):
-            batch = [clean_text(text) for text in texts[start:start + _ENCODE_BATCH]]
+            batch = [clean_text(text) for text in texts[start : start + _ENCODE_BATCH]]
             ragged = self._tokenize(tf.constant(batch, dtype=tf.string))
             flat, splits = ragged.flat_values.numpy(), ragged.row_splits.numpy()
             lengths = np.diff(splits)
             # start token, the kept tokens, the end token when the preset has one, then padding (id 0: check_tokenizer)
-            ids.append(pad_rows(flat, splits[:-1], lengths, s.max_sequence_length, s.truncation, s.head_tokens,
-                                self.start_id, self.end_id))
+            ids.append(
+                pad_rows(
+                    flat,
+                    splits[:-1],
+                    lengths,
+                    s.max_sequence_length,
+                    s.truncation,
+                    s.head_tokens,
+                    self.start_id,
+                    self.end_id,
+                )
+            )
             counts.append(lengths.astype(np.int32))
             unknown += 0 if self.unknown_id is None else int((flat == self.unknown_id).sum())
         if not ids:
@@ -144,14 +164,19 @@ class PresetTextTokenizer:
         self.tokenizer.save_assets(str(assets))
         vocabulary_text = "".join(token + "\n" for token in self.vocabulary)
         (directory / VOCABULARY_FILE).write_text(vocabulary_text, encoding="utf-8")
-        payload = {"format": PRESET_FORMAT, "preset": self.preset, **asdict(self.settings),
-                   "tokenizer": keras.saving.serialize_keras_object(self.tokenizer),
-                   "vocabulary_size": self.vocabulary_size, "vocabulary_sha256": sha256_text(vocabulary_text),
-                   "assets_sha256": assets_checksum(assets)}
+        payload = {
+            "format": PRESET_FORMAT,
+            "preset": self.preset,
+            **asdict(self.settings),
+            "tokenizer": keras.saving.serialize_keras_object(self.tokenizer),
+            "vocabulary_size": self.vocabulary_size,
+            "vocabulary_sha256": sha256_text(vocabulary_text),
+            "assets_sha256": assets_checksum(assets),
+        }
         atomic_write_json(directory / TOKENIZER_SETTINGS_FILE, payload)
 
     @classmethod
-    def load(cls, directory: str | Path, payload: dict | None = None) -> "PresetTextTokenizer":
+    def load(cls, directory: str | Path, payload: dict | None = None) -> PresetTextTokenizer:
         """Load a saved preset tokenizer (no network, no preset cache); edited files are an error."""
         import keras
 

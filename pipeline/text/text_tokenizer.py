@@ -9,8 +9,9 @@ scorer take either through this protocol.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -24,10 +25,23 @@ class TextTokenizer(Protocol):
 
     settings: TokenizationSettings
     vocabulary: list[str]
-    preset: str | None  # the KerasHub preset whose tokenizer it is; None for the pipeline's own
-    tokenizer: object   # the KerasHub tokenizer layer that defines the ids (cleaned text -> ragged ids, in-graph)
-    start_id: int       # the first id of every row ([CLS])
-    end_id: int | None  # the id after the kept tokens (a preset's [SEP]); None for the pipeline's own
+
+    # read-only (properties): each implementation narrows them (a preset's is a ``str``, the pipeline's own ``None``)
+    @property
+    def preset(self) -> str | None:
+        """The KerasHub preset whose tokenizer it is; None for the pipeline's own."""
+
+    @property
+    def tokenizer(self) -> object:
+        """The KerasHub tokenizer layer that defines the ids (cleaned text -> ragged ids, in-graph)."""
+
+    @property
+    def start_id(self) -> int:
+        """The first id of every row ([CLS])."""
+
+    @property
+    def end_id(self) -> int | None:
+        """The id after the kept tokens (a preset's [SEP]); None for the pipeline's own."""
 
     @property
     def vocabulary_size(self) -> int: ...

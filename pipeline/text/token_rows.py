@@ -10,8 +10,9 @@ import numpy as np
 from pipeline.text.conventions import CLS_ID, PAD_ID
 
 
-def truncate_and_pad_rows(flat_ids: np.ndarray, row_splits: np.ndarray, max_sequence_length: int,
-                          truncation: str, head_tokens: int) -> np.ndarray:
+def truncate_and_pad_rows(
+    flat_ids: np.ndarray, row_splits: np.ndarray, max_sequence_length: int, truncation: str, head_tokens: int
+) -> np.ndarray:
     """Many token rows at once (given as ragged ``flat_ids`` + ``row_splits``) -> ``[N, max_sequence_length]``.
 
     Each row becomes ``[CLS]`` + the kept tokens + ``[PAD]``s. ``head`` keeps the first tokens,
@@ -19,12 +20,21 @@ def truncate_and_pad_rows(flat_ids: np.ndarray, row_splits: np.ndarray, max_sequ
     ``max_sequence_length - 1 - head_tokens``. Vectorised: no Python loop over rows.
     """
     row_splits = np.asarray(row_splits, dtype=np.int64)
-    return pad_rows(np.asarray(flat_ids), row_splits[:-1], np.diff(row_splits), max_sequence_length, truncation,
-                    head_tokens)
+    return pad_rows(
+        np.asarray(flat_ids), row_splits[:-1], np.diff(row_splits), max_sequence_length, truncation, head_tokens
+    )
 
 
-def pad_rows(flat_ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, max_sequence_length: int,
-             truncation: str, head_tokens: int, start_id: int = CLS_ID, end_id: int | None = None) -> np.ndarray:
+def pad_rows(
+    flat_ids: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    max_sequence_length: int,
+    truncation: str,
+    head_tokens: int,
+    start_id: int = CLS_ID,
+    end_id: int | None = None,
+) -> np.ndarray:
     """:func:`truncate_and_pad_rows` for rows at any ``starts`` in ``flat_ids`` (not necessarily in order).
 
     Each row starts with ``start_id``; with an ``end_id`` (a pretrained preset's ``[SEP]``) that token follows the
@@ -44,7 +54,7 @@ def pad_rows(flat_ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, max_
     ids = np.full((len(lengths), max_sequence_length), PAD_ID, dtype=np.int32)
     ids[:, 0] = start_id
     valid = columns < kept
-    ids[:, 1:1 + budget][valid] = flat_ids[(starts + source)[valid]]
+    ids[:, 1 : 1 + budget][valid] = flat_ids[(starts + source)[valid]]
     if end_id is not None:
         ids[np.arange(len(ids)), 1 + kept[:, 0]] = end_id
     return ids

@@ -14,8 +14,8 @@ from __future__ import annotations
 import hashlib
 import lzma
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from pipeline.core.files import sha256_text
 
 STORE_ENV = "PIPELINE_TOKEN_STORE"
 FORMAT = "pipeline-token-store v1"
-_LOADED: dict[tuple[str, float], "TokenStore"] = {}
+_LOADED: dict[tuple[str, float], TokenStore] = {}
 
 
 def tokenizer_identity(vocabulary: Sequence[str], lowercase: bool) -> str:
@@ -93,27 +93,40 @@ def pretokenized(identity: str, texts: Sequence[str]) -> tuple[np.ndarray, np.nd
     try:
         import tensorflow  # noqa: F401  (the tokenizer's own engine answers what the store cannot)
     except ImportError:
-        reason = (f"holds another vocabulary's tokens (tokenizer {store.identity[:12]}, this one {identity[:12]})"
-                  if store.identity != identity else f"lacks {len(missing):,} of these {len(texts):,} texts "
-                  f"(first: {missing[0][:60]!r})")
-        raise InputError(f"tokenizing needs TensorFlow (tf-text), which this Python lacks, and the token store "
-                         f"{store.path} ({STORE_ENV}) {reason}: write a store of these texts where TensorFlow is "
-                         "(`make gpu-check-bundle`)") from None
+        reason = (
+            f"holds another vocabulary's tokens (tokenizer {store.identity[:12]}, this one {identity[:12]})"
+            if store.identity != identity
+            else f"lacks {len(missing):,} of these {len(texts):,} texts (first: {missing[0][:60]!r})"
+        )
+        raise InputError(
+            f"tokenizing needs TensorFlow (tf-text), which this Python lacks, and the token store "
+            f"{store.path} ({STORE_ENV}) {reason}: write a store of these texts where TensorFlow is "
+            "(`make gpu-check-bundle`)"
+        ) from None
     return None
 
 
-def write_token_store(path: Path, identity: str, texts: Sequence[str],
-                      untruncated_rows: Callable[[list[str]], tuple[np.ndarray, np.ndarray, np.ndarray]],
-                      vocabulary_size: int, batch: int = 4096) -> int:
+def write_token_store(
+    path: Path,
+    identity: str,
+    texts: Sequence[str],
+    untruncated_rows: Callable[[list[str]], tuple[np.ndarray, np.ndarray, np.ndarray]],
+    vocabulary_size: int,
+    batch: int = 4096,
+) -> int:
     """Tokenize the distinct cleaned ``texts`` with ``untruncated_rows`` and write the store to ``path`` atomically;
     returns the number of texts stored. The ids are uint16 when the vocabulary fits, xz-compressed (a quarter smaller
     than zlib on IMDB's ids: a store must fit what a GPU machine's call carries)."""
     distinct = list(dict.fromkeys(texts))
-    keys, flats, lengths = [], [], []
+    keys: list[bytes] = []
+    flats: list[np.ndarray] = []
+    lengths: list[np.ndarray] = []
     for start in range(0, len(distinct), batch):
-        chunk = distinct[start:start + batch]
+        chunk = distinct[start : start + batch]
         flat, starts, counts = untruncated_rows(chunk)
-        order = np.repeat(starts, counts) + (np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts))
+        order = np.repeat(starts, counts) + (
+            np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        )
         flats.append(flat[order])
         lengths.append(counts)
         keys.extend(text_key(text) for text in chunk)
@@ -122,9 +135,15 @@ def write_token_store(path: Path, identity: str, texts: Sequence[str],
     flat = np.concatenate(flats).astype(dtype) if flats else np.zeros(0, dtype)
     tmp = path.with_name(f".{path.name}.tmp.npz")
     packed = np.frombuffer(lzma.compress(flat.tobytes(), preset=9 | lzma.PRESET_EXTREME), np.uint8)
-    np.savez_compressed(tmp, format=np.array(FORMAT), identity=np.array(identity),
-                        keys=np.frombuffer(b"".join(keys), np.uint8).reshape(-1, 16), flat_xz=packed,
-                        flat_dtype=np.array(np.dtype(dtype).name),
-                        starts=np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64), lengths=counts)
+    np.savez_compressed(
+        tmp,
+        format=np.array(FORMAT),
+        identity=np.array(identity),
+        keys=np.frombuffer(b"".join(keys), np.uint8).reshape(-1, 16),
+        flat_xz=packed,
+        flat_dtype=np.array(np.dtype(dtype).name),
+        starts=np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64),
+        lengths=counts,
+    )
     os.replace(tmp, path)
     return len(distinct)

@@ -15,10 +15,10 @@ import json
 import re
 import unicodedata
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -41,11 +41,17 @@ _ASCII_TEXT_BYTES = bytes([9, 10, 13, *range(0x20, 0x7F)])
 def _keeps_its_word(letter: str) -> bool:
     """A letter whose lowercase is one letter that NFKC and case folding leave alone (not "ß", "ĳ", "ǅ")."""
     lower = letter.lower()
-    return (unicodedata.category(letter).startswith("L") and len(lower) == 1
-            and unicodedata.normalize("NFKC", lower) == lower and letter.casefold() == lower)
+    return (
+        unicodedata.category(letter).startswith("L")
+        and len(lower) == 1
+        and unicodedata.normalize("NFKC", lower) == lower
+        and letter.casefold() == lower
+    )
 
 
-FAST_PATH_LETTERS = "".join(chr(c) for c in range(0xC0, 0x250) if _keeps_its_word(chr(c)))  # Latin-1 to Latin Extended-B
+FAST_PATH_LETTERS = "".join(
+    chr(c) for c in range(0xC0, 0x250) if _keeps_its_word(chr(c))
+)  # Latin-1 to Latin Extended-B
 _OUTSIDE_FAST_PATH = re.compile(f"[^\\x20-\\x7e\\t\\n\\r{re.escape(FAST_PATH_LETTERS)}]")
 
 
@@ -73,11 +79,14 @@ CHARS_PER_TOKEN_BOUND = 5
 # --------------------------------------------------------------------------- pure functions
 
 
-def kept_ends(settings: "TokenizationSettings") -> tuple[int, int]:
+def kept_ends(settings: TokenizationSettings) -> tuple[int, int]:
     """(tokens kept from a long text's start, tokens kept from its end) under the truncation setting."""
     budget = settings.max_sequence_length - 1
-    return {"head": (budget, 0), "tail": (0, budget),
-            "head_tail": (settings.head_tokens, budget - settings.head_tokens)}[settings.truncation]
+    return {
+        "head": (budget, 0),
+        "tail": (0, budget),
+        "head_tail": (settings.head_tokens, budget - settings.head_tokens),
+    }[settings.truncation]
 
 
 def text_ends(text: str, head_chars: int, tail_chars: int) -> tuple[str, str] | None:
@@ -93,7 +102,7 @@ def text_ends(text: str, head_chars: int, tail_chars: int) -> tuple[str, str] | 
     b = text.rfind(" ", 0, len(text) - tail_chars) if tail_chars else len(text)
     if a < 0 or b < a:
         return None
-    return text[:a], text[b + 1:]
+    return text[:a], text[b + 1 :]
 
 
 @dataclass(frozen=True)
@@ -106,7 +115,7 @@ class TokenizationSettings:
     head_tokens: int
 
     @classmethod
-    def from_config(cls, config: TokenizerConfig) -> "TokenizationSettings":
+    def from_config(cls, config: TokenizerConfig) -> TokenizationSettings:
         return cls(config.lowercase, config.max_sequence_length, config.truncation, config.head_tokens)
 
 
@@ -136,7 +145,9 @@ class WordPieceTextTokenizer:
 
     def __init__(self, vocabulary: Sequence[str], settings: TokenizationSettings):
         if tuple(vocabulary[:REQUIRED_RESERVED]) != RESERVED_TOKENS[:REQUIRED_RESERVED]:
-            raise InputError(f"vocabulary must start with {RESERVED_TOKENS}, got {tuple(vocabulary[:REQUIRED_RESERVED])}")
+            raise InputError(
+                f"vocabulary must start with {RESERVED_TOKENS}, got {tuple(vocabulary[:REQUIRED_RESERVED])}"
+            )
         self.vocabulary = list(vocabulary)
         self.settings = settings
         self.identity = tokenizer_identity(self.vocabulary, settings.lowercase)  # a token store's key
@@ -152,19 +163,27 @@ class WordPieceTextTokenizer:
 
         with tf.init_scope():
             return keras_hub.tokenizers.WordPieceTokenizer(
-                vocabulary=self.vocabulary, lowercase=self.settings.lowercase, oov_token="[UNK]", dtype="int32")
+                vocabulary=self.vocabulary, lowercase=self.settings.lowercase, oov_token="[UNK]", dtype="int32"
+            )
 
     @cached_property
     def fast_tokenizer(self):
         import tensorflow as tf
         import tensorflow_text as tf_text
 
-        reachable = [token if not re.search(r"\s", token) else f"[unreachable {index}]"
-                     for index, token in enumerate(self.vocabulary)]
+        reachable = [
+            token if not re.search(r"\s", token) else f"[unreachable {index}]"
+            for index, token in enumerate(self.vocabulary)
+        ]
         with tf.init_scope():
-            return tf_text.FastWordpieceTokenizer(vocab=reachable, suffix_indicator="##", unknown_token="[UNK]",
-                                                  token_out_type=tf.int32, no_pretokenization=False,
-                                                  support_detokenization=False)
+            return tf_text.FastWordpieceTokenizer(
+                vocab=reachable,
+                suffix_indicator="##",
+                unknown_token="[UNK]",
+                token_out_type=tf.int32,
+                no_pretokenization=False,
+                support_detokenization=False,
+            )
 
     # each tokenizer as one tf.function, traced once per tokenizer (any batch size): a ``tf.data`` map would
     # trace it again on every call, which costs more than a chunked reader's (make score) tokenizing
@@ -206,9 +225,13 @@ class WordPieceTextTokenizer:
         fast_rows, reference_rows = fast.to_list(), reference.to_list()
         differing = [probe for probe, a, b in zip(probes, fast_rows, reference_rows) if a != b]
         if differing:
-            warnings.warn(f"tokenizer: tensorflow-text's FastWordpieceTokenizer and KerasHub give other ids for "
-                          f"{len(differing)} of {len(probes)} probe texts (first: {differing[0]!r}); every text "
-                          "goes through KerasHub (same ids, slower)", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"tokenizer: tensorflow-text's FastWordpieceTokenizer and KerasHub give other ids for "
+                f"{len(differing)} of {len(probes)} probe texts (first: {differing[0]!r}); every text "
+                "goes through KerasHub (same ids, slower)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         _FAST_PATH_CHECKED[key] = not differing
         return not differing
 
@@ -235,8 +258,10 @@ class WordPieceTextTokenizer:
         on_fast = np.array([fast and on_fast_path(text) for text in texts], dtype=bool)
         starts, lengths = np.zeros(len(texts), np.int64), np.zeros(len(texts), np.int64)
         flats, offset = [], 0
-        for rows, tokenize, lower in ((np.flatnonzero(on_fast), self._tokenize_fast, self.settings.lowercase),
-                                      (np.flatnonzero(~on_fast), self._tokenize, False)):
+        for rows, tokenize, lower in (
+            (np.flatnonzero(on_fast), self._tokenize_fast, self.settings.lowercase),
+            (np.flatnonzero(~on_fast), self._tokenize, False),
+        ):
             if not len(rows):
                 continue
             batch = [texts[i].lower() if lower else texts[i] for i in rows]
@@ -260,7 +285,9 @@ class WordPieceTextTokenizer:
         texts = texts if isinstance(texts, list) else list(texts)
         ids, counts, unknown = [], [], 0
         for start in range(0, len(texts), _ENCODE_BATCH):
-            flat, starts, lengths = self._token_rows([clean_text(t) for t in texts[start:start + _ENCODE_BATCH]], fast)
+            flat, starts, lengths = self._token_rows(
+                [clean_text(t) for t in texts[start : start + _ENCODE_BATCH]], fast
+            )
             ids.append(self._pad(flat, starts, lengths))
             counts.append(lengths.astype(np.int32))
             unknown += int((flat == UNK_ID).sum())
@@ -273,8 +300,10 @@ class WordPieceTextTokenizer:
         if active_store() is not None:  # the store holds whole texts, not the ends the shortcut tokenizes
             return self.encode_with_counts(texts)[0]
         texts = texts if isinstance(texts, list) else list(texts)
-        batches = [self._encode_batch([clean_text(t) for t in texts[start:start + _ENCODE_BATCH]])
-                   for start in range(0, len(texts), _ENCODE_BATCH)]
+        batches = [
+            self._encode_batch([clean_text(t) for t in texts[start : start + _ENCODE_BATCH]])
+            for start in range(0, len(texts), _ENCODE_BATCH)
+        ]
         return np.concatenate(batches) if batches else np.zeros((0, self.settings.max_sequence_length), np.int32)
 
     def encode_windows(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -285,7 +314,7 @@ class WordPieceTextTokenizer:
         size = self.settings.max_sequence_length - 1
         rows, windows, owners = [], [], []
         for start in range(0, len(texts), _ENCODE_BATCH):
-            flat, starts, lengths = self._token_rows([clean_text(t) for t in texts[start:start + _ENCODE_BATCH]])
+            flat, starts, lengths = self._token_rows([clean_text(t) for t in texts[start : start + _ENCODE_BATCH]])
             rows.append(self._pad(flat, starts, lengths))
             offsets, owner = window_offsets(lengths, size)
             windows.append(pad_rows(flat, starts[owner] + offsets, np.full(len(owner), size), size + 1, "head", 0))
@@ -306,19 +335,19 @@ class WordPieceTextTokenizer:
         cut = np.flatnonzero([end is not None for end in ends])
         # a cut text's row holds its start (or, with no start kept, its end); with both kept, its end follows
         work = [text if end is None else end[0 if head else 1] for text, end in zip(texts, ends)]
-        if head and tail:
-            work += [ends[i][1] for i in cut]
+        if head and tail:  # the cut texts' ends, in the order of ``cut``
+            work += [end[1] for end in ends if end is not None]
         flat, starts, lengths = self._token_rows(work)
-        ids = self._pad(flat, starts[:len(texts)], lengths[:len(texts)])
+        ids = self._pad(flat, starts[: len(texts)], lengths[: len(texts)])
         if not len(cut):
             return ids
         tail_rows = len(texts) + np.arange(len(cut)) if head and tail else cut
         enough = (lengths[cut] >= head) & (lengths[tail_rows] >= tail)
         if head:  # the start's first tokens, then the end's last tokens: exactly the kept ones of the whole text
-            ids[cut[enough], 1:1 + head] = flat[starts[cut[enough]][:, None] + np.arange(head)]
+            ids[cut[enough], 1 : 1 + head] = flat[starts[cut[enough]][:, None] + np.arange(head)]
         if tail:
             last = starts[tail_rows[enough]] + lengths[tail_rows[enough]] - tail
-            ids[cut[enough], 1 + head:1 + head + tail] = flat[last[:, None] + np.arange(tail)]
+            ids[cut[enough], 1 + head : 1 + head + tail] = flat[last[:, None] + np.arange(tail)]
         short = cut[~enough]  # an end with fewer tokens than kept: tokenize the whole text
         if len(short):
             ids[short] = self._pad(*self._token_rows([texts[i] for i in short]))
@@ -333,13 +362,16 @@ class WordPieceTextTokenizer:
     def save(self, directory: Path) -> None:
         vocabulary_text = "".join(token + "\n" for token in self.vocabulary)
         (directory / VOCABULARY_FILE).write_text(vocabulary_text, encoding="utf-8")
-        payload = {"format": SETTINGS_FORMAT, **asdict(self.settings),
-                   "vocabulary_size": self.vocabulary_size,
-                   "vocabulary_sha256": sha256_text(vocabulary_text)}
+        payload = {
+            "format": SETTINGS_FORMAT,
+            **asdict(self.settings),
+            "vocabulary_size": self.vocabulary_size,
+            "vocabulary_sha256": sha256_text(vocabulary_text),
+        }
         atomic_write_json(directory / TOKENIZER_SETTINGS_FILE, payload)
 
     @classmethod
-    def load(cls, directory: str | Path) -> "WordPieceTextTokenizer":
+    def load(cls, directory: str | Path) -> WordPieceTextTokenizer:
         """Load a saved tokenizer; a vocabulary edited or truncated since saving is an error."""
         directory = Path(directory)
         settings_path, vocabulary_path = directory / TOKENIZER_SETTINGS_FILE, directory / VOCABULARY_FILE
@@ -359,5 +391,7 @@ class WordPieceTextTokenizer:
         vocabulary = vocabulary_text.split("\n")[:-1]
         if len(vocabulary) != payload["vocabulary_size"]:
             raise InputError(f"{vocabulary_path}: {len(vocabulary)} tokens, expected {payload['vocabulary_size']}")
-        settings = TokenizationSettings(**{k: payload[k] for k in TokenizationSettings.__dataclass_fields__ if k in payload})
+        settings = TokenizationSettings(
+            **{k: payload[k] for k in TokenizationSettings.__dataclass_fields__ if k in payload}
+        )
         return cls(vocabulary, settings)

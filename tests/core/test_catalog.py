@@ -11,8 +11,12 @@ from tests.conftest import PROJECT_ROOT
 
 
 def make_clean(data_dir, reports_dir) -> None:
-    subprocess.run(["make", "-s", "-C", str(PROJECT_ROOT), "clean", f"DATA={data_dir}", f"REPORTS={reports_dir}"],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        ["make", "-s", "-C", str(PROJECT_ROOT), "clean", f"DATA={data_dir}", f"REPORTS={reports_dir}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")

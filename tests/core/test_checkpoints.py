@@ -11,8 +11,9 @@ from pipeline.core.errors import InputError
 from tests.tiny_preset import write_tiny_preset
 
 
-@pytest.mark.parametrize("handle", ["hf://sentence-transformers/all-MiniLM-L6-v2",
-                                    "kaggle://keras/bert/keras/bert_tiny_en_uncased/2"])
+@pytest.mark.parametrize(
+    "handle", ["hf://sentence-transformers/all-MiniLM-L6-v2", "kaggle://keras/bert/keras/bert_tiny_en_uncased/2"]
+)
 def test_a_handle_reaches_kerashub_as_the_string_it_is(handle, monkeypatch):
     """Not taken for a folder (``Path`` would make ``hf:/...`` of it): KerasHub's from_preset gets it unchanged."""
     from pipeline.core import checkpoints
@@ -41,8 +42,11 @@ def test_a_handle_whose_hub_cannot_be_reached_is_one_error_naming_it_at_once(mon
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-cache"))  # nothing cached
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     started = time.perf_counter()
-    with pytest.raises(InputError, match="could not load the backbone of 'hf://sentence-transformers/all-MiniLM-L6-v2'"
-                                         ": its hub cannot be reached from here"):
+    with pytest.raises(
+        InputError,
+        match="could not load the backbone of 'hf://sentence-transformers/all-MiniLM-L6-v2'"
+        ": its hub cannot be reached from here",
+    ):
         load_preset_backbone("hf://sentence-transformers/all-MiniLM-L6-v2", load_weights=False)
     assert time.perf_counter() - started < 10  # no retries for minutes
     assert "HF_HUB_OFFLINE" not in __import__("os").environ  # the client's offline switch is put back

@@ -51,8 +51,22 @@ def test_a_missing_score_input_is_one_line_and_status_2(tmp_path, capsys):
 def test_a_missing_model_folder_is_one_line_naming_it(tmp_path, capsys):
     pd.DataFrame({"text": ["fine"]}).to_csv(tmp_path / "in.csv", index=False)
     missing = tmp_path / "no-model"
-    assert cli_main(["score", "--config", SMOKE, "--input", str(tmp_path / "in.csv"), "--output",
-                     str(tmp_path / "out.csv"), "--model", str(missing)]) == 2
+    assert (
+        cli_main(
+            [
+                "score",
+                "--config",
+                SMOKE,
+                "--input",
+                str(tmp_path / "in.csv"),
+                "--output",
+                str(tmp_path / "out.csv"),
+                "--model",
+                str(missing),
+            ]
+        )
+        == 2
+    )
     line = one_error_line(capsys.readouterr().err)
     assert f"no model folder {missing}" in line
 
@@ -117,8 +131,9 @@ def test_python_m_pipeline_prints_a_bugs_traceback_and_one_line_for_a_user_error
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
 
     def run(kind: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-c", PLANTED, kind], cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-c", PLANTED, kind], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
 
     bug = run("bug")
     assert bug.returncode == 1
@@ -157,8 +172,20 @@ def missing_file_calls(tmp_path, smoke_config):
     }
 
 
-@pytest.mark.parametrize("what", ["config file", "tuned config", "data.path table", "score --input", "spark --input",
-                                  "--model folder", "model.pretrained", "pretrained backbone", "labels"])
+@pytest.mark.parametrize(
+    "what",
+    [
+        "config file",
+        "tuned config",
+        "data.path table",
+        "score --input",
+        "spark --input",
+        "--model folder",
+        "model.pretrained",
+        "pretrained backbone",
+        "labels",
+    ],
+)
 def test_a_users_missing_file_is_a_missing_input_error_naming_it(what, tmp_path, smoke_config):
     with pytest.raises(MissingInputError) as caught:
         missing_file_calls(tmp_path, smoke_config)[what]()

@@ -114,12 +114,14 @@ def test_the_csv_scorer_output_gets_the_umask_mode(mask, tmp_path, monkeypatch):
     from pipeline.stages.score import csv_file as scoring
 
     monkeypatch.setattr(scoring, "load_classifier", lambda uri: ConstantModel())
-    config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml",
-                         [f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"])
+    config = load_config(
+        PROJECT_ROOT / "configs" / "smoke.yaml", [f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"]
+    )
     pd.DataFrame({"text": ["good", "bad", ""]}).to_csv(tmp_path / "in.csv", index=False)
     with umask(mask):
-        counts = scoring.score_csv(config.tracking, tmp_path / "in.csv", tmp_path / "scored" / "out.csv",
-                                   model_uri="constant")
+        counts = scoring.score_csv(
+            config.tracking, tmp_path / "in.csv", tmp_path / "scored" / "out.csv", model_uri="constant"
+        )
     assert counts["rows"] == 3 and counts["errors"] == 1
     assert mode(tmp_path / "scored" / "out.csv") == UMASKS[mask]
     assert [p.name for p in (tmp_path / "scored").iterdir()] == ["out.csv"]

@@ -10,19 +10,47 @@ import sys
 
 from tests.conftest import PROJECT_ROOT
 
-NOISE = ("INFO mlflow", "WARNING mlflow", "Downloading artifacts", "UserWarning", "cuInit", "cuda drivers",
-         "Creating initial MLflow database tables", "CloudPickle", "Successfully registered model", "Created version")
+NOISE = (
+    "INFO mlflow",
+    "WARNING mlflow",
+    "Downloading artifacts",
+    "UserWarning",
+    "cuInit",
+    "cuda drivers",
+    "Creating initial MLflow database tables",
+    "CloudPickle",
+    "Successfully registered model",
+    "Created version",
+)
 
 
 def run_stage(config, stage: str, log_file) -> str:
-    command = [sys.executable, "-m", "pipeline", stage, "--config", str(PROJECT_ROOT / "configs" / "smoke.yaml"),
-               "--set", f"paths.data_dir={config.data_dir}", "--set", f"paths.reports_dir={config.reports_dir}",
-               "--set", "training.epochs=1", "--set", "compare.seeds=[1]"]
+    command = [
+        sys.executable,
+        "-m",
+        "pipeline",
+        stage,
+        "--config",
+        str(PROJECT_ROOT / "configs" / "smoke.yaml"),
+        "--set",
+        f"paths.data_dir={config.data_dir}",
+        "--set",
+        f"paths.reports_dir={config.reports_dir}",
+        "--set",
+        "training.epochs=1",
+        "--set",
+        "compare.seeds=[1]",
+    ]
     environment = {key: value for key, value in os.environ.items() if not key.startswith(("PIPELINE_", "MLFLOW_"))}
-    environment.update(PYTHONPATH=str(PROJECT_ROOT), PIPELINE_LOG_FILE=str(log_file), PIPELINE_QUIET="1",
-                       MLFLOW_TRACKING_URI=f"sqlite:///{config.data_dir.parent / 'quiet.db'}")
-    done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600,
-                          cwd=config.data_dir.parent)
+    environment.update(
+        PYTHONPATH=str(PROJECT_ROOT),
+        PIPELINE_LOG_FILE=str(log_file),
+        PIPELINE_QUIET="1",
+        MLFLOW_TRACKING_URI=f"sqlite:///{config.data_dir.parent / 'quiet.db'}",
+    )
+    done = subprocess.run(
+        command, env=environment, capture_output=True, text=True, timeout=600, cwd=config.data_dir.parent
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout + done.stderr
 

@@ -14,8 +14,9 @@ class NoTensorFlow:
 
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in BLOCKED:
-            raise ModuleNotFoundError(f"No module named {name!r} (blocked: the GPU machine has no TensorFlow)",
-                                      name=name)
+            raise ModuleNotFoundError(
+                f"No module named {name!r} (blocked: the GPU machine has no TensorFlow)", name=name
+            )
         return None
 
 

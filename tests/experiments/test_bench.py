@@ -9,8 +9,10 @@ from pipeline.experiments import bench
 def synthetic_results() -> dict:
     rates = {"seconds": 1.0, "tokens_per_second": 1000.0, "rows_per_second": 10.0, "gflops": 50.0, "ms_per_step": 100}
     return {
-        "peak": {"float32": {"square_2048": 200.0, "m: tokens x 8 x 8": 20.0},
-                 "bfloat16": {"square_2048": 500.0, "m: tokens x 8 x 8": 25.0}},
+        "peak": {
+            "float32": {"square_2048": 200.0, "m: tokens x 8 x 8": 20.0},
+            "bfloat16": {"square_2048": 500.0, "m: tokens x 8 x 8": 25.0},
+        },
         "classifier_step": {"m": {"float32": rates, "mixed_bfloat16": {**rates, "gflops": 100.0}}},
         "masked_lm_step": {"m": {"float32": {**rates, "gflops": 150.0}}},
         "padding": {"full_width": 0.4, "bucketed": 0.05},
@@ -33,17 +35,41 @@ def test_markdown_report_shows_peaks_rows_and_padding():
 
 
 def test_markdown_report_gives_csv_scoring_with_and_without_the_model_load():
-    scoring = {"tokenize_rows_per_second": 9000.0, "tokenize_reference_rows_per_second": 4000.0,
-               "tokenize_rows_differing_from_reference": 0, "model_only_eager_rows_per_second": 1000.0,
-               "model_only_rows_per_second": 2000.0, "score_csv_rows_per_second": 1500.0,
-               "score_csv_fraction_of_model_only": 0.75, "score_csv_streaming_rows_per_second": 1800.0,
-               "score_csv_streaming_fraction_of_model_only": 0.9,
-               "explain": {"rows": 256, "plain_rows_per_second": 1700.0, "explained_rows_per_second": 17.0,
-                           "explained_fraction_of_plain": 0.01},
-               "fresh_process": [{"rows": 25000, "peak_rss_mb": 2000.0, "rows_per_second": 1200.0,
-                                  "fraction_of_model_only": 0.6, "startup_seconds": 7.5, "load_seconds": 0.5},
-                                 {"rows": 250000, "peak_rss_mb": 2100.0, "rows_per_second": 1500.0,
-                                  "fraction_of_model_only": 0.75, "startup_seconds": 7.0, "load_seconds": 0.5}]}
+    scoring = {
+        "tokenize_rows_per_second": 9000.0,
+        "tokenize_reference_rows_per_second": 4000.0,
+        "tokenize_rows_differing_from_reference": 0,
+        "model_only_eager_rows_per_second": 1000.0,
+        "model_only_rows_per_second": 2000.0,
+        "score_csv_rows_per_second": 1500.0,
+        "score_csv_fraction_of_model_only": 0.75,
+        "score_csv_streaming_rows_per_second": 1800.0,
+        "score_csv_streaming_fraction_of_model_only": 0.9,
+        "explain": {
+            "rows": 256,
+            "plain_rows_per_second": 1700.0,
+            "explained_rows_per_second": 17.0,
+            "explained_fraction_of_plain": 0.01,
+        },
+        "fresh_process": [
+            {
+                "rows": 25000,
+                "peak_rss_mb": 2000.0,
+                "rows_per_second": 1200.0,
+                "fraction_of_model_only": 0.6,
+                "startup_seconds": 7.5,
+                "load_seconds": 0.5,
+            },
+            {
+                "rows": 250000,
+                "peak_rss_mb": 2100.0,
+                "rows_per_second": 1500.0,
+                "fraction_of_model_only": 0.75,
+                "startup_seconds": 7.0,
+                "load_seconds": 0.5,
+            },
+        ],
+    }
     text = bench.markdown_report({**synthetic_results(), "scoring": scoring})
     assert "| score csv streaming | 1,800 |" in text
     assert "75% of the model-alone rate including its model load, 90% after it" in text
@@ -64,15 +90,19 @@ def test_explanations_are_measured_beside_plain_scoring_on_the_same_rows(trained
 
     config, run_dir = trained_run
     uri = f"runs:/{json.loads((run_dir / 'manifest.json').read_text())['mlflow_run_id']}/model"
-    measured = measure_explain_csv(config.tracking, uri, pd.Series(["A superb film.", "Dull.", "", "fine"] * 5),
-                                   tmp_path)
+    measured = measure_explain_csv(
+        config.tracking, uri, pd.Series(["A superb film.", "Dull.", "", "fine"] * 5), tmp_path
+    )
     assert measured["rows"] == 20
     assert measured["plain_rows_per_second"] > 0 and measured["explained_rows_per_second"] > 0
-    assert measured["explained_fraction_of_plain"] == measured["explained_rows_per_second"] / measured[
-        "plain_rows_per_second"]
+    assert (
+        measured["explained_fraction_of_plain"]
+        == measured["explained_rows_per_second"] / measured["plain_rows_per_second"]
+    )
     explained = pd.read_csv(tmp_path / "scored_explained.csv", keep_default_na=False)
     assert (explained["explanation"] != "").sum() == 15 and "explanation" not in pd.read_csv(
-        tmp_path / "scored_plain.csv").columns
+        tmp_path / "scored_plain.csv"
+    ).columns
 
 
 def test_sampled_batches_are_trimmed_real_rows():
@@ -132,8 +162,11 @@ def test_export_measures_the_graph_beside_make_scores_model_and_reports_both(com
 
     config, _ = comparison
     mlflow.set_tracking_uri(config.tracking.tracking_uri)
-    run = next(r for r in mlflow.search_runs(search_all_experiments=True, output_format="list")
-               if r.data.tags.get("model_kind") == "transformer")
+    run = next(
+        r
+        for r in mlflow.search_runs(search_all_experiments=True, output_format="list")
+        if r.data.tags.get("model_kind") == "transformer"
+    )
     texts = pd.Series([f"a fine film number {i}, well acted" for i in range(40)])
     export = measure_export(f"runs:/{run.info.run_id}/model", texts, graph_rows=16, score_rows=32)
     assert export["rows"] == 40 and export["model_kind"] == "transformer" and export["saved_model_bytes"] > 10_000

@@ -25,7 +25,8 @@ CHECK_SETTINGS = ["training.epochs=1", "compare.poolings=null", "compare.seeds=[
 
 
 def test_the_check_runs_the_comparison_on_jax_without_tensorflow_and_its_model_scores_alike_on_tensorflow(
-        prepared_config, tmp_path):
+    prepared_config, tmp_path
+):
     from pipeline.experiments.gpu_check import BUNDLE_FILE, STORE_FILE, make_bundle
     from pipeline.model.classifiers import load_classifier
     from pipeline.stages.ingest.outputs import read_split
@@ -34,31 +35,60 @@ def test_the_check_runs_the_comparison_on_jax_without_tensorflow_and_its_model_s
     bundle = tmp_path / "bundle"
     payload = make_bundle(prepared_config, bundle, wheels=False)
     assert not any((bundle / "data" / "tokenize" / ids_file(split)).exists() for split in ("train", "val", "test"))
-    assert payload["stored_texts"] > sum(len(read_split(prepared_config.data_dir / "ingest", s)) for s in
-                                         ("train", "val", "test")) - 5  # every split's text (a few repeat), and more
+    assert (
+        payload["stored_texts"]
+        > sum(len(read_split(prepared_config.data_dir / "ingest", s)) for s in ("train", "val", "test")) - 5
+    )  # every split's text (a few repeat), and more
     out, work = tmp_path / "out", tmp_path / "check"  # (tmp_path / "work" is this test's working folder)
-    command = [sys.executable, str(PROJECT_ROOT / "tests" / "experiments" / "no_tensorflow.py"), "-m", "pipeline",
-               "gpu-check", "--bundle", str(bundle), "--out", str(out), "--work", str(work),
-               *(part for setting in CHECK_SETTINGS for part in ("--set", setting))]
-    environment = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(PROJECT_ROOT),
-                   "PIPELINE_QUIET": "1"}
+    command = [
+        sys.executable,
+        str(PROJECT_ROOT / "tests" / "experiments" / "no_tensorflow.py"),
+        "-m",
+        "pipeline",
+        "gpu-check",
+        "--bundle",
+        str(bundle),
+        "--out",
+        str(out),
+        "--work",
+        str(work),
+        *(part for setting in CHECK_SETTINGS for part in ("--set", setting)),
+    ]
+    environment = {
+        **os.environ,
+        "KERAS_BACKEND": "jax",
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONPATH": str(PROJECT_ROOT),
+        "PIPELINE_QUIET": "1",
+    }
     environment.pop("MLFLOW_TRACKING_URI", None)
     done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "Keras backend jax" in done.stdout and "CPU (" in done.stdout
     progress = [line for line in done.stdout.splitlines() if line.startswith("compare: [")]  # one per candidate
-    assert [line.split("]")[0] for line in progress] == ["compare: [1/4", "compare: [2/4", "compare: [3/4",
-                                                          "compare: [4/4"]
+    assert [line.split("]")[0] for line in progress] == [
+        "compare: [1/4",
+        "compare: [2/4",
+        "compare: [3/4",
+        "compare: [4/4",
+    ]
     assert "Transformer seed 1" in progress[0] and "(4 candidates)" in done.stdout
-    assert progress[1].endswith("elapsed, NBSVM, fusion and TF-IDF left, not timed yet")  # not guessed from another kind
+    assert progress[1].endswith(
+        "elapsed, NBSVM, fusion and TF-IDF left, not timed yet"
+    )  # not guessed from another kind
 
     summary = (out / "summary.md").read_text()
     assert "| first_token-learned-seed1 | CPU (" in summary and "| float32 | 1 |" in summary
     for candidate in ("transformer", "nbsvm", "nbsvm+transformer", "tfidf"):
         assert f"| {candidate} | 1 |" in summary
     comparison = json.loads((out / "comparison.json").read_text())
-    assert sorted(path.name for path in out.iterdir()) == ["comparison.json", "comparison.md", "comparison.png",
-                                                           "mlflow.db", "summary.md"]
+    assert sorted(path.name for path in out.iterdir()) == [
+        "comparison.json",
+        "comparison.md",
+        "comparison.png",
+        "mlflow.db",
+        "summary.md",
+    ]
 
     # the logged Transformer, trained and evaluated on JAX, scores the test split alike on TensorFlow
     mlflow.set_tracking_uri(f"sqlite:///{out / 'mlflow.db'}")
@@ -75,8 +105,10 @@ def test_the_check_runs_the_comparison_on_jax_without_tensorflow_and_its_model_s
 
     # the ids rebuilt there from the token store are byte for byte the tokenize stage's
     for split in ("train", "val", "test"):
-        np.testing.assert_array_equal(np.load(work / "data" / "tokenize" / ids_file(split)),
-                                      np.load(prepared_config.data_dir / "tokenize" / ids_file(split)))
+        np.testing.assert_array_equal(
+            np.load(work / "data" / "tokenize" / ids_file(split)),
+            np.load(prepared_config.data_dir / "tokenize" / ids_file(split)),
+        )
     assert json.loads((bundle / BUNDLE_FILE).read_text())["ids_sha256"] and (bundle / STORE_FILE).is_file()
 
 

@@ -34,9 +34,13 @@ def test_the_report_chooses_on_validation_and_compares_pairs_by_the_protocol():
     better pooling on validation (mean) at the same accuracy: not significant."""
     scores = []
     for seed in (1, 2):
-        scores += [scored("first_token", 100, seed, 0.80, 180), scored("mean", 100, seed, 0.90, 100),
-                   scored("nbsvm", 100, seed, 0.85, 100), scored("nbsvm+first_token", 100, seed, 0.70, 150),
-                   scored("nbsvm+mean", 100, seed, 0.86, 100)]
+        scores += [
+            scored("first_token", 100, seed, 0.80, 180),
+            scored("mean", 100, seed, 0.90, 100),
+            scored("nbsvm", 100, seed, 0.85, 100),
+            scored("nbsvm+first_token", 100, seed, 0.70, 150),
+            scored("nbsvm+mean", 100, seed, 0.86, 100),
+        ]
     summary = summarize(scores, samples=200)
     assert [row["candidate"] for row in summary] == CANDIDATES
     first = summary[0]
@@ -52,9 +56,14 @@ def test_the_report_chooses_on_validation_and_compares_pairs_by_the_protocol():
 def test_encoders_over_the_same_reviews_share_one_report_and_one_choice_per_size(tmp_path):
     """A preset's curve joins the own encoder's (the same ingested reviews); over other reviews it starts a new
     report. The choice per size is the best on validation over every encoder (NBSVM named once)."""
+
     def part(val_mean: float, val_nbsvm: float) -> dict:
-        return {"summary": [{"size": 100, "candidate": "mean", "mean_val_accuracy": val_mean},
-                            {"size": 100, "candidate": "nbsvm", "mean_val_accuracy": val_nbsvm}]}
+        return {
+            "summary": [
+                {"size": 100, "candidate": "mean", "mean_val_accuracy": val_mean},
+                {"size": 100, "candidate": "nbsvm", "mean_val_accuracy": val_nbsvm},
+            ]
+        }
 
     path = tmp_path / "learning_curve.json"
     path.write_text(json.dumps(merged(path, "abc", "own encoder", part(0.80, 0.85))))
@@ -71,10 +80,11 @@ def test_the_curve_trains_every_candidate_on_the_same_rows_and_reports_them(prep
     config = prepared_config.replace(model={"ngram_max": 1}, training={"epochs": 2})
     report = learning_curve.run(config, sizes="24,all", seeds=(1,))
     written = json.loads(report.with_suffix(".json").read_text())
-    payload, = written["encoders"].values()
+    (payload,) = written["encoders"].values()
     assert set(written["deploy"]) == {"24", "64"}
     assert [(row["size"], row["candidate"]) for row in payload["summary"]] == [
-        (size, candidate) for size in (24, 64) for candidate in CANDIDATES]
+        (size, candidate) for size in (24, 64) for candidate in CANDIDATES
+    ]
     assert set(payload["pairs"]) == {"24", "64"} and set(payload["deploy"]) == {"24", "64"}
     for size, chosen in payload["deploy"].items():
         at_size = [row for row in payload["summary"] if row["size"] == int(size)]
@@ -86,9 +96,11 @@ def test_the_curve_trains_every_candidate_on_the_same_rows_and_reports_them(prep
         assert params["train_rows"] == "24" and params["training.pseudo_labels"] == "False"
     assert report.with_suffix(".png").stat().st_size > 1000
     assert "| 24 | nbsvm |" in report.read_text()
-    curve, = client.search_runs([client.get_experiment_by_name("smoke").experiment_id],
-                                "tags.pipeline_stage = 'learning_curve'")
+    (curve,) = client.search_runs(
+        [client.get_experiment_by_name("smoke").experiment_id], "tags.pipeline_stage = 'learning_curve'"
+    )
     history = client.get_metric_history(curve.info.run_id, "test_accuracy.nbsvm")
     assert [point.step for point in history] == [24, 64]
     assert {item.path for item in client.list_artifacts(curve.info.run_id, "learning_curve")} == {
-        f"learning_curve/learning_curve.{suffix}" for suffix in ("json", "md", "png")}
+        f"learning_curve/learning_curve.{suffix}" for suffix in ("json", "md", "png")
+    }

@@ -19,9 +19,11 @@ from pipeline.core.errors import ConfigError, InputError
 from pipeline.experiments import tune
 from tests.conftest import PROJECT_ROOT
 
-SPACE = {"training.learning_rate": {"low": 1e-3, "high": 1e-2, "log": True},
-         "model.pooling": {"choices": ["first_token", "mean"]},
-         "model.dropout": {"low": 0.0, "high": 0.2}}
+SPACE = {
+    "training.learning_rate": {"low": 1e-3, "high": 1e-2, "log": True},
+    "model.pooling": {"choices": ["first_token", "mean"]},
+    "model.dropout": {"low": 0.0, "high": 0.2},
+}
 
 
 @pytest.fixture
@@ -31,20 +33,42 @@ def study_config(trained_run, tmp_path):
     for stage in ("ingest", "tokenize"):
         shutil.copytree(config.data_dir / stage, tmp_path / "data" / stage)
     (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE))
-    overrides = {"paths": {"data_dir": str(tmp_path / "data"), "reports_dir": str(tmp_path / "reports")},
-                 "tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
-                 "training": {"epochs": 2},
-                 "tune": {"space": str(tmp_path / "space.yaml"), "storage": f"sqlite:///{tmp_path / 'optuna.db'}",
-                          "trials": 3, "pruner_startup_trials": 1, "heartbeat_seconds": 1}}
+    overrides = {
+        "paths": {"data_dir": str(tmp_path / "data"), "reports_dir": str(tmp_path / "reports")},
+        "tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
+        "training": {"epochs": 2},
+        "tune": {
+            "space": str(tmp_path / "space.yaml"),
+            "storage": f"sqlite:///{tmp_path / 'optuna.db'}",
+            "trials": 3,
+            "pruner_startup_trials": 1,
+            "heartbeat_seconds": 1,
+        },
+    }
     return config.replace(**overrides)
 
 
 def cli_args(config) -> list[str]:
-    return ["--config", str(PROJECT_ROOT / "configs" / "smoke.yaml"),
-            "--set", f"paths.data_dir={config.data_dir}", "--set", f"paths.reports_dir={config.reports_dir}",
-            "--set", f"tracking.tracking_uri={config.tracking.tracking_uri}", "--set", "training.epochs=2",
-            "--set", f"tune.space={config.tune.space}", "--set", f"tune.storage={config.tune.storage}",
-            "--set", "tune.pruner_startup_trials=1", "--set", "tune.heartbeat_seconds=1"]
+    return [
+        "--config",
+        str(PROJECT_ROOT / "configs" / "smoke.yaml"),
+        "--set",
+        f"paths.data_dir={config.data_dir}",
+        "--set",
+        f"paths.reports_dir={config.reports_dir}",
+        "--set",
+        f"tracking.tracking_uri={config.tracking.tracking_uri}",
+        "--set",
+        "training.epochs=2",
+        "--set",
+        f"tune.space={config.tune.space}",
+        "--set",
+        f"tune.storage={config.tune.storage}",
+        "--set",
+        "tune.pruner_startup_trials=1",
+        "--set",
+        "tune.heartbeat_seconds=1",
+    ]
 
 
 # --------------------------------------------------------------------------- a cheap objective for the storage tests
@@ -57,8 +81,13 @@ def cheap_value(values: dict) -> float:
     """A deterministic objective over SPACE's parameters, in (0.5, 1): what a trial would score, without training."""
     import math
 
-    return round(0.6 + 0.2 * (values["model.pooling"] == "mean") + values["model.dropout"]
-                 - 0.05 * abs(math.log10(values["training.learning_rate"]) + 2.5), 6)
+    return round(
+        0.6
+        + 0.2 * (values["model.pooling"] == "mean")
+        + values["model.dropout"]
+        - 0.05 * abs(math.log10(values["training.learning_rate"]) + 2.5),
+        6,
+    )
 
 
 def cheap_trial(trial, base, parameters) -> float:
@@ -85,12 +114,24 @@ def main_with_cheap_trials(argv: list[str]) -> int:
 def cheap_tune_process(config, trials: int, seconds: float) -> subprocess.Popen:
     """``make tune`` in a new process, each trial a cheap one lasting ``seconds``; this checkout's code (not
     whichever the environment has installed) and output unbuffered."""
-    command = [sys.executable, "-c", "import sys; from tests.experiments.test_tune import main_with_cheap_trials; "
-               "sys.exit(main_with_cheap_trials(sys.argv[1:]))", *cli_args(config), "--trials", str(trials)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", CHEAP_TRIAL_SECONDS: str(seconds),
-           "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    return subprocess.Popen(command, cwd=config.data_dir.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=env)
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from tests.experiments.test_tune import main_with_cheap_trials; "
+        "sys.exit(main_with_cheap_trials(sys.argv[1:]))",
+        *cli_args(config),
+        "--trials",
+        str(trials),
+    ]
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        CHEAP_TRIAL_SECONDS: str(seconds),
+        "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
+    return subprocess.Popen(
+        command, cwd=config.data_dir.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
 
 
 def test_the_cheap_objective_is_deterministic_and_separates_the_parameters(study_config, cheap_trials):
@@ -104,24 +145,39 @@ def test_the_cheap_objective_is_deterministic_and_separates_the_parameters(study
     assert not (study_config.data_dir / "train").exists()
 
 
-@pytest.mark.parametrize("space, message", [
-    ({"model.hiden_dim": {"choices": [32]}}, "model.hiden_dim: unknown setting"),
-    ({"training.learning_rate": {"low": 0.01, "high": 0.001}}, "training.learning_rate: empty range"),
-    ({"model.hidden_dim": {"choices": [32, "wide"]}}, "model.hidden_dim must be an integer"),
-    ({"model.pooling": {"choices": []}}, "model.pooling: choices must be a non-empty list"),
-    ({"training.learning_rate": {"low": 0.0, "high": 0.1, "log": True}}, "log-scale range needs low > 0"),
-    ({"paths.data_dir": {"choices": ["a", "b"]}}, "paths settings are not searched"),
-])
+@pytest.mark.parametrize(
+    "space, message",
+    [
+        ({"model.hiden_dim": {"choices": [32]}}, "model.hiden_dim: unknown setting"),
+        ({"training.learning_rate": {"low": 0.01, "high": 0.001}}, "training.learning_rate: empty range"),
+        ({"model.hidden_dim": {"choices": [32, "wide"]}}, "model.hidden_dim must be an integer"),
+        ({"model.pooling": {"choices": []}}, "model.pooling: choices must be a non-empty list"),
+        ({"training.learning_rate": {"low": 0.0, "high": 0.1, "log": True}}, "log-scale range needs low > 0"),
+        ({"paths.data_dir": {"choices": ["a", "b"]}}, "paths settings are not searched"),
+    ],
+)
 def test_a_bad_search_space_is_refused_naming_the_key(space, message):
     with pytest.raises(ConfigError, match=message):
         tune.parse_space(space, load_config(), "space.yaml")
 
 
 def test_the_shipped_search_space_covers_the_encoder_and_its_training():
-    parameters = {p.name: p for p in tune.load_space(load_config(None, [f"tune.space={PROJECT_ROOT / 'configs' / 'tune.yaml'}"]))}
-    for name in ("model.hidden_dim", "model.num_layers", "model.num_heads", "model.dropout", "training.learning_rate",
-                 "training.weight_decay", "training.warmup_fraction", "training.batch_size",
-                 "tokenizer.max_sequence_length", "tokenizer.truncation", "model.pooling"):
+    parameters = {
+        p.name: p for p in tune.load_space(load_config(None, [f"tune.space={PROJECT_ROOT / 'configs' / 'tune.yaml'}"]))
+    }
+    for name in (
+        "model.hidden_dim",
+        "model.num_layers",
+        "model.num_heads",
+        "model.dropout",
+        "training.learning_rate",
+        "training.weight_decay",
+        "training.warmup_fraction",
+        "training.batch_size",
+        "tokenizer.max_sequence_length",
+        "tokenizer.truncation",
+        "model.pooling",
+    ):
         assert name in parameters, name
     assert parameters["training.learning_rate"].log and parameters["model.num_layers"].low == 1
 
@@ -148,9 +204,11 @@ def test_a_study_logs_every_trial_and_hands_its_best_parameters_to_the_compariso
     assert len(finished) == 3 and study.best_value > 0.5
     # the first trial is the configured settings: the bar the search has to beat
     assert study.trials[0].user_attrs["configured"] and "tune: trial 0 (the configured settings) " in output
-    assert study.trials[0].params == {"training.learning_rate": study_config.training.learning_rate,
-                                      "model.pooling": study_config.model.pooling,
-                                      "model.dropout": study_config.model.dropout}
+    assert study.trials[0].params == {
+        "training.learning_rate": study_config.training.learning_rate,
+        "model.pooling": study_config.model.pooling,
+        "model.dropout": study_config.model.dropout,
+    }
     # the overlay is a whole config with the best parameters in place
     best = load_config(best_file)
     assert best.model.pooling == study.best_params["model.pooling"]
@@ -158,11 +216,17 @@ def test_a_study_logs_every_trial_and_hands_its_best_parameters_to_the_compariso
     assert best.training.epochs == 2 and best.tokenizer == study_config.tokenizer
     # MLflow: one parent for the study, one child per trial with its state
     mlflow.set_tracking_uri(study_config.tracking.tracking_uri)
-    parent = mlflow.search_runs(experiment_names=[study_config.tracking.experiment_name], output_format="list",
-                                filter_string=f"tags.`{tune.STUDY_TAG}` = '{study_config.tune.study_name}'")[0]
+    parent = mlflow.search_runs(
+        experiment_names=[study_config.tracking.experiment_name],
+        output_format="list",
+        filter_string=f"tags.`{tune.STUDY_TAG}` = '{study_config.tune.study_name}'",
+    )[0]
     assert parent.data.metrics["best_val_accuracy"] == pytest.approx(study.best_value)
-    children = mlflow.search_runs(experiment_names=[study_config.tracking.experiment_name], output_format="list",
-                                  filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    children = mlflow.search_runs(
+        experiment_names=[study_config.tracking.experiment_name],
+        output_format="list",
+        filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
+    )
     assert {run.data.tags[tune.STATE_TAG] for run in children} <= {"complete", "pruned"} and len(children) == 3
     for trial in finished:
         run = next(r for r in children if r.info.run_id == trial.user_attrs["mlflow_run_id"])
@@ -233,5 +297,7 @@ def test_the_configured_values_that_lie_outside_the_space_are_left_to_the_sample
     config = load_config(None, ["training.learning_rate=0.5", "model.pooling=mean", "model.dropout=0.1"])
     parameters = tune.parse_space(SPACE, config, "space.yaml")
     assert tune.configured_values(config, parameters) == {"model.pooling": "mean", "model.dropout": 0.1}
-    assert tune.configured_values(config.replace(model={"pooling": "first_token"}), parameters)["model.pooling"] == \
-        "first_token"
+    assert (
+        tune.configured_values(config.replace(model={"pooling": "first_token"}), parameters)["model.pooling"]
+        == "first_token"
+    )

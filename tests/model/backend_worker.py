@@ -28,8 +28,18 @@ import numpy as np
 def tiny_config():
     from pipeline.config import ModelConfig
 
-    return ModelConfig(pooling="mean", hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, dropout=0.1,
-                       classifier_dropout=0.1, ngram_max=3, ngram_buckets=97, ngram_dropout=0.2)
+    return ModelConfig(
+        pooling="mean",
+        hidden_dim=16,
+        num_layers=1,
+        num_heads=2,
+        intermediate_dim=32,
+        dropout=0.1,
+        classifier_dropout=0.1,
+        ngram_max=3,
+        ngram_buckets=97,
+        ngram_dropout=0.2,
+    )
 
 
 def one_step(model, ids: np.ndarray, labels: np.ndarray) -> dict:
@@ -51,11 +61,14 @@ def lazy_step(model, ids: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarra
 
     optimizer = LazyAdamW(learning_rate=1e-2, weight_decay=0.05, clipnorm=1.0)
     optimizer.lookup_tables = lookup_tables(model)
-    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy",
-                  jit_compile=keras.backend.backend() != "tensorflow")
+    model.compile(
+        optimizer=optimizer, loss="sparse_categorical_crossentropy", jit_compile=keras.backend.backend() != "tensorflow"
+    )
     model.train_on_batch(ids, labels)
-    return {variable.path: np.array(variable.numpy() if hasattr(variable, "numpy") else variable.value)
-            for variable in model.trainable_variables}
+    return {
+        variable.path: np.array(variable.numpy() if hasattr(variable, "numpy") else variable.value)
+        for variable in model.trainable_variables
+    }
 
 
 def main(command: str, folder: Path) -> None:
@@ -96,8 +109,9 @@ def main(command: str, folder: Path) -> None:
 
         model = keras.saving.load_model(folder / "model.keras")
         vocabulary = json.loads((folder / "vocabulary.json").read_text())
-        for name, values in zip(("attributions", "log_odds", "reference"),
-                                integrated_gradients(model, ids, vocabulary, steps=8)):
+        for name, values in zip(
+            ("attributions", "log_odds", "reference"), integrated_gradients(model, ids, vocabulary, steps=8)
+        ):
             np.save(folder / f"{name}.npy", values)
     else:
         raise SystemExit(f"unknown command {command!r}")

@@ -20,8 +20,20 @@ from pipeline.stages.train.fit_and_log import run_directory
 
 def tiny_classifier(seed: int = 0) -> keras.Model:
     keras.utils.set_random_seed(seed)
-    return build_model(ModelConfig(hidden_dim=8, num_heads=2, intermediate_dim=16, ngram_buckets=64, dropout=0.0,
-                                   classifier_dropout=0.0, ngram_dropout=0.0), 30, 16, 2)
+    return build_model(
+        ModelConfig(
+            hidden_dim=8,
+            num_heads=2,
+            intermediate_dim=16,
+            ngram_buckets=64,
+            dropout=0.0,
+            classifier_dropout=0.0,
+            ngram_dropout=0.0,
+        ),
+        30,
+        16,
+        2,
+    )
 
 
 def batch():
@@ -68,8 +80,7 @@ def test_a_run_trained_adversarially_saves_and_scores_the_plain_classifier(prepa
     assert not isinstance(model, AdversarialClassifier) and model.get_layer("embedding_norm")
     probabilities = np.asarray(model.predict(np.array([[2, 7, 8, 9]], dtype="int32"), verbose=0))
     assert probabilities.reshape(-1, 2).sum(axis=1) == pytest.approx([1.0])
-    plain_dir, _, _ = run_directory(
-        config.replace(training={"adversarial_epsilon": 0.0}), config.data_dir / "tokenize")
+    plain_dir, _, _ = run_directory(config.replace(training={"adversarial_epsilon": 0.0}), config.data_dir / "tokenize")
     assert plain_dir != run_dir  # another setting, another run
 
 

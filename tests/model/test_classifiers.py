@@ -37,19 +37,29 @@ def test_one_prediction_rule_for_two_and_more_classes():
 def test_named_columns_only_at_the_edge():
     two = np.array([[0.3, 0.7]])
     assert list(probability_columns(two, ["negative", "positive"])) == ["positive_probability"]
-    assert list(probability_columns(np.array([[0.2, 0.5, 0.3]]), ["a", "b", "c"])) == \
-        ["probability_a", "probability_b", "probability_c"]
+    assert list(probability_columns(np.array([[0.2, 0.5, 0.3]]), ["a", "b", "c"])) == [
+        "probability_a",
+        "probability_b",
+        "probability_c",
+    ]
     frame = output_frame(two, ["negative", "positive"])
-    assert frame.to_dict("records") == [{"positive_probability": pytest.approx(0.7), "predicted_label": "positive",
-                                         "score_error": ""}]
+    assert frame.to_dict("records") == [
+        {"positive_probability": pytest.approx(0.7), "predicted_label": "positive", "score_error": ""}
+    ]
     assert output_columns(["neg", "pos"]) == ["positive_probability", "predicted_label", "score_error"]
-    assert output_columns(["a", "b", "c"]) == ["probability_a", "probability_b", "probability_c", "predicted_label",
-                                               "score_error"]
+    assert output_columns(["a", "b", "c"]) == [
+        "probability_a",
+        "probability_b",
+        "probability_c",
+        "predicted_label",
+        "score_error",
+    ]
 
 
 def test_rows_with_an_error_keep_their_place_with_empty_scores():
-    frame = output_frame(np.array([[0.3, 0.7], [0.9, 0.1]]), ["negative", "positive"],
-                         ["", "missing or empty text", ""])
+    frame = output_frame(
+        np.array([[0.3, 0.7], [0.9, 0.1]]), ["negative", "positive"], ["", "missing or empty text", ""]
+    )
     assert frame["predicted_label"].tolist() == ["positive", "", "negative"]
     assert frame["score_error"].tolist() == ["", "missing or empty text", ""]
     assert frame["positive_probability"].iloc[[0, 2]].tolist() == pytest.approx([0.7, 0.1])
@@ -58,12 +68,23 @@ def test_rows_with_an_error_keep_their_place_with_empty_scores():
         output_frame(np.array([[0.3, 0.7], [0.9, 0.1]]), ["negative", "positive"], ["", "empty"])
 
 
-@pytest.mark.parametrize("value, problem", [
-    (None, "missing or empty text"), (float("nan"), "missing or empty text"), ("", "missing or empty text"),
-    ("  \t", "whitespace-only text"), ("42", "not text (a number)"), (" -1.5e3 ", "not text (a number)"),
-    (7, "not text (a int)"), (True, "not text (a bool)"), ("Loved it, 10/10", ""), ("7 Samurai", ""),
-    ("caf\udce9 au lait", "not valid Unicode text (unpaired surrogate characters)"), ("café 😀", ""),
-])
+@pytest.mark.parametrize(
+    "value, problem",
+    [
+        (None, "missing or empty text"),
+        (float("nan"), "missing or empty text"),
+        ("", "missing or empty text"),
+        ("  \t", "whitespace-only text"),
+        ("42", "not text (a number)"),
+        (" -1.5e3 ", "not text (a number)"),
+        (7, "not text (a int)"),
+        (True, "not text (a bool)"),
+        ("Loved it, 10/10", ""),
+        ("7 Samurai", ""),
+        ("caf\udce9 au lait", "not valid Unicode text (unpaired surrogate characters)"),
+        ("café 😀", ""),
+    ],
+)
 def test_one_rule_for_unscorable_values(value, problem):
     assert text_problem(value) == problem
 
@@ -73,13 +94,20 @@ def test_pyfunc_flags_unscorable_rows_and_scores_the_others(trained_run):
     classifier = SentimentClassifier.from_paths(run_dir / "model.keras", run_dir / "tokenizer")
     texts = ["superb wonderful film", None, "   ", 12, "awful dull film", ""]
     frame = classifier.predict(None, pd.DataFrame({"text": texts}))
-    assert frame["score_error"].tolist() == ["", "missing or empty text", "whitespace-only text", "not text (a int)",
-                                             "", "missing or empty text"]
+    assert frame["score_error"].tolist() == [
+        "",
+        "missing or empty text",
+        "whitespace-only text",
+        "not text (a int)",
+        "",
+        "missing or empty text",
+    ]
     assert frame["predicted_label"].tolist()[1:4] == ["", "", ""]
     assert frame["positive_probability"].isna().tolist() == [False, True, True, True, False, True]
     alone = classifier.predict(None, pd.DataFrame({"text": ["superb wonderful film", "awful dull film"]}))
-    assert frame["positive_probability"].iloc[[0, 4]].tolist() == pytest.approx(alone["positive_probability"].tolist(),
-                                                                                abs=1e-6)
+    assert frame["positive_probability"].iloc[[0, 4]].tolist() == pytest.approx(
+        alone["positive_probability"].tolist(), abs=1e-6
+    )
 
 
 def test_model_saved_before_the_change_scores_the_same():
@@ -129,14 +157,19 @@ def test_loading_from_several_threads_gives_one_model(tmp_path):
         shutil.copytree(LEGACY, tmp_path / str(index))
         folders.append(tmp_path / str(index))
     with ThreadPoolExecutor(max_workers=4) as pool:
-        loaded = list(pool.map(lambda f: SentimentClassifier.from_paths(f / "model.keras", f / "tokenizer"), folders * 2))
+        loaded = list(
+            pool.map(lambda f: SentimentClassifier.from_paths(f / "model.keras", f / "tokenizer"), folders * 2)
+        )
     assert len({id(classifier.model) for classifier in loaded}) == 1
 
 
 def test_pyfunc_loads_from_its_logged_artifact_names():
     """MLflow calls load_context with the artifact names used by every model logged so far."""
-    context = type("Context", (), {"artifacts": {"keras_model": str(LEGACY / "model.keras"),
-                                                 "tokenizer": str(LEGACY / "tokenizer")}})()
+    context = type(
+        "Context",
+        (),
+        {"artifacts": {"keras_model": str(LEGACY / "model.keras"), "tokenizer": str(LEGACY / "tokenizer")}},
+    )()
     classifier = SentimentClassifier()
     classifier.load_context(context)
     assert classifier.labels == ["negative", "positive"]
@@ -161,8 +194,9 @@ loaded = sorted(m for m in sys.modules if m.startswith(("sklearn", "pipeline.sta
                                                          "pipeline.stages.compare")))
 print("LOADED", loaded)
 """
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=PROJECT_ROOT,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "LOADED []" in result.stdout
 
@@ -220,7 +254,7 @@ def test_one_trace_per_shape_is_not_reported_as_a_retracing_problem(fresh_retrac
         ids = np.zeros((64, width), dtype=np.int32)
         ids[:, 0] = 2
         for row in range(64):  # rows of several lengths
-            ids[row, 1:1 + row % width] = 7
+            ids[row, 1 : 1 + row % width] = 7
         for rows in (1, 2, 3, 5, 9, 17, 33):  # small inputs: one batch padded to a power of two, a shape each
             predict_ids(model, ids[:rows], compiled=True)
         logger.warning("another tensorflow warning")
@@ -250,7 +284,7 @@ def test_without_the_filter_the_same_calls_do_report_retracing(fresh_retracing_d
         ids = np.zeros((64, 32), dtype=np.int32)
         ids[:, 0] = 2
         for row in range(64):
-            ids[row, 1:1 + row % 32] = 7
+            ids[row, 1 : 1 + row % 32] = 7
         for rows in (1, 2, 3, 5, 9, 17, 33):
             forward.predict_ids(model, ids[:rows], compiled=True)
     finally:
@@ -282,10 +316,13 @@ def test_small_inputs_are_padded_to_a_power_of_two_and_score_like_eager():
     from pipeline.text.wordpiece import WordPieceTextTokenizer
 
     model = load_keras_model(LEGACY / "model.keras")
-    ids = WordPieceTextTokenizer.load(LEGACY / "tokenizer").encode(["superb", "awful and dull", "the movie plot was fine"])
+    ids = WordPieceTextTokenizer.load(LEGACY / "tokenizer").encode(
+        ["superb", "awful and dull", "the movie plot was fine"]
+    )
     for rows in (1, 2, 3):
-        np.testing.assert_allclose(predict_ids(model, ids[:rows], compiled=True),
-                                   predict_ids(model, ids[:rows], compiled=False), atol=1e-5)
+        np.testing.assert_allclose(
+            predict_ids(model, ids[:rows], compiled=True), predict_ids(model, ids[:rows], compiled=False), atol=1e-5
+        )
 
 
 def test_a_shape_is_compiled_once_it_recurs_and_a_rare_one_runs_eagerly():
@@ -295,7 +332,9 @@ def test_a_shape_is_compiled_once_it_recurs_and_a_rare_one_runs_eagerly():
     from pipeline.text.wordpiece import WordPieceTextTokenizer
 
     model = classifiers.load_keras_model(LEGACY / "model.keras")
-    ids = WordPieceTextTokenizer.load(LEGACY / "tokenizer").encode(["superb", "awful and dull", "the movie plot was fine"])
+    ids = WordPieceTextTokenizer.load(LEGACY / "tokenizer").encode(
+        ["superb", "awful and dull", "the movie plot was fine"]
+    )
 
     def traces() -> int:
         compiled = forward._COMPILED.get(model)
@@ -311,8 +350,11 @@ def test_a_shape_is_compiled_once_it_recurs_and_a_rare_one_runs_eagerly():
     for probabilities in (first, second, third):
         np.testing.assert_allclose(probabilities, eager, atol=1e-5)
     many = np.repeat(ids[1:2], 12, axis=0)  # one call with three batches of one shape compiles it at once
-    np.testing.assert_allclose(forward.predict_ids(model, many, batch_size=4),
-                               forward.predict_ids(model, many, batch_size=4, compiled=False), atol=1e-5)
+    np.testing.assert_allclose(
+        forward.predict_ids(model, many, batch_size=4),
+        forward.predict_ids(model, many, batch_size=4, compiled=False),
+        atol=1e-5,
+    )
     assert traces() == 2
 
 
@@ -337,7 +379,7 @@ def test_mlflows_type_hint_notice_for_our_pyfunc_models_is_a_known_warning():
                 def predict(self, context, model_input, params=None):
                     return model_input
 
-            warnings.warn("a warning of our own", UserWarning)
+            warnings.warn("a warning of our own", UserWarning, stacklevel=2)
         return printed
 
     assert any("type hints" in m for m in shown(quiet=False))  # the control: MLflow does show it
@@ -418,7 +460,9 @@ def test_a_model_reads_long_reviews_from_its_own_settings_and_an_old_one_from_it
     (tokenizer / "tokenizer.json").write_text(json.dumps({**settings, "long_reviews": "windows"}))  # logged before
     assert read_model_settings({"tokenizer": str(tokenizer)}) == {"long_reviews": "windows"}
     (tokenizer / "tokenizer.json").write_text(json.dumps({**settings, "long_reviews": "sliding"}))
-    with pytest.raises(InputError, match=r"tokenizer/tokenizer.json: long_reviews is 'sliding', expected one of truncate"):
+    with pytest.raises(
+        InputError, match=r"tokenizer/tokenizer.json: long_reviews is 'sliding', expected one of truncate"
+    ):
         read_model_settings({"tokenizer": str(tokenizer)})
     with pytest.raises(MissingInputError, match=r"nowhere.json: the model.s settings are missing"):
         read_model_settings({"tokenizer": str(tokenizer), "model_settings": str(tmp_path / "nowhere.json")})

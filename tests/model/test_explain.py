@@ -25,8 +25,9 @@ from pipeline.model.transformer import build_model
 from pipeline.text.conventions import clean_text
 from tests.test_lexical import reviews
 
-VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "film", "##s", "not", "plot"] + \
-             [f"w{i}" for i in range(49)]
+VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "film", "##s", "not", "plot"] + [
+    f"w{i}" for i in range(49)
+]
 
 # Integrated gradients' midpoint sum over 16 points: its attributions add up to the log-odds difference within this
 # (absolute, in log-odds) plus 2 % of that difference; the tiny models here stay far inside it (about 1e-3).
@@ -45,14 +46,23 @@ def token_ids(rows=5, length=14, seed=0):
     ids = rng.integers(5, len(VOCABULARY), size=(rows, length)).astype(np.int32)
     ids[:, 0] = 2
     for row in range(rows):
-        ids[row, rng.integers(3, length):] = 0
+        ids[row, rng.integers(3, length) :] = 0
     return ids
 
 
 def tiny_model(pooling: str, ngram_max: int):
     keras.utils.set_random_seed(1)
-    config = ModelConfig(pooling=pooling, hidden_dim=16, num_layers=2, num_heads=2, intermediate_dim=32, dropout=0.0,
-                         classifier_dropout=0.0, ngram_max=ngram_max, ngram_buckets=97)
+    config = ModelConfig(
+        pooling=pooling,
+        hidden_dim=16,
+        num_layers=2,
+        num_heads=2,
+        intermediate_dim=32,
+        dropout=0.0,
+        classifier_dropout=0.0,
+        ngram_max=ngram_max,
+        ngram_buckets=97,
+    )
     return build_model(config, len(VOCABULARY), 16)
 
 
@@ -75,8 +85,9 @@ def test_nbsvm_contributions_sum_exactly_to_its_logit(tmp_path):
 
 
 def test_more_classes_explain_the_predicted_class_one_vs_rest_logit(tmp_path):
-    classifier = lexical_classifier(tmp_path, reviews(240, 6, classes=3), reviews(60, 7, classes=3),
-                                    labels=("negative", "positive", "mixed"))
+    classifier = lexical_classifier(
+        tmp_path, reviews(240, 6, classes=3), reviews(60, 7, classes=3), labels=("negative", "positive", "mixed")
+    )
     counts = classifier.prepare([clean_text(t) for t in reviews(6, 9, classes=3)["text"]])
     predicted = classifier.score(counts).argmax(axis=1)
     model = classifier.lexical.steps[-1][1]
@@ -106,7 +117,7 @@ def test_integrated_gradients_sum_to_the_log_odds_difference_from_the_all_pad_re
     # padding after the text changes nothing
     wider = np.pad(ids, ((0, 0), (0, 2)))
     wider_attributions, wider_text, _ = integrated_gradients(model, wider, VOCABULARY, steps=16)
-    np.testing.assert_allclose(wider_attributions[:, :ids.shape[1]], attributions, atol=1e-4)
+    np.testing.assert_allclose(wider_attributions[:, : ids.shape[1]], attributions, atol=1e-4)
     np.testing.assert_allclose(wider_text, at_text, atol=1e-5)
 
 
@@ -184,8 +195,9 @@ def test_the_explained_vectors_are_the_models_own_layers():
 
 def test_no_token_embedding_is_one_error():
     inputs = keras.Input(shape=(None,), dtype="int32")
-    model = keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(keras.layers.Embedding(10, 4,
-                                                                            name="other")(inputs)[:, 0]))
+    model = keras.Model(
+        inputs, keras.layers.Dense(2, activation="softmax")(keras.layers.Embedding(10, 4, name="other")(inputs)[:, 0])
+    )
     with pytest.raises(InputError, match="no layer named token_embedding"):
         integrated_gradients(model, token_ids(rows=1)[:, :3] % 10, VOCABULARY[:10])
 
@@ -200,13 +212,12 @@ def test_a_saved_and_loaded_model_explains_the_same(tmp_path):
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-
 def test_rows_explained_together_get_what_each_gets_alone():
     """Rows are grouped by length and cut to the group's longest: a short text next to long ones is unchanged."""
     model, ids = tiny_model("mean", 3), token_ids(rows=6, seed=5)
     together = integrated_gradients(model, ids, VOCABULARY, steps=4)
     for row in range(len(ids)):
-        alone = integrated_gradients(model, ids[row:row + 1], VOCABULARY, steps=4)
+        alone = integrated_gradients(model, ids[row : row + 1], VOCABULARY, steps=4)
         for a, b in zip(together, alone):
             np.testing.assert_allclose(a[row], b[0], atol=1e-5)
 
@@ -218,8 +229,9 @@ def test_a_preset_backbones_token_embedding_is_explained_the_same_way(tmp_path):
     from tests.tiny_preset import write_tiny_preset
 
     write_tiny_preset(tmp_path / "preset", with_tokenizer=False)
-    model = build_preset_model(ModelConfig(preset=str(tmp_path / "preset"), ngram_max=1),
-                               load_preset_backbone(str(tmp_path / "preset")))
+    model = build_preset_model(
+        ModelConfig(preset=str(tmp_path / "preset"), ngram_max=1), load_preset_backbone(str(tmp_path / "preset"))
+    )
     ids = np.array([[2, 7, 9, 11, 3, 0, 0], [2, 8, 12, 3, 0, 0, 0]], dtype=np.int32)
     vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + [f"w{i}" for i in range(36)]
     attributions, at_text, at_reference = integrated_gradients(model, ids, vocabulary)

@@ -12,9 +12,9 @@ def test_tiny_encoder_against_a_hand_count():
     # vocabulary 10, width 2, one block, feed-forward 3, sequence of 4 tokens, 2 classes
     shape = EncoderShape(vocabulary_size=10, hidden_dim=2, num_layers=1, intermediate_dim=3)
     parts = encoder_flops(shape, 4)
-    assert parts["embedding"] == 4 * 2                        # position add
+    assert parts["embedding"] == 4 * 2  # position add
     assert parts["attention_projections"] == 4 * (2 * 4 * 2 * 2)  # q, k, v, o: [4x2] @ [2x2] each
-    assert parts["attention_scores"] == 2 * (2 * 4 * 4 * 2)   # q k^T: [4x2] @ [2x4]; weights v: [4x4] @ [4x2]
+    assert parts["attention_scores"] == 2 * (2 * 4 * 4 * 2)  # q k^T: [4x2] @ [2x4]; weights v: [4x4] @ [4x2]
     assert parts["feed_forward"] == 2 * 4 * 2 * 3 + 2 * 4 * 3 * 2  # [4x2] @ [2x3], then [4x3] @ [3x2]
     encoder = 8 + 128 + 128 + 96
     assert classifier_forward_flops(shape, 4, num_classes=2) == encoder + 2 * 2 * 2

@@ -56,8 +56,9 @@ def assert_fine_tuned_from(backbone, checkpoint) -> None:
     assert max(steps.values()) < 0.05 and sum(step > 0 for step in steps.values()) > 50, steps
 
 
-def test_both_poolings_fine_tune_the_preset_in_the_comparison_and_register_chooses_on_validation(preset_comparison,
-                                                                                                minilm_checkpoint):
+def test_both_poolings_fine_tune_the_preset_in_the_comparison_and_register_chooses_on_validation(
+    preset_comparison, minilm_checkpoint
+):
     from pipeline.model.preset_classifier import load_preset_backbone
 
     config = preset_comparison
@@ -70,7 +71,7 @@ def test_both_poolings_fine_tune_the_preset_in_the_comparison_and_register_choos
         run = client.get_run(payload["summary"][pooling]["run_ids"][0])
         assert run.data.params["model.preset"] == config.model.preset and run.data.params["model.pooling"] == pooling
         model = load_keras_model(next((config.data_dir / "train").glob(f"{pooling}-*/model.keras")))
-        backbone, = (layer for layer in model.layers if isinstance(layer, keras_hub.models.Backbone))
+        (backbone,) = (layer for layer in model.layers if isinstance(layer, keras_hub.models.Backbone))
         assert type(backbone).__name__ == "BertBackbone" and len(backbone.transformer_layers) == 6
         assert_fine_tuned_from(backbone, checkpoint)
         assert "test_accuracy" in run.data.metrics
@@ -122,48 +123,77 @@ def bad_presets(tmp_path_factory):
     folder = tmp_path_factory.mktemp("bad_presets")
     no_tokenizer = write_tiny_preset(folder / "no_tokenizer", with_tokenizer=False)
     image = folder / "image_backbone"
-    keras_hub.models.ViTBackbone(image_shape=(16, 16, 3), patch_size=8, num_layers=1, num_heads=1, hidden_dim=8,
-                                 mlp_dim=8).save_to_preset(str(image))
+    keras_hub.models.ViTBackbone(
+        image_shape=(16, 16, 3), patch_size=8, num_layers=1, num_heads=1, hidden_dim=8, mlp_dim=8
+    ).save_to_preset(str(image))
     return {"no_tokenizer": no_tokenizer, "image": image}
 
 
-@pytest.mark.parametrize("preset, message", [
-    ("missing", r"model.preset: no preset folder at .*nowhere"),
-    ("unknown", r"model.preset: 'no_such_preset_en' is neither a folder, a handle \(hf://, kaggle://\) nor a KerasHub "
-                r"preset name"),
-    ("offline", r"model.preset: could not load the backbone of 'bert_tiny_en_uncased' .*needs the network once"),
-    ("no_tokenizer", r"model.preset: .*no_tokenizer has no tokenizer"),
-    ("image", r"model.preset: .*image_backbone' holds a ViTBackbone, not a text encoder"),
-])
-def test_a_bad_preset_is_one_error_line_before_tokenize_writes_anything(prepared_config, bad_presets, tmp_path,
-                                                                       monkeypatch, capsys, preset, message):
+@pytest.mark.parametrize(
+    "preset, message",
+    [
+        ("missing", r"model.preset: no preset folder at .*nowhere"),
+        (
+            "unknown",
+            r"model.preset: 'no_such_preset_en' is neither a folder, a handle \(hf://, kaggle://\) nor a KerasHub "
+            r"preset name",
+        ),
+        ("offline", r"model.preset: could not load the backbone of 'bert_tiny_en_uncased' .*needs the network once"),
+        ("no_tokenizer", r"model.preset: .*no_tokenizer has no tokenizer"),
+        ("image", r"model.preset: .*image_backbone' holds a ViTBackbone, not a text encoder"),
+    ],
+)
+def test_a_bad_preset_is_one_error_line_before_tokenize_writes_anything(
+    prepared_config, bad_presets, tmp_path, monkeypatch, capsys, preset, message
+):
     # no network and an empty KerasHub download cache, whatever the machine running the tests has
     monkeypatch.setenv("KAGGLEHUB_CACHE", str(tmp_path / "kaggle-cache"))
     for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
         monkeypatch.setenv(name, "http://127.0.0.1:9")
-    value = {"missing": str(tmp_path / "nowhere"), "unknown": "no_such_preset_en", "offline": "bert_tiny_en_uncased",
-             **{k: str(v) for k, v in bad_presets.items()}}[preset]
+    value = {
+        "missing": str(tmp_path / "nowhere"),
+        "unknown": "no_such_preset_en",
+        "offline": "bert_tiny_en_uncased",
+        **{k: str(v) for k, v in bad_presets.items()},
+    }[preset]
     folder = prepared_config.data_dir / "tokenize"
     before = {path.name: path.stat().st_mtime_ns for path in folder.iterdir()}
-    assert cli_main(["tokenize", "--config", SMOKE, "--set", f"paths.data_dir={prepared_config.data_dir}",
-                     "--set", f"model.preset={value}", "--set", "model.ngram_max=1"]) == 2
+    assert (
+        cli_main(
+            [
+                "tokenize",
+                "--config",
+                SMOKE,
+                "--set",
+                f"paths.data_dir={prepared_config.data_dir}",
+                "--set",
+                f"model.preset={value}",
+                "--set",
+                "model.ngram_max=1",
+            ]
+        )
+        == 2
+    )
     import re
 
     assert re.search(message, one_error_line(capsys.readouterr().err))
     assert {path.name: path.stat().st_mtime_ns for path in folder.iterdir()} == before
 
 
-def test_training_refuses_ids_from_another_tokenizer_and_a_preset_too_large_for_a_cpu(preset_comparison,
-                                                                                     prepared_config, tmp_path):
+def test_training_refuses_ids_from_another_tokenizer_and_a_preset_too_large_for_a_cpu(
+    preset_comparison, prepared_config, tmp_path
+):
     from pipeline.stages import train
 
     preset = write_tiny_preset(tmp_path / "preset")
     with pytest.raises(InputError, match="made with the pipeline's tokenizer, not model.preset"):
         train.run(prepared_config.replace(model={"preset": str(preset), "ngram_max": 1}))
     shared = preset_comparison
-    mine = shared.replace(paths={"data_dir": str(tmp_path / "mine"), "reports_dir": str(tmp_path / "reports")},
-                          tracking={"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
-                          model={"preset": str(preset), "preset_max_parameters_on_cpu": 1000})
+    mine = shared.replace(
+        paths={"data_dir": str(tmp_path / "mine"), "reports_dir": str(tmp_path / "reports")},
+        tracking={"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
+        model={"preset": str(preset), "preset_max_parameters_on_cpu": 1000},
+    )
     import shutil
 
     for stage in ("ingest", "tokenize"):
@@ -184,9 +214,11 @@ def test_a_preset_distils_from_pseudo_labels_and_sentence_crops(prepared_config,
     from pipeline.stages import tokenize, train
 
     preset = write_tiny_preset(tmp_path / "preset")
-    config = prepared_config.replace(model={"preset": str(preset), "ngram_max": 1},
-                                     training={"pseudo_labels": True, "epochs": 1},
-                                     pseudo_label={"crops_per_review": 2})
+    config = prepared_config.replace(
+        model={"preset": str(preset), "ngram_max": 1},
+        training={"pseudo_labels": True, "epochs": 1},
+        pseudo_label={"crops_per_review": 2},
+    )
     tokenize.run(config)
     run_dir = train.run(config)
     said = capsys.readouterr().out
@@ -196,17 +228,23 @@ def test_a_preset_distils_from_pseudo_labels_and_sentence_crops(prepared_config,
     assert 0 < kept <= 150 and run.data.params["model.preset"] == str(preset)
     assert int(run.data.params["pseudo_label_rows"]) == kept + 2 * 64  # the teacher's unlabeled rows and the crops
     assert int(run.data.params["train_rows"]) == 64 + kept + 2 * 64
-    backbone, = (layer for layer in load_keras_model(run_dir / "model.keras").layers
-                 if isinstance(layer, keras_hub.models.Backbone))
+    (backbone,) = (
+        layer
+        for layer in load_keras_model(run_dir / "model.keras").layers
+        if isinstance(layer, keras_hub.models.Backbone)
+    )
     assert type(backbone).__name__ == "BertBackbone"
 
 
-@pytest.mark.parametrize("override, message", [
-    (["model.ngram_max=3"], "model.ngram_max must be 1 with model.preset"),
-    (["model.init=pretrained"], "model.init must be scratch with model.preset"),
-    (["model.token_embedding=word2vec", "model.ngram_max=1"], "model.token_embedding must be random"),
-    (["model.preset=' '"], "model.preset must name"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (["model.ngram_max=3"], "model.ngram_max must be 1 with model.preset"),
+        (["model.init=pretrained"], "model.init must be scratch with model.preset"),
+        (["model.token_embedding=word2vec", "model.ngram_max=1"], "model.token_embedding must be random"),
+        (["model.preset=' '"], "model.preset must name"),
+    ],
+)
 def test_settings_of_the_pipelines_own_encoder_are_refused_with_a_preset(override, message):
     from pipeline.config import load_config
 
@@ -214,8 +252,9 @@ def test_settings_of_the_pipelines_own_encoder_are_refused_with_a_preset(overrid
         load_config(SMOKE, ["model.preset=somewhere", *override])
 
 
-def test_the_head_trains_alone_first_while_the_pretrained_backbone_stays_as_it_was(preset_comparison,
-                                                                                  minilm_checkpoint, tmp_path):
+def test_the_head_trains_alone_first_while_the_pretrained_backbone_stays_as_it_was(
+    preset_comparison, minilm_checkpoint, tmp_path
+):
     """training.freeze_backbone_epochs=1 of 2: the backbone's weights are the checkpoint's when the second epoch
     starts and have moved by the end; the run records both epochs."""
     import shutil
@@ -231,9 +270,12 @@ def test_the_head_trains_alone_first_while_the_pretrained_backbone_stays_as_it_w
         shutil.copytree(shared.data_dir / stage, tmp_path / "data" / stage)
     settings = tmp_path / "data" / "tokenize" / "tokenizer.json"
     settings.write_text(settings.read_text().replace(json.dumps(shared.model.preset)[1:-1], str(preset)))
-    config = shared.replace(paths={"data_dir": str(tmp_path / "data"), "reports_dir": str(tmp_path / "reports")},
-                            tracking={"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
-                            model={"preset": str(preset)}, training={"epochs": 2, "freeze_backbone_epochs": 1})
+    config = shared.replace(
+        paths={"data_dir": str(tmp_path / "data"), "reports_dir": str(tmp_path / "reports")},
+        tracking={"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
+        model={"preset": str(preset)},
+        training={"epochs": 2, "freeze_backbone_epochs": 1},
+    )
     pretrained = load_preset_backbone(str(preset)).get_weights()
 
     class Watch(keras.callbacks.Callback):  # the main fit's callbacks start after the head-only epoch
@@ -265,8 +307,9 @@ def test_a_real_checkpoint_folder_converts_to_the_embeddings_its_authors_library
     reference = json.loads(REFERENCE.read_text())
     backbone = load_preset_backbone(str(minilm_checkpoint))
     assert type(backbone).__name__ == "BertBackbone" and backbone.count_params() == 22_713_216
-    encoder = PresetTextTokenizer(load_preset_tokenizer(str(minilm_checkpoint)), TokenizationSettings(True, 32, "head", 0),
-                                str(minilm_checkpoint))
+    encoder = PresetTextTokenizer(
+        load_preset_tokenizer(str(minilm_checkpoint)), TokenizationSettings(True, 32, "head", 0), str(minilm_checkpoint)
+    )
     ids = encoder.encode(reference["sentences"])
     assert [row[row != 0].tolist() for row in ids] == reference["token_ids"]  # [CLS] ... [SEP], the same WordPieces
     mask = ids != 0

@@ -74,4 +74,5 @@ def test_a_real_fit_prints_the_lines(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(", ")[:2] for line in lines] == (
         [["train: epoch 1/2", f"step {step}/8 ({step / 8:.0%})"] for step in range(1, 8)]
-        + [["train: epoch 2/2", f"step {step}/8 ({step / 8:.0%})"] for step in range(1, 8)])
+        + [["train: epoch 2/2", f"step {step}/8 ({step / 8:.0%})"] for step in range(1, 8)]
+    )

@@ -19,9 +19,19 @@ VOCABULARY_SIZE, MAX_LENGTH = 50, 32
 
 def tiny_model(pooling: str, position: str = "learned", ngram_max: int = 1) -> keras.Model:
     keras.utils.set_random_seed(0)
-    config = ModelConfig(pooling=pooling, position=position, hidden_dim=16, num_layers=2, num_heads=2,
-                         intermediate_dim=32, dropout=0.1, classifier_dropout=0.1, ngram_max=ngram_max,
-                         ngram_buckets=97, ngram_dropout=0.2)
+    config = ModelConfig(
+        pooling=pooling,
+        position=position,
+        hidden_dim=16,
+        num_layers=2,
+        num_heads=2,
+        intermediate_dim=32,
+        dropout=0.1,
+        classifier_dropout=0.1,
+        ngram_max=ngram_max,
+        ngram_buckets=97,
+        ngram_dropout=0.2,
+    )
     return build_model(config, VOCABULARY_SIZE, MAX_LENGTH)
 
 
@@ -38,8 +48,9 @@ def review(length: int, total: int, seed: int = 0) -> np.ndarray:
 def test_padding_does_not_change_the_prediction(pooling, position, ngram_max):
     model = tiny_model(pooling, position, ngram_max)
     short = review(10, 12)
-    predictions = [float(model(np.pad(short, ((0, 0), (0, total - 12))), training=False)[0, 0])
-                   for total in (12, 20, MAX_LENGTH)]
+    predictions = [
+        float(model(np.pad(short, ((0, 0), (0, total - 12))), training=False)[0, 0]) for total in (12, 20, MAX_LENGTH)
+    ]
     np.testing.assert_allclose(predictions, predictions[0], atol=1e-5)
 
 
@@ -65,8 +76,10 @@ def test_padding_mask_layer():
     assert PaddingMask()(np.array([[2, 5, 0, 0]])).numpy().tolist() == [[True, True, False, False]]
 
 
-@pytest.mark.parametrize("layer", [PaddingMask(pad_id=3), FirstTokenPooling(), MaskedMeanPooling(),
-                                   HashedNgramEmbedding(3, 101, 8, dropout=0.25)])
+@pytest.mark.parametrize(
+    "layer",
+    [PaddingMask(pad_id=3), FirstTokenPooling(), MaskedMeanPooling(), HashedNgramEmbedding(3, 101, 8, dropout=0.25)],
+)
 def test_custom_layers_config_round_trip(layer):
     clone = layer.__class__.from_config(layer.get_config())
     assert clone.get_config() == layer.get_config()
@@ -118,8 +131,13 @@ def test_masked_lm_shares_the_backbone_and_its_weights_transfer_by_name():
 
     classifier = build_model(config, VOCABULARY_SIZE, MAX_LENGTH)
     assert backbone_layer_names(classifier) == backbone_layer_names(masked_lm)
-    assert backbone_layer_names(classifier) == ["token_embedding", "position_embedding", "embedding_norm",
-                                                "encoder_0", "encoder_1"]
+    assert backbone_layer_names(classifier) == [
+        "token_embedding",
+        "position_embedding",
+        "embedding_norm",
+        "encoder_0",
+        "encoder_1",
+    ]
     loaded = load_backbone_weights(classifier, backbone_weights(masked_lm), "test")
     for name in loaded:
         for a, b in zip(classifier.get_layer(name).get_weights(), masked_lm.get_layer(name).get_weights()):
@@ -150,15 +168,17 @@ def test_ngram_ids_hash_the_ngram_ending_at_each_position():
     buckets = hashed_ngram_ids(ids, 3, 1_000_003).numpy()
     assert buckets.shape == (1, 2, 7) and buckets.min() >= 0 and buckets.max() < 1_000_003
     bigrams, trigrams = buckets[0]
-    assert bigrams[2] == bigrams[4] and bigrams[1] != bigrams[2]     # (7, 9) twice; (2, 7) is another bigram
-    assert bigrams[3] != bigrams[2]                                   # (9, 7) is not (7, 9): order counts
-    assert trigrams[2] != trigrams[4]                                 # (2, 7, 9) is not (9, 7, 9)
-    assert len({*bigrams[1:5]} & {*trigrams[1:5]}) == 0               # n is part of the hash
+    assert bigrams[2] == bigrams[4] and bigrams[1] != bigrams[2]  # (7, 9) twice; (2, 7) is another bigram
+    assert bigrams[3] != bigrams[2]  # (9, 7) is not (7, 9): order counts
+    assert trigrams[2] != trigrams[4]  # (2, 7, 9) is not (9, 7, 9)
+    assert len({*bigrams[1:5]} & {*trigrams[1:5]}) == 0  # n is part of the hash
     # the same n-gram anywhere in any row gets the same bucket; ids before the start count as [PAD]
     shifted = hashed_ngram_ids(np.array([[5, 5, 7, 9]], dtype=np.int32), 3, 1_000_003).numpy()
     assert shifted[0, 0, 3] == bigrams[2]
-    assert hashed_ngram_ids(np.array([[7]]), 2, 1_000_003).numpy()[0, 0, 0] == \
-        hashed_ngram_ids(np.array([[0, 7]]), 2, 1_000_003).numpy()[0, 0, 1]
+    assert (
+        hashed_ngram_ids(np.array([[7]]), 2, 1_000_003).numpy()[0, 0, 0]
+        == hashed_ngram_ids(np.array([[0, 7]]), 2, 1_000_003).numpy()[0, 0, 1]
+    )
 
 
 def test_ngram_ids_stay_in_range_for_large_ids_and_small_tables():
@@ -208,8 +228,9 @@ def test_ngram_table_is_a_backbone_layer_and_an_ngram_free_backbone_is_refused()
     )
 
     plain = ModelConfig(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, ngram_max=1)
-    with_ngrams = ModelConfig(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, ngram_max=2,
-                              ngram_buckets=31)
+    with_ngrams = ModelConfig(
+        hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, ngram_max=2, ngram_buckets=31
+    )
     assert "ngram_embedding" in backbone_layer_names(build_masked_lm(with_ngrams, VOCABULARY_SIZE, MAX_LENGTH))
     weights = backbone_weights(build_masked_lm(plain, VOCABULARY_SIZE, MAX_LENGTH))
     with pytest.raises(InputError, match="ngram_embedding"):

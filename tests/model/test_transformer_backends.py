@@ -30,7 +30,7 @@ def exact_hashes(ids: np.ndarray, ngram_max: int, buckets: int) -> np.ndarray:
     padded = np.concatenate([np.zeros((len(ids), ngram_max - 1), dtype=object), ids], axis=1)
     hashes, found = ids, []
     for back in range(1, ngram_max):
-        shifted = padded[:, ngram_max - 1 - back: ngram_max - 1 - back + ids.shape[1]]
+        shifted = padded[:, ngram_max - 1 - back : ngram_max - 1 - back + ids.shape[1]]
         multiplier = NGRAM_HASH_MULTIPLIERS[(back - 1) % len(NGRAM_HASH_MULTIPLIERS)]
         hashes = (hashes * (multiplier % buckets) + shifted + back + 1) % buckets
         found.append(hashes)
@@ -44,7 +44,7 @@ def wrapped_int32_hashes(ids: np.ndarray, ngram_max: int, buckets: int) -> np.nd
     hashes, found = ids, []
     with np.errstate(over="ignore"):
         for back in range(1, ngram_max):
-            shifted = padded[:, ngram_max - 1 - back: ngram_max - 1 - back + ids.shape[1]]
+            shifted = padded[:, ngram_max - 1 - back : ngram_max - 1 - back + ids.shape[1]]
             multiplier = np.int32(NGRAM_HASH_MULTIPLIERS[(back - 1) % len(NGRAM_HASH_MULTIPLIERS)] % buckets)
             hashes = np.mod(hashes * multiplier + shifted + np.int32(back + 1), np.int32(buckets))
             found.append(hashes)
@@ -56,15 +56,26 @@ def token_ids(rows: int = 6, length: int = 24, vocabulary: int = 60, seed: int =
     ids = rng.integers(4, vocabulary, size=(rows, length)).astype(np.int32)
     ids[:, 0] = 2
     for row in range(rows):
-        ids[row, rng.integers(4, length):] = 0  # padded ends of other lengths
+        ids[row, rng.integers(4, length) :] = 0  # padded ends of other lengths
     return ids
 
 
 def run_worker(commands: list[str], folder, backend: str = "jax") -> None:
-    environment = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(PROJECT_ROOT),
-                   "CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu"}
-    completed = subprocess.run([sys.executable, "-m", "tests.model.backend_worker", ",".join(commands), str(folder)],
-                               cwd=PROJECT_ROOT, env=environment, capture_output=True, text=True, timeout=600)
+    environment = {
+        **os.environ,
+        "KERAS_BACKEND": backend,
+        "PYTHONPATH": str(PROJECT_ROOT),
+        "CUDA_VISIBLE_DEVICES": "",
+        "JAX_PLATFORMS": "cpu",
+    }
+    completed = subprocess.run(
+        [sys.executable, "-m", "tests.model.backend_worker", ",".join(commands), str(folder)],
+        cwd=PROJECT_ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert completed.returncode == 0, completed.stderr[-3000:]
 
 
@@ -90,8 +101,9 @@ def on_jax(tmp_path_factory):
     np.save(folder / "predict" / "ids.npy", ids)
     np.save(folder / "train" / "ids.npy", token_ids(seed=4))
     np.save(folder / "train" / "labels.npy", np.array([1, 1, 0, 0, 1, 0], dtype=np.int32))
-    without_dropout = build_model(dataclasses.replace(tiny_config(), dropout=0.0, classifier_dropout=0.0,
-                                                      ngram_dropout=0.0), 60, ids.shape[1])
+    without_dropout = build_model(
+        dataclasses.replace(tiny_config(), dropout=0.0, classifier_dropout=0.0, ngram_dropout=0.0), 60, ids.shape[1]
+    )
     without_dropout.save(folder / "lazy-step" / "model.keras")
     np.save(folder / "lazy-step" / "ids.npy", ids[:, :16])  # rows of the tables and positions left unread
     np.save(folder / "lazy-step" / "labels.npy", labels)
@@ -109,8 +121,9 @@ def on_jax(tmp_path_factory):
 def test_the_ngram_hash_is_the_exact_integer_hash_for_any_bucket_count(buckets):
     ids = np.random.default_rng(1).integers(0, 2**31 - 1, size=(3, 40)).astype(np.int32)  # any int32 token id
     ids[:, -4:] = 0
-    np.testing.assert_array_equal(keras.ops.convert_to_numpy(hashed_ngram_ids(ids, 4, buckets)),
-                                  exact_hashes(ids, 4, buckets))
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(hashed_ngram_ids(ids, 4, buckets)), exact_hashes(ids, 4, buckets)
+    )
 
 
 def test_a_one_product_int32_hash_wraps_unless_the_bucket_count_is_a_power_of_two():
@@ -133,8 +146,9 @@ def test_a_model_trained_under_tensorflow_scores_the_same_under_jax_fused_too(on
     here, there = np.asarray(model.predict(ids, verbose=0)), np.load(folder / "predict" / "probabilities.npy")
     np.testing.assert_allclose(there, here, atol=1e-5)
     lexical = np.random.default_rng(3).dirichlet([1, 1], size=len(ids)).astype(np.float32)
-    np.testing.assert_allclose(fuse_probabilities(there, lexical, 0.4), fuse_probabilities(here, lexical, 0.4),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        fuse_probabilities(there, lexical, 0.4), fuse_probabilities(here, lexical, 0.4), atol=1e-5
+    )
 
 
 def test_integrated_gradients_under_jax_are_those_under_tensorflow(on_jax):
@@ -153,8 +167,11 @@ def test_a_jax_training_step_of_the_own_encoder_scores_the_same_under_tensorflow
     step = json.loads((folder / "step.json").read_text())
     assert step["backend"] == "jax" and np.isfinite(step["loss"]) and step["weight_change"] > 0
     loaded = keras.saving.load_model(folder / "model.keras")
-    np.testing.assert_allclose(np.asarray(loaded.predict(np.load(folder / "ids.npy"), verbose=0)),
-                               np.load(folder / "probabilities.npy"), atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(loaded.predict(np.load(folder / "ids.npy"), verbose=0)),
+        np.load(folder / "probabilities.npy"),
+        atol=1e-5,
+    )
 
 
 def test_a_lazy_adamw_step_on_jax_moves_the_weights_as_on_tensorflow(on_jax):
@@ -184,8 +201,9 @@ def test_a_lazy_adamw_step_on_jax_moves_the_weights_as_on_tensorflow(on_jax):
     assert np.array_equal(here[tokens][unread], before[tokens][unread])  # both leave unread rows
     assert np.array_equal(there[tokens][unread], before[tokens][unread])
     assert np.array_equal(there[tokens][0], before[tokens][0]) and not np.allclose(here[tokens][0], before[tokens][0])
-    np.testing.assert_allclose(np.load(folder / "probabilities.npy"), np.asarray(model.predict(ids, verbose=0)),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        np.load(folder / "probabilities.npy"), np.asarray(model.predict(ids, verbose=0)), atol=1e-5
+    )
 
 
 def test_a_jax_training_step_of_a_preset_classifier(on_jax):

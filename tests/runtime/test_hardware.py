@@ -48,13 +48,16 @@ def test_cluster_is_read_from_tf_config():
     assert chief.is_chief and chief.worker_index == 0
 
 
-@pytest.mark.parametrize("text, message", [
-    ("{not json", "TF_CONFIG is not valid JSON"),
-    ('{"cluster": {"worker": ["a:1", "b:2"]}}', 'needs "cluster" and "task"'),
-    ('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 2}}', "task.index must be 0..1"),
-    ('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "ps", "index": 0}}', "task.type must be one of"),
-    ('{"cluster": {"worker": ["a", "b:2"]}, "task": {"type": "worker", "index": 0}}', "'host:port' strings"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{not json", "TF_CONFIG is not valid JSON"),
+        ('{"cluster": {"worker": ["a:1", "b:2"]}}', 'needs "cluster" and "task"'),
+        ('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 2}}', "task.index must be 0..1"),
+        ('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "ps", "index": 0}}', "task.type must be one of"),
+        ('{"cluster": {"worker": ["a", "b:2"]}, "task": {"type": "worker", "index": 0}}', "'host:port' strings"),
+    ],
+)
 def test_malformed_tf_config_is_named(text, message):
     with pytest.raises(ConfigError, match=message):
         cluster_from_env({"TF_CONFIG": text})
@@ -86,8 +89,13 @@ def tokenized(tmp_path_factory):
     root = tmp_path_factory.mktemp("distributed")
     write_imdb_tree(root / "source", per_class={"train": 40, "test": 10}, seed=5, unlabeled=80)
     archive = make_archive(root / "source", root / "archive.tar.gz")
-    overrides = [f"data.archive={archive}", f"paths.data_dir={root / 'data'}", f"paths.reports_dir={root / 'reports'}",
-                 f"tracking.tracking_uri=sqlite:///{root / 'mlflow.db'}", "training.epochs=1"]
+    overrides = [
+        f"data.archive={archive}",
+        f"paths.data_dir={root / 'data'}",
+        f"paths.reports_dir={root / 'reports'}",
+        f"tracking.tracking_uri=sqlite:///{root / 'mlflow.db'}",
+        "training.epochs=1",
+    ]
     config = load_config(SMOKE, overrides)
     with inside(root):
         ingest.run(config)
@@ -109,15 +117,26 @@ def worker_environment(**extra) -> dict:
 
 def train_runs(config, stage: str = "train") -> list:
     mlflow.set_tracking_uri(config.tracking.tracking_uri)
-    return mlflow.search_runs(experiment_names=[config.tracking.experiment_name], output_format="list",
-                              filter_string=f"tags.pipeline_stage = '{stage}'")
+    return mlflow.search_runs(
+        experiment_names=[config.tracking.experiment_name],
+        output_format="list",
+        filter_string=f"tags.pipeline_stage = '{stage}'",
+    )
 
 
 def run_two_workers(command, root, tmp_path) -> list[str]:
     ports = [free_port(), free_port()]
-    workers = [subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=worker_environment(TF_CONFIG=tf_config(ports, index), TMPDIR=str(tmp_path)))
-               for index in (0, 1)]
+    workers = [
+        subprocess.Popen(
+            command,
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=worker_environment(TF_CONFIG=tf_config(ports, index), TMPDIR=str(tmp_path)),
+        )
+        for index in (0, 1)
+    ]
     try:
         outputs = [worker.communicate(timeout=600)[0] for worker in workers]
     finally:
@@ -129,8 +148,14 @@ def run_two_workers(command, root, tmp_path) -> list[str]:
 
 def test_mirrored_strategy_on_two_logical_cpus(tokenized):
     root, config, overrides = tokenized
-    done = subprocess.run(train_command(overrides + ["training.seed=11"]), cwd=root, capture_output=True, text=True,
-                          env=worker_environment(PIPELINE_CPU_DEVICES="2"), timeout=600)
+    done = subprocess.run(
+        train_command(overrides + ["training.seed=11"]),
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=worker_environment(PIPELINE_CPU_DEVICES="2"),
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "using 2 logical CPU devices (MirroredStrategy" in done.stdout
     run = next(r for r in train_runs(config) if r.data.params["training.seed"] == "11")
@@ -149,16 +174,21 @@ def test_two_workers_train_one_run_and_leave_no_scratch(tokenized, tmp_path):
     assert run.data.params["device"].startswith("2 workers (MultiWorkerMirroredStrategy)")
     assert not list(tmp_path.glob("train-worker-*"))  # the other worker's scratch folder is gone
     # both workers saw the same averaged metrics: the epoch line is identical
-    epoch_lines = [next(line for line in out.splitlines() if "val_accuracy" in line and "/step" in line)
-                   for out in outputs]
+    epoch_lines = [
+        next(line for line in out.splitlines() if "val_accuracy" in line and "/step" in line) for out in outputs
+    ]
     assert epoch_lines[0].split("- accuracy")[1] == epoch_lines[1].split("- accuracy")[1]
 
 
 def test_two_workers_pretrain_to_one_agreed_time_budget(tokenized, tmp_path):
     """A minutes budget, read from each worker's own clock, still stops both workers at the same step."""
     root, config, overrides = tokenized
-    budget = ["pretrain.max_steps=null", "pretrain.max_minutes=0.1", "pretrain.log_every_steps=4",
-              "pretrain.snapshot_minutes=[0.02]"]
+    budget = [
+        "pretrain.max_steps=null",
+        "pretrain.max_minutes=0.1",
+        "pretrain.log_every_steps=4",
+        "pretrain.snapshot_minutes=[0.02]",
+    ]
     outputs = run_two_workers(train_command(overrides + budget, "pretrain"), root, tmp_path)
     assert "2 workers (MultiWorkerMirroredStrategy), this is worker 0" in outputs[0]
     chief_steps = re.search(r"; ([\d,]+) steps in [\d.]+ min of training on 2 workers", outputs[0])
@@ -179,8 +209,17 @@ def test_two_workers_pretrain_to_one_agreed_time_budget(tokenized, tmp_path):
 def test_malformed_tf_config_stops_training_with_one_line(trained_run, monkeypatch, capsys):
     config, _ = trained_run
     monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker"}}')
-    code = cli_main(["train", "--config", SMOKE, "--set", f"paths.data_dir={config.data_dir}",
-                     "--set", f"tracking.tracking_uri={config.tracking.tracking_uri}"])
+    code = cli_main(
+        [
+            "train",
+            "--config",
+            SMOKE,
+            "--set",
+            f"paths.data_dir={config.data_dir}",
+            "--set",
+            f"tracking.tracking_uri={config.tracking.tracking_uri}",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("error: TF_CONFIG task.index must be") and "\n" not in err
 
@@ -219,8 +258,10 @@ def keras_state(model) -> dict:
     from keras.src.backend.tensorflow import trainer as tf_trainer
 
     names = ("train_step", "test_step", "_maybe_symbolic_build", "train_function", "test_function")
-    return {**{name: vars(model).get(name, "absent") for name in names},
-            "trainer.reduce_per_replica": tf_trainer.reduce_per_replica}
+    return {
+        **{name: vars(model).get(name, "absent") for name in names},
+        "trainer.reduce_per_replica": tf_trainer.reduce_per_replica,
+    }
 
 
 @pytest.fixture
@@ -258,8 +299,10 @@ def test_multi_worker_fit_restores_the_model_after_an_exception(as_multi_worker)
     assert keras_state(model) == before
 
 
-@pytest.mark.parametrize("version, verified", [("3.15.1", True), ("3.15.0rc1", True), ("3.16.0", False),
-                                               ("3.1.5", False), ("4.15.0", False), ("unknown", False)])
+@pytest.mark.parametrize(
+    "version, verified",
+    [("3.15.1", True), ("3.15.0rc1", True), ("3.16.0", False), ("3.1.5", False), ("4.15.0", False), ("unknown", False)],
+)
 def test_an_unverified_keras_is_refused_with_one_line_naming_it(monkeypatch, as_multi_worker, version, verified):
     import tensorflow as tf
 
@@ -285,8 +328,11 @@ def test_an_unverified_keras_is_refused_with_one_line_naming_it(monkeypatch, as_
 def test_single_process_strategies_never_enter_the_workaround(monkeypatch, strategy_name):
     import tensorflow as tf
 
-    strategy = (tf.distribute.get_strategy() if strategy_name == "default"
-                else tf.distribute.MirroredStrategy(devices=["/cpu:0"]))
+    strategy = (
+        tf.distribute.get_strategy()
+        if strategy_name == "default"
+        else tf.distribute.MirroredStrategy(devices=["/cpu:0"])
+    )
     monkeypatch.setattr(hardware, "keras_version", lambda: "0.1.0")  # would be refused if it were checked
     assert not hardware.in_multi_worker_mode(strategy)
     with strategy.scope():
@@ -303,8 +349,17 @@ def test_an_unverified_keras_stops_a_cluster_before_anything_is_removed(trained_
     monkeypatch.setattr(hardware, "keras_version", lambda: "3.99.0")
     monkeypatch.setenv("TF_CONFIG", TWO_WORKERS)
     files = {p: p.stat().st_mtime_ns for p in config.data_dir.rglob("*")}
-    code = cli_main([stage, "--config", SMOKE, "--set", f"paths.data_dir={config.data_dir}",
-                     "--set", f"tracking.tracking_uri={config.tracking.tracking_uri}"])
+    code = cli_main(
+        [
+            stage,
+            "--config",
+            SMOKE,
+            "--set",
+            f"paths.data_dir={config.data_dir}",
+            "--set",
+            f"tracking.tracking_uri={config.tracking.tracking_uri}",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("error: multi-worker training") and "Keras 3.99.0" in err and "\n" not in err
     assert {p: p.stat().st_mtime_ns for p in config.data_dir.rglob("*")} == files

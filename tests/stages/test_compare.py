@@ -9,15 +9,15 @@ import pytest
 from pipeline.metrics import best_fusion_weight, compare_pair, mcnemar_exact
 from pipeline.stages import compare
 from pipeline.stages.compare import effects, report
-from pipeline.stages.compare.candidates import Candidate, fusion_candidate
+from pipeline.stages.compare.candidates import Candidate
 from pipeline.stages.compare.designs import Design, design_for, variant_config
+from pipeline.stages.compare.producers import fusion_candidate
 from pipeline.stages.compare.runner import comparison_key
 from tests.served_model import invoke, model_server
 
 VARIANTS = ["first_token", "mean"]
 FUSED = [f"nbsvm+{name}" for name in VARIANTS]
 CANDIDATES = VARIANTS + ["nbsvm"] + FUSED  # what `make register` chooses from; tfidf is a reference row
-
 
 
 def review_words(config) -> np.ndarray:
@@ -55,7 +55,11 @@ def test_report_files_and_json_fields(comparison):
     assert payload["recommendation"]["variant"] in CANDIDATES
     val = {name: payload["summary"][name]["best_val_accuracy"]["mean"] for name in CANDIDATES}
     assert val[payload["recommendation"]["variant"]] >= max(val.values()) - config.compare.champion_tolerance - 1e-12
-    assert difference["bootstrap"]["ci_low"] <= difference["mean_accuracy_difference"] <= difference["bootstrap"]["ci_high"]
+    assert (
+        difference["bootstrap"]["ci_low"]
+        <= difference["mean_accuracy_difference"]
+        <= difference["bootstrap"]["ci_high"]
+    )
     text = report.read_text()
     assert "## Verdict" in text and text.rstrip().endswith(".")
     # behaviour tests: one row per capability, one column per variant and the baseline
@@ -65,14 +69,16 @@ def test_report_files_and_json_fields(comparison):
     assert ("Not significant" in pooling_verdict) != difference["significant"]
     assert "## Fusion weights (chosen on validation)" in text
     assert "Deploy `" in text
-    # accuracy by length in words and on the crops: every candidate, the reference without crops
+    # accuracy by length in words and on the crops: every candidate, the reference too (one recorder evaluates all)
     lengths, words = payload["lengths"], review_words(config)
-    assert set(lengths) == set(CANDIDATES) | {"tfidf"} and "val crops" not in lengths["tfidf"]
-    for name in CANDIDATES:
+    assert set(lengths) == set(CANDIDATES) | {"tfidf"}
+    for name in [*CANDIDATES, "tfidf"]:
         assert lengths[name]["test crops"]["rows"] == payload["test_rows"]
         assert lengths[name]["val crops"]["rows"] == payload["val_rows"]
         assert sum(row["rows"] for key, row in lengths[name].items() if "crops" not in key) == payload["test_rows"]
-        assert lengths[name]["test crops"]["accuracy"] == pytest.approx(payload["summary"][name]["test_crop_accuracy"]["mean"])
+        assert lengths[name]["test crops"]["accuracy"] == pytest.approx(
+            payload["summary"][name]["test_crop_accuracy"]["mean"]
+        )
     nbsvm = pd.read_parquet(next(config.reports_dir.glob("baseline-nbsvm-*/test_predictions.parquet")))["correct"]
     for bucket, rows in (("<=25", words <= 25), ("26-80", (words > 25) & (words <= 80))):
         if rows.any():
@@ -86,8 +92,11 @@ def test_json_matches_children_in_mlflow(comparison):
     config, _ = comparison
     payload = json.loads((config.reports_dir / "comparison.json").read_text())
     mlflow.set_tracking_uri(config.tracking.tracking_uri)
-    children = mlflow.search_runs(experiment_names=[config.tracking.experiment_name], output_format="list",
-                                  filter_string=f"tags.mlflow.parentRunId = '{payload['parent_run_id']}'")
+    children = mlflow.search_runs(
+        experiment_names=[config.tracking.experiment_name],
+        output_format="list",
+        filter_string=f"tags.mlflow.parentRunId = '{payload['parent_run_id']}'",
+    )
     assert len(children) == 4 + 1 + 4 + 1  # Transformers, NBSVM, one fused model per Transformer run, TF-IDF
     by_id = {run.info.run_id: run for run in children}
     for pooling in VARIANTS:
@@ -143,12 +152,21 @@ def test_mlflow_server_shows_children_with_pooling_and_test_accuracy(comparison)
 
     config, _ = comparison
     with mlflow_server(config.tracking.tracking_uri) as base:
-        experiment = json.load(urllib.request.urlopen(
-            f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name={config.tracking.experiment_name}"))
-        body = json.dumps({"experiment_ids": [experiment["experiment"]["experiment_id"]],
-                           "filter": "params.`model.pooling` = 'mean'", "max_results": 50}).encode()
-        request = urllib.request.Request(f"{base}/api/2.0/mlflow/runs/search", data=body,
-                                         headers={"Content-Type": "application/json"})
+        experiment = json.load(
+            urllib.request.urlopen(
+                f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name={config.tracking.experiment_name}"
+            )
+        )
+        body = json.dumps(
+            {
+                "experiment_ids": [experiment["experiment"]["experiment_id"]],
+                "filter": "params.`model.pooling` = 'mean'",
+                "max_results": 50,
+            }
+        ).encode()
+        request = urllib.request.Request(
+            f"{base}/api/2.0/mlflow/runs/search", data=body, headers={"Content-Type": "application/json"}
+        )
         runs = json.load(urllib.request.urlopen(request))["runs"]
     assert len(runs) == 2
     for run in runs:
@@ -156,7 +174,6 @@ def test_mlflow_server_shows_children_with_pooling_and_test_accuracy(comparison)
         tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
         assert "test_accuracy" in metrics
         assert tags["pooling"] == "mean" and "mlflow.parentRunId" in tags
-
 
 
 def test_position_ablation_shares_runs_without_stealing_them(own_comparison, capsys):
@@ -191,9 +208,11 @@ def test_force_retrains_every_child_of_a_one_variant_comparison_and_registers_a_
 
     from pipeline.stages import ingest, register, tokenize
 
-    config = smoke_config.replace(training={"epochs": 1}, pretrain={"max_steps": 10},
-                                  compare={"poolings": ["first_token"], "inits": ["pretrained"], "seeds": [1],
-                                           "tfidf_baseline": False})
+    config = smoke_config.replace(
+        training={"epochs": 1},
+        pretrain={"max_steps": 10},
+        compare={"poolings": ["first_token"], "inits": ["pretrained"], "seeds": [1], "tfidf_baseline": False},
+    )
     ingest.run(config)
     tokenize.run(config)
     capsys.readouterr()
@@ -222,19 +241,30 @@ def test_force_retrains_every_child_of_a_one_variant_comparison_and_registers_a_
 
 def test_main_effects_and_interaction_on_a_known_2x2():
     """Pooling helps by 10 points with pretraining and by 0 from scratch: main effect +5, interaction +10."""
-    design = Design((("model.pooling", ("first_token", "mean")), ("model.init", ("pretrained", "scratch"))),
-                    "comparison", champion_pool=True)
+    design = Design(
+        (("model.pooling", ("first_token", "mean")), ("model.init", ("pretrained", "scratch"))),
+        "comparison",
+        champion_pool=True,
+    )
     n = 1000
     rng = np.random.default_rng(0)
     base = rng.random(n) < 0.8
     better = base.copy()
     better[np.flatnonzero(~base)[:100]] = True  # 100 more right answers = +10 points
-    correct = {"first_token/pretrained": np.stack([better, better]), "mean/pretrained": np.stack([base, base]),
-               "first_token/scratch": np.stack([base, base]), "mean/scratch": np.stack([base, base])}
+    correct = {
+        "first_token/pretrained": np.stack([better, better]),
+        "mean/pretrained": np.stack([base, base]),
+        "first_token/scratch": np.stack([base, base]),
+        "mean/scratch": np.stack([base, base]),
+    }
     pooling = effects.main_effect(design, 0, correct, [1, 2], samples=200)
     assert pooling["mean_accuracy_difference"] == pytest.approx(0.05)
-    assert [(s["seed"], s["at"]) for s in pooling["mcnemar"]] == [(1, "init=pretrained"), (2, "init=pretrained"),
-                                                                 (1, "init=scratch"), (2, "init=scratch")]
+    assert [(s["seed"], s["at"]) for s in pooling["mcnemar"]] == [
+        (1, "init=pretrained"),
+        (2, "init=pretrained"),
+        (1, "init=scratch"),
+        (2, "init=scratch"),
+    ]
     assert not pooling["significant"]  # the scratch pairs show no difference at all
     init = effects.main_effect(design, 1, correct, [1, 2], samples=200)
     assert init["mean_accuracy_difference"] == pytest.approx(0.05)
@@ -243,24 +273,42 @@ def test_main_effects_and_interaction_on_a_known_2x2():
 
 
 def test_recommendation_uses_validation_never_test():
-    summary = {"a": {"kind": "transformer", "best_val_accuracy": {"mean": 0.9}, "test_accuracy": {"mean": 0.80}},
-               "b": {"kind": "transformer", "best_val_accuracy": {"mean": 0.8}, "test_accuracy": {"mean": 0.95}},
-               "nbsvm+a": {"kind": "fusion", "best_val_accuracy": {"mean": 0.91}, "test_accuracy": {"mean": 0.85}},
-               "nbsvm": {"kind": "lexical", "best_val_accuracy": {"mean": 0.88}, "test_accuracy": {"mean": 0.99}}}
+    summary = {
+        "a": {"kind": "transformer", "best_val_accuracy": {"mean": 0.9}, "test_accuracy": {"mean": 0.80}},
+        "b": {"kind": "transformer", "best_val_accuracy": {"mean": 0.8}, "test_accuracy": {"mean": 0.95}},
+        "nbsvm+a": {"kind": "fusion", "best_val_accuracy": {"mean": 0.91}, "test_accuracy": {"mean": 0.85}},
+        "nbsvm": {"kind": "lexical", "best_val_accuracy": {"mean": 0.88}, "test_accuracy": {"mean": 0.99}},
+    }
     best = effects.recommendation(summary, ["a", "b", "nbsvm", "nbsvm+a"], tolerance=0.003)
-    assert best == {"variant": "nbsvm+a", "kind": "fusion", "best_val_accuracy": 0.91, "test_accuracy": 0.85,
-                    "tolerance": 0.003, "best_transformer": "a", "best_transformer_test_accuracy": 0.80,
-                    "baseline_test_accuracy": 0.99}
+    assert best == {
+        "variant": "nbsvm+a",
+        "kind": "fusion",
+        "best_val_accuracy": 0.91,
+        "test_accuracy": 0.85,
+        "tolerance": 0.003,
+        "best_transformer": "a",
+        "best_transformer_test_accuracy": 0.80,
+        "baseline_test_accuracy": 0.99,
+    }
     assert "Deploy `nbsvm+a`, NBSVM fused with a Transformer" in report.deploy_sentence(best)
 
 
 def test_recommendation_chooses_on_the_validation_crops_among_candidates_close_on_reviews():
     def entry(kind, val, crops, test_crops):
-        return {"kind": kind, "best_val_accuracy": {"mean": val}, "test_accuracy": {"mean": 0.9},
-                "val_crop_accuracy": {"mean": crops}, "test_crop_accuracy": {"mean": test_crops}}
+        return {
+            "kind": kind,
+            "best_val_accuracy": {"mean": val},
+            "test_accuracy": {"mean": 0.9},
+            "val_crop_accuracy": {"mean": crops},
+            "test_crop_accuracy": {"mean": test_crops},
+        }
 
-    summary = {"a": entry("transformer", 0.905, 0.80, 0.10), "nbsvm+a": entry("fusion", 0.91, 0.74, 0.99),
-               "nbsvm": entry("lexical", 0.908, 0.76, 0.20), "tfidf": entry("reference", 0.95, 0.95, 0.99)}
+    summary = {
+        "a": entry("transformer", 0.905, 0.80, 0.10),
+        "nbsvm+a": entry("fusion", 0.91, 0.74, 0.99),
+        "nbsvm": entry("lexical", 0.908, 0.76, 0.20),
+        "tfidf": entry("reference", 0.95, 0.95, 0.99),
+    }
     best = effects.recommendation(summary, list(summary), tolerance=0.003)
     assert (best["variant"], best["val_crop_accuracy"], best["test_crop_accuracy"]) == ("nbsvm", 0.76, 0.20)
     assert effects.recommendation(summary, list(summary), tolerance=0.01)["variant"] == "a"
@@ -301,8 +349,16 @@ def test_the_fusion_weight_is_the_best_on_validation_of_the_grid():
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, 400)
     noisy = lambda flip: np.where(rng.random(400) < flip, 1 - labels, labels)  # noqa: E731
-    as_probabilities = lambda guess, sure: np.stack([np.where(guess == 0, sure, 1 - sure),  # noqa: E731
-                                                     np.where(guess == 1, sure, 1 - sure)], axis=1)
+
+    def as_probabilities(guess, sure):
+        return np.stack(
+            [
+                np.where(guess == 0, sure, 1 - sure),
+                np.where(guess == 1, sure, 1 - sure),
+            ],
+            axis=1,
+        )
+
     transformer = as_probabilities(noisy(0.3), 0.7)
     lexical = as_probabilities(noisy(0.1), 0.9)
     weight, by_weight, honest = best_fusion_weight(transformer, lexical, labels, steps=11)
@@ -329,7 +385,6 @@ def test_fusing_models_of_other_label_sets_is_refused_naming_both(tmp_path, smok
     other_rows = dataclasses.replace(lexical, val_predictions=frame.assign(source_file=["c", "d"]))
     with pytest.raises(InputError, match="different validation rows"):
         fusion_candidate(smoke_config, "key", child, other_rows, {}, ["negative", "positive"], force=True)
-
 
 
 def test_every_kind_of_candidate_gives_the_same_row_errors_through_make_score_and_serve(comparison, tmp_path):
@@ -399,8 +454,9 @@ def test_the_tuned_config_and_the_default_are_one_comparison_that_register_choos
     from pipeline.experiments import tune
     from pipeline.stages import ingest, register, tokenize
 
-    config = smoke_config.replace(training={"epochs": 1},
-                                  compare={"tfidf_baseline": False, "poolings": ["first_token"], "seeds": [1]})
+    config = smoke_config.replace(
+        training={"epochs": 1}, compare={"tfidf_baseline": False, "poolings": ["first_token"], "seeds": [1]}
+    )
     ingest.run(config)
     tokenize.run(config)
     main = json.loads(compare.run(config).with_suffix(".json").read_text())  # one variant, one seed
@@ -435,7 +491,8 @@ def test_the_tuned_config_and_the_default_are_one_comparison_that_register_choos
     assert len(list((config.data_dir / "tune").glob("tokenize-*/tokenize/manifest.json"))) == 1
     # naming another tuned file changes no other comparison's identity
     assert comparison_key(config, "main", design_for(config)) == comparison_key(
-        config.replace(compare={"tuned": "elsewhere.yaml"}), "main", design_for(config))
+        config.replace(compare={"tuned": "elsewhere.yaml"}), "main", design_for(config)
+    )
 
     def champion_run() -> str:
         register.run(config)
@@ -452,8 +509,9 @@ def test_the_tuned_config_and_the_default_are_one_comparison_that_register_choos
     assert champion_run() in run_ids(main_again)
 
 
-def test_the_tuned_level_is_the_tuned_file_and_the_default_level_keeps_the_compare_sections_settings(smoke_config,
-                                                                                                       tmp_path):
+def test_the_tuned_level_is_the_tuned_file_and_the_default_level_keeps_the_compare_sections_settings(
+    smoke_config, tmp_path
+):
     from pipeline.core.errors import ConfigError, MissingInputError
     from pipeline.experiments import tune
 
@@ -480,18 +538,19 @@ def test_the_tuned_level_is_the_tuned_file_and_the_default_level_keeps_the_compa
     assert design({"model.dropout": 0.1}, pretrained).overlays[0][1] == (("model.dropout", 0.1),)
 
 
-
-
 def test_the_progress_line_gives_the_index_the_time_so_far_and_an_estimate_from_finished_candidates_by_kind(capsys):
     from pipeline.core.logs import duration
     from pipeline.stages.compare.runner import Progress, estimate_text, time_left
 
     assert time_left({}, ["transformer", "nbsvm"]) == (0.0, {"transformer": 1, "nbsvm": 1})
     assert time_left({"transformer": [100.0, 120.0], "nbsvm": [10.0]}, ["transformer", "nbsvm", "fused", "fused"]) == (
-        110.0 + 10.0, {"fused": 2})  # a kind not timed yet is not guessed from another kind
+        110.0 + 10.0,
+        {"fused": 2},
+    )  # a kind not timed yet is not guessed from another kind
     assert estimate_text(120.0, {}) == "about 2m00s left"
     assert estimate_text(120.0, {"nbsvm": 1, "fused": 3, "tfidf": 1}) == (
-        "about 2m00s left, then NBSVM, 3 fusions and TF-IDF (not timed yet)")
+        "about 2m00s left, then NBSVM, 3 fusions and TF-IDF (not timed yet)"
+    )
     assert estimate_text(0.0, {"fused": 1, "tfidf": 1}) == "fusion and TF-IDF left, not timed yet"
     assert (duration(59.6), duration(61), duration(3725)) == ("1m00s", "1m01s", "1h02m")
     progress = Progress(["transformer", "transformer", "nbsvm"], started=0.0)
@@ -500,9 +559,11 @@ def test_the_progress_line_gives_the_index_the_time_so_far_and_an_estimate_from_
     progress.run("Transformer mean seed 2", "transformer", lambda: None)
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("compare: [1/3] Transformer mean seed 1: ") and lines[0].endswith(
-        "elapsed, estimate after the first")
+        "elapsed, estimate after the first"
+    )
     assert lines[1].startswith("compare: [2/3] Transformer mean seed 2: ") and lines[1].endswith(
-        "elapsed, about 10m00s left, then NBSVM (not timed yet)")  # this one at the mean of its kind
+        "elapsed, about 10m00s left, then NBSVM (not timed yet)"
+    )  # this one at the mean of its kind
 
 
 def test_a_candidates_progress_name_is_its_encoder_and_variant():
@@ -521,7 +582,8 @@ def test_the_report_says_which_encoder_a_comparison_varied():
     pooling = {"pooling": ["first_token", "mean"]}
     assert report.factors_text({"factors": pooling, "encoder": "Transformer"}) == "`pooling` (first_token vs mean)"
     assert report.factors_text({"factors": pooling, "encoder": "bert_tiny_en_uncased"}) == (
-        "`pooling` (first_token vs mean) of bert_tiny_en_uncased")
+        "`pooling` (first_token vs mean) of bert_tiny_en_uncased"
+    )
 
 
 def test_a_length_aware_fusion_gives_short_texts_their_own_weight(own_comparison, monkeypatch, capsys):

@@ -24,8 +24,9 @@ def test_length_bucket_accuracy_marks_truncated_buckets():
 def test_most_confident_errors_are_wrong_and_sorted():
     positive, names = np.array([0.1, 0.95, 0.8, 0.6]), ["negative", "positive"]
     probabilities = np.column_stack([1 - positive, positive])
-    frame = pd.DataFrame({"review_id": range(4), "source_file": list("abcd"), "label": [1, 0, 1, 0],
-                          "text": ["x", "y", "z", "w"]})
+    frame = pd.DataFrame(
+        {"review_id": range(4), "source_file": list("abcd"), "label": [1, 0, 1, 0], "text": ["x", "y", "z", "w"]}
+    )
     predictions = evaluation.prediction_frame(frame["source_file"], frame["label"].to_numpy(), probabilities, names)
     errors = evaluation.most_confident_errors(frame, predictions, names)
     assert errors["source_file"].tolist() == ["b", "a", "d"]
@@ -49,8 +50,16 @@ def test_evaluate_logs_test_metrics_plots_and_report(trained_run):
     report = json.loads((out_dir / "metrics.json").read_text())
     assert report["test_rows"] == 120
     assert report["metrics"]["test_accuracy"] > 0.85
-    for key in ("test_precision", "test_recall", "test_f1", "test_roc_auc", "test_pr_auc", "test_log_loss",
-                "test_brier", "test_ece"):
+    for key in (
+        "test_precision",
+        "test_recall",
+        "test_f1",
+        "test_roc_auc",
+        "test_pr_auc",
+        "test_log_loss",
+        "test_brier",
+        "test_ece",
+    ):
         assert key in report["metrics"]
     errors = pd.read_csv(out_dir / "errors.csv")
     assert len(errors) <= 50
@@ -61,9 +70,20 @@ def test_evaluate_logs_test_metrics_plots_and_report(trained_run):
     run = mlflow.get_run(run_id)
     assert run.data.metrics["test_accuracy"] == pytest.approx(report["metrics"]["test_accuracy"])
     artifacts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(run_id, "evaluation")}
-    for name in ("confusion_matrix.png", "roc_curve.png", "reliability.png", "accuracy_by_length.png",
-                 "accuracy_by_words.png", "attention.png", "errors.csv", "metrics.json", "behaviour.md",
-                 "behaviour.csv", "crop_predictions.parquet", "confident_errors.html"):
+    for name in (
+        "confusion_matrix.png",
+        "roc_curve.png",
+        "reliability.png",
+        "accuracy_by_length.png",
+        "accuracy_by_words.png",
+        "attention.png",
+        "errors.csv",
+        "metrics.json",
+        "behaviour.md",
+        "behaviour.csv",
+        "crop_predictions.parquet",
+        "confident_errors.html",
+    ):
         assert f"evaluation/{name}" in artifacts
     page = (out_dir / "confident_errors.html").read_text()  # the first errors, their words coloured
     assert page.count("<section>") == min(len(errors), 12)
@@ -86,7 +106,11 @@ def test_evaluate_logs_test_metrics_plots_and_report(trained_run):
         assert rows["source_file"].tolist() == expected[split]["source_file"].tolist()
         assert rows["words"].tolist() == word_counts(expected[split]["text"].tolist()).tolist()
         assert report["sentence_crops"][split]["accuracy"] == pytest.approx(rows["correct"].mean())
-        assert report["sentence_crops"][split]["ci_low"] <= rows["correct"].mean() <= report["sentence_crops"][split]["ci_high"]
+        assert (
+            report["sentence_crops"][split]["ci_low"]
+            <= rows["correct"].mean()
+            <= report["sentence_crops"][split]["ci_high"]
+        )
     assert run.data.metrics["test_crop_accuracy"] == pytest.approx(report["sentence_crops"]["test"]["accuracy"])
     assert sum(row["rows"] for row in report["accuracy_by_words"]) == len(test)
     words = word_counts(test["text"].tolist())
@@ -94,7 +118,9 @@ def test_evaluate_logs_test_metrics_plots_and_report(trained_run):
     for row in report["accuracy_by_words"]:
         low, high = {"<=25": (0, 25), "26-80": (26, 80), "81-250": (81, 250), ">250": (251, 10**9)}[row["bucket"]]
         in_bucket = (words >= low) & (words <= high)
-        assert row["rows"] == in_bucket.sum() and row["accuracy"] == pytest.approx(predictions["correct"][in_bucket].mean())
+        assert row["rows"] == in_bucket.sum() and row["accuracy"] == pytest.approx(
+            predictions["correct"][in_bucket].mean()
+        )
     validation_words = np.concatenate([word_counts(val["text"].tolist()), crops.loc[crops["split"] == "val", "words"]])
     assert report["validated_min_words"] == int(np.percentile(validation_words, 1))
     assert run.data.metrics["validated_min_words"] == report["validated_min_words"]
@@ -139,9 +165,13 @@ class _SlowModel:
 
 def test_a_large_evaluation_says_what_it_scores_and_how_long_the_rest_should_take(monkeypatch):
     def frame(rows, split):
-        return pd.DataFrame({"text": [f"Sentence one of {split} {i}. Sentence two is here. And a third." for i in
-                                      range(rows)], "label": np.arange(rows) % 2,
-                             "source_file": [f"{split}/{i}.txt" for i in range(rows)]})
+        return pd.DataFrame(
+            {
+                "text": [f"Sentence one of {split} {i}. Sentence two is here. And a third." for i in range(rows)],
+                "label": np.arange(rows) % 2,
+                "source_file": [f"{split}/{i}.txt" for i in range(rows)],
+            }
+        )
 
     clock = [0.0]
     monkeypatch.setattr(evaluation.time, "perf_counter", lambda: clock[0])
@@ -151,15 +181,18 @@ def test_a_large_evaluation_says_what_it_scores_and_how_long_the_rest_should_tak
     model = _SlowModel(clock)
     scores = evaluation.score_splits(model, frame(8, "test"), frame(4, "val"), None, None, say=lines.append)
     assert model.calls == [8, 4, 4, 8]  # test, val, then a crop of every val and test review
-    assert lines == ["evaluate: scoring 8 test reviews, then 4 validation reviews and 12 sentence crops",
-                     "evaluate: 8 test reviews in 0m04s (2 a second); the 16 validation reviews and crops left "
-                     "should take at most 0m08s"]
+    assert lines == [
+        "evaluate: scoring 8 test reviews, then 4 validation reviews and 12 sentence crops",
+        "evaluate: 8 test reviews in 0m04s (2 a second); the 16 validation reviews and crops left "
+        "should take at most 0m08s",
+    ]
     assert scores.test.shape == (8, 2) and set(scores.crops) == {"val", "test"}
     lines.clear()
     evaluation.score_splits(_SlowModel(clock), frame(7, "test"), frame(4, "val"), None, None, say=lines.append)
     assert lines[0].startswith("evaluate: 7 test reviews in ")  # too few rows to announce; slow: the estimate
-    given = evaluation.GivenProbabilities(np.zeros((8, 2)), np.zeros((4, 2)), {"val": np.zeros((4, 2)),
-                                                                          "test": np.zeros((8, 2))})
+    given = evaluation.GivenProbabilities(
+        np.zeros((8, 2)), np.zeros((4, 2)), {"val": np.zeros((4, 2)), "test": np.zeros((8, 2))}
+    )
     lines.clear()
     evaluation.score_splits(_SlowModel(clock), frame(8, "test"), frame(4, "val"), None, given, say=lines.append)
     assert lines == []  # a fused model's probabilities are given: nothing is scored

@@ -20,8 +20,16 @@ from pipeline.core.errors import ConfigError, InputError, PipelineError
 from pipeline.text.conventions import text_problem
 from pipeline.text.token_rows import pad_rows, window_offsets
 
-TRICKY = ["Great<BR/>film, <br >loved it", "İstanbul ΣΑΣ ẞ straße!! ok?!", "e\u0301te\u0301 cafe\u0301",
-          "\u00a0 padded \u2003", "x" * 300, "1st 2nd 3rd", "١٢ apples", "tab\there\r\nand 😀 emoji"]
+TRICKY = [
+    "Great<BR/>film, <br >loved it",
+    "İstanbul ΣΑΣ ẞ straße!! ok?!",
+    "e\u0301te\u0301 cafe\u0301",
+    "\u00a0 padded \u2003",
+    "x" * 300,
+    "1st 2nd 3rd",
+    "١٢ apples",
+    "tab\there\r\nand 😀 emoji",
+]
 
 
 def sample_texts(config, rows: int = 60) -> list[str]:
@@ -34,8 +42,11 @@ def sample_texts(config, rows: int = 60) -> list[str]:
 
 def runs_of(kind: str, config) -> list:
     mlflow.set_tracking_uri(config.tracking.tracking_uri)
-    return [run for run in mlflow.search_runs(search_all_experiments=True, output_format="list")
-            if run.data.tags.get("model_kind") == kind]
+    return [
+        run
+        for run in mlflow.search_runs(search_all_experiments=True, output_format="list")
+        if run.data.tags.get("model_kind") == kind
+    ]
 
 
 def exported(classifier, folder: Path):
@@ -47,8 +58,9 @@ def exported(classifier, folder: Path):
     return tf.saved_model.load(str(folder)).signatures[SIGNATURE]
 
 
-@pytest.mark.parametrize("kind", ["transformer", "lexical", "fusion", "fusion at 0.35", "fusion by length",
-                                  "transformer by windows"])
+@pytest.mark.parametrize(
+    "kind", ["transformer", "lexical", "fusion", "fusion at 0.35", "fusion by length", "transformer by windows"]
+)
 def test_the_graph_answers_as_make_score_does(comparison, tmp_path, kind):
     from pipeline.model.classifiers import load_classifier
     from pipeline.stages.export.check import BAD_TEXTS, identity_check
@@ -61,13 +73,19 @@ def test_the_graph_answers_as_make_score_does(comparison, tmp_path, kind):
         classifier.weight = 0.35
     if kind == "fusion by length":  # texts of at most 6 words (as str.split counts them, any Unicode space) their own
         classifier.weight, classifier.short_weight, classifier.short_max_words = 0.35, 0.9, 6
-        texts += ["Dull.", "A\u3000superb\u00a0film, truly", "one two three four five six",
-                  "one two three four five six seven", "  spaced\tout\n\nwords  ", "a<br />b c d e f"]
+        texts += [
+            "Dull.",
+            "A\u3000superb\u00a0film, truly",
+            "one two three four five six",
+            "one two three four five six seven",
+            "  spaced\tout\n\nwords  ",
+            "a<br />b c d e f",
+        ]
         assert {0.35, 0.9} <= set(classifier.row_weights(texts).tolist())
     if kind == "transformer by windows":
         classifier.settings = {"long_reviews": "windows"}
         assert classifier.reads_windows
-        texts += [" ".join(texts[i:i + 6]) for i in range(0, 30, 6)]  # several times the 32-token limit
+        texts += [" ".join(texts[i : i + 6]) for i in range(0, 30, 6)]  # several times the 32-token limit
     check = identity_check(exported(classifier, tmp_path / "saved_model"), classifier, texts)
     assert check.passed, check.summary()
     assert check.rows == len(texts) + len(BAD_TEXTS) and check.scored_rows == len(texts)
@@ -86,8 +104,15 @@ def test_the_check_fails_when_the_graph_answers_otherwise(comparison, tmp_path):
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.text(alphabet=st.characters(codec=None), max_size=12) | st.sampled_from(
-    ["", " ", "\u3000", "42", "-1.5e3", " \u0663\u0664 ", ".5", "5.", "1e", "+", "<br/>", "\ud800x"]), max_size=8))
+@given(
+    st.lists(
+        st.text(alphabet=st.characters(codec=None), max_size=12)
+        | st.sampled_from(
+            ["", " ", "\u3000", "42", "-1.5e3", " \u0663\u0664 ", ".5", "5.", "1e", "+", "<br/>", "\ud800x"]
+        ),
+        max_size=8,
+    )
+)
 def test_text_errors_and_cleaning_agree_with_python(texts):
     import tensorflow as tf
 
@@ -103,8 +128,9 @@ def test_text_errors_and_cleaning_agree_with_python(texts):
     assert cleaned == [clean_text(t) for t in scorable]
 
 
-@pytest.mark.parametrize("truncation,end_id", [("head", None), ("tail", None), ("head_tail", None),
-                                               ("head_tail", 9), ("tail", 9)])
+@pytest.mark.parametrize(
+    "truncation,end_id", [("head", None), ("tail", None), ("head_tail", None), ("head_tail", 9), ("tail", 9)]
+)
 def test_padded_and_window_rows_agree_with_numpy(truncation, end_id):
     import tensorflow as tf
 
@@ -124,8 +150,9 @@ def test_padded_and_window_rows_agree_with_numpy(truncation, end_id):
     offsets, owners = window_offsets(lengths, 11)
     ids, owner = window_rows(ragged, 12, 2)
     np.testing.assert_array_equal(owner.numpy(), owners)
-    np.testing.assert_array_equal(ids.numpy(), pad_rows(flat, starts[owners] + offsets, np.full(len(owners), 11),
-                                                        12, "head", 0, start_id=2))
+    np.testing.assert_array_equal(
+        ids.numpy(), pad_rows(flat, starts[owners] + offsets, np.full(len(owners), 11), 12, "head", 0, start_id=2)
+    )
 
 
 def test_make_export_writes_logs_and_names_the_graph_and_keeps_the_last_one_on_failure(own_comparison, monkeypatch):
@@ -147,8 +174,15 @@ def test_make_export_writes_logs_and_names_the_graph_and_keeps_the_last_one_on_f
     assert (saved_model.parent / "manifest.json").is_file()
     before = (saved_model / "saved_model.pb").read_bytes()
 
-    failing = check.IdentityCheck(rows=1, scored_rows=1, max_abs_difference=0.5, differing_labels=1,
-                                  differing_errors=0, graph_seconds=0.0, pyfunc_seconds=0.0)
+    failing = check.IdentityCheck(
+        rows=1,
+        scored_rows=1,
+        max_abs_difference=0.5,
+        differing_labels=1,
+        differing_errors=0,
+        graph_seconds=0.0,
+        pyfunc_seconds=0.0,
+    )
     monkeypatch.setattr(check, "identity_check", lambda *args: failing)
     with pytest.raises(PipelineError, match="identity check FAILED"):
         export.run(config, check_rows=5)
@@ -219,14 +253,20 @@ sys.path[:0] = [{str(site)!r}]
 present = [m for m in ("pipeline", "mlflow", "sklearn", "keras_hub", "pandas", "scipy") if importlib.util.find_spec(m)]
 import tensorflow as tf
 import tensorflow_text  # registers the ops the tokenizer uses
-serve = tf.saved_model.load({str(tmp_path / 'saved_model')!r}).signatures["serving_default"]
+serve = tf.saved_model.load({str(tmp_path / "saved_model")!r}).signatures["serving_default"]
 out = serve(text=tf.constant({texts!r}))
 print(json.dumps({{"present": present, "probability": out["positive_probability"].numpy().tolist(),
                   "label": [v.decode() for v in out["predicted_label"].numpy()],
                   "error": [v.decode() for v in out["score_error"].numpy()]}}))
 """
-    done = subprocess.run([sys.executable, "-S", "-s", "-c", script], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300, env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "3"})
+    done = subprocess.run(
+        [sys.executable, "-S", "-s", "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     assert answer["present"] == []

@@ -40,8 +40,10 @@ def test_decode_review_replaces_bad_bytes():
     assert imdb.decode_review("fine é".encode()) == ("fine é", False)
 
 
-@pytest.mark.parametrize("name,expected", [("12_8.txt", (12, 8)), ("0_1.txt", (0, 1)),
-                                           ("12-8.txt", None), ("x_8.txt", None), ("12_8.text", None)])
+@pytest.mark.parametrize(
+    "name,expected",
+    [("12_8.txt", (12, 8)), ("0_1.txt", (0, 1)), ("12-8.txt", None), ("x_8.txt", None), ("12_8.text", None)],
+)
 def test_parse_file_name(name, expected):
     assert imdb.parse_file_name(name) == expected
 
@@ -90,8 +92,9 @@ def test_split_is_deterministic_and_seeded(smoke_config, tmp_path):
 
 def test_folder_source_gives_same_splits_as_archive(smoke_config, tiny_imdb_dir, tmp_path):
     from_archive = read_splits(ingest.run(smoke_config))
-    folder_config = smoke_config.replace(data={"archive": str(tiny_imdb_dir)},
-                                         paths={"data_dir": str(tmp_path / "from_folder")})
+    folder_config = smoke_config.replace(
+        data={"archive": str(tiny_imdb_dir)}, paths={"data_dir": str(tmp_path / "from_folder")}
+    )
     from_folder = read_splits(ingest.run(folder_config))
     for name in from_archive:
         pd.testing.assert_frame_equal(from_archive[name], from_folder[name])
@@ -118,8 +121,9 @@ def test_environment_variable_selects_archive(tiny_imdb_archive, tmp_path, monke
 def test_download_verifies_md5_and_renames(tiny_imdb_archive, tmp_path):
     url = tiny_imdb_archive.as_uri()
     md5 = imdb.md5_file(tiny_imdb_archive)
-    config = load_config(None, [f"paths.data_dir={tmp_path / 'data'}", f"data.download_url={url}",
-                                f"data.download_md5={md5}"])
+    config = load_config(
+        None, [f"paths.data_dir={tmp_path / 'data'}", f"data.download_url={url}", f"data.download_md5={md5}"]
+    )
     source = imdb.resolve_source(config.data, config.data_dir)
     assert source == tmp_path / "data" / "raw" / imdb.CANONICAL_ARCHIVE_NAME
     assert imdb.md5_file(source) == md5
@@ -127,26 +131,37 @@ def test_download_verifies_md5_and_renames(tiny_imdb_archive, tmp_path):
 
 
 def test_download_with_wrong_md5_keeps_nothing(tiny_imdb_archive, tmp_path):
-    config = load_config(None, [f"paths.data_dir={tmp_path / 'data'}",
-                                f"data.download_url={tiny_imdb_archive.as_uri()}", "data.download_md5=0"])
+    config = load_config(
+        None,
+        [
+            f"paths.data_dir={tmp_path / 'data'}",
+            f"data.download_url={tiny_imdb_archive.as_uri()}",
+            "data.download_md5=0",
+        ],
+    )
     with pytest.raises(ValueError, match="expected 0"):
         imdb.resolve_source(config.data, config.data_dir)
     assert not list((tmp_path / "data" / "raw").iterdir())
 
 
 def test_offline_error_names_the_environment_variable(tmp_path):
-    config = load_config(None, [f"paths.data_dir={tmp_path / 'data'}",
-                                "data.download_url=http://127.0.0.1:9/aclImdb_v1.tar.gz"])
+    config = load_config(
+        None, [f"paths.data_dir={tmp_path / 'data'}", "data.download_url=http://127.0.0.1:9/aclImdb_v1.tar.gz"]
+    )
     with pytest.raises(PipelineError, match="IMDB_ARCHIVE"):
         imdb.resolve_source(config.data, config.data_dir)
 
 
 def test_an_up_to_date_ingestion_needs_no_archive_again_and_a_stale_one_names_the_one_it_read(
-        tiny_imdb_archive, tmp_path, monkeypatch, capsys):
+    tiny_imdb_archive, tmp_path, monkeypatch, capsys
+):
     """After ``make all IMDB_ARCHIVE=...``, the stages that re-check ingestion run without the variable (offline: no
     download is tried); when the config changed and the archive is needed, the error names the path it read."""
-    settings = [f"paths.data_dir={tmp_path / 'data'}", "data.download_url=http://127.0.0.1:9/aclImdb_v1.tar.gz",
-                "data.validation_fraction=0.2"]
+    settings = [
+        f"paths.data_dir={tmp_path / 'data'}",
+        "data.download_url=http://127.0.0.1:9/aclImdb_v1.tar.gz",
+        "data.validation_fraction=0.2",
+    ]
     monkeypatch.setenv("IMDB_ARCHIVE", str(tiny_imdb_archive))
     out_dir = ingest.run(load_config(PROJECT_ROOT / "configs" / "smoke.yaml", settings))
     written = {path.name: path.stat().st_mtime_ns for path in out_dir.iterdir()}
@@ -159,8 +174,11 @@ def test_an_up_to_date_ingestion_needs_no_archive_again_and_a_stale_one_names_th
     assert {path.name: path.stat().st_mtime_ns for path in out_dir.iterdir()} == written
     monkeypatch.setattr(imdb, "download_archive", download)  # offline here (port 9), as on a machine without network
     stale = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [*settings, "data.validation_fraction=0.3"])
-    with pytest.raises(PipelineError, match=rf"could not download .* was last built from {tiny_imdb_archive}: "
-                                            rf"IMDB_ARCHIVE={tiny_imdb_archive} reads it again"):
+    with pytest.raises(
+        PipelineError,
+        match=rf"could not download .* was last built from {tiny_imdb_archive}: "
+        rf"IMDB_ARCHIVE={tiny_imdb_archive} reads it again",
+    ):
         ingest.run(stale)
     assert {path.name: path.stat().st_mtime_ns for path in out_dir.iterdir()} == written
 
@@ -184,7 +202,9 @@ def test_missing_archive(smoke_config, tmp_path):
 def test_truncated_archive(smoke_config, tiny_imdb_archive, tmp_path):
     truncated = tmp_path / "truncated.tar.gz"
     truncated.write_bytes(tiny_imdb_archive.read_bytes()[: tiny_imdb_archive.stat().st_size // 2])
-    assert_fails_cleanly(smoke_config.replace(data={"archive": str(truncated)}), r"truncated\.tar\.gz.*truncated or corrupt")
+    assert_fails_cleanly(
+        smoke_config.replace(data={"archive": str(truncated)}), r"truncated\.tar\.gz.*truncated or corrupt"
+    )
 
 
 def test_archive_cut_at_a_member_boundary_is_not_read_as_a_smaller_one(smoke_config, tiny_imdb_archive, tmp_path):
@@ -219,12 +239,15 @@ def test_corrupted_canonical_download_is_detected(smoke_config, tiny_imdb_archiv
     assert_fails_cleanly(smoke_config.replace(data={"archive": None}), "md5 mismatch: expected 7c2ac02c")
 
 
-@pytest.mark.parametrize("member,kind,linkname", [
-    ("aclImdb/../../escape.txt", tarfile.REGTYPE, ""),
-    ("/etc/evil.txt", tarfile.REGTYPE, ""),
-    ("aclImdb/train/pos/99_9.txt.link", tarfile.SYMTYPE, "/etc/passwd"),
-    ("aclImdb/train/pos/98_9.txt", tarfile.LNKTYPE, "aclImdb/train/pos/0_9.txt"),
-])
+@pytest.mark.parametrize(
+    "member,kind,linkname",
+    [
+        ("aclImdb/../../escape.txt", tarfile.REGTYPE, ""),
+        ("/etc/evil.txt", tarfile.REGTYPE, ""),
+        ("aclImdb/train/pos/99_9.txt.link", tarfile.SYMTYPE, "/etc/passwd"),
+        ("aclImdb/train/pos/98_9.txt", tarfile.LNKTYPE, "aclImdb/train/pos/0_9.txt"),
+    ],
+)
 def test_unsafe_members_are_rejected(smoke_config, tiny_imdb_archive, member, kind, linkname):
     add_member(tiny_imdb_archive, member, kind=kind, linkname=linkname)
     assert_fails_cleanly(smoke_config, "refusing archive member")
@@ -276,8 +299,10 @@ def test_cli_reports_error_and_nonzero_exit(tmp_path, capsys):
 
 @requires_real_archive
 def test_real_archive_counts(tmp_path):
-    config = load_config(PROJECT_ROOT / "configs" / "default.yaml",
-                         [f"data.archive={REAL_ARCHIVE}", f"paths.data_dir={tmp_path / 'data'}"])
+    config = load_config(
+        PROJECT_ROOT / "configs" / "default.yaml",
+        [f"data.archive={REAL_ARCHIVE}", f"paths.data_dir={tmp_path / 'data'}"],
+    )
     out_dir = ingest.run(config)
     manifest = json.loads((out_dir / "manifest.json").read_text())
     assert manifest["rows"] == {"train": 22500, "val": 2500, "test": 25000}
@@ -288,13 +313,17 @@ def test_real_archive_counts(tmp_path):
 def write_movie_urls(base: Path, per_class: int, reviews_per_movie: int = 4) -> None:
     """``train/urls_{pos,neg}.txt`` as the canonical archive has them: line i names the movie of review i."""
     for polarity in ("pos", "neg"):
-        lines = [f"http://www.imdb.com/title/tt{1000 + i // reviews_per_movie:07d}/usercomments" for i in range(per_class)]
+        lines = [
+            f"http://www.imdb.com/title/tt{1000 + i // reviews_per_movie:07d}/usercomments" for i in range(per_class)
+        ]
         (base / "train" / f"urls_{polarity}.txt").write_text("\n".join(lines) + "\n")
 
 
 def movies_of(out_dir: Path, split: str) -> set:
     frame = pd.read_parquet(out_dir / f"{split}.parquet")
-    return {(source.split("/")[1], review_id // 4) for source, review_id in zip(frame["source_file"], frame["review_id"])}
+    return {
+        (source.split("/")[1], review_id // 4) for source, review_id in zip(frame["source_file"], frame["review_id"])
+    }
 
 
 def test_validation_holds_whole_movies_when_the_archive_names_them(tmp_path):
@@ -309,14 +338,18 @@ def test_validation_holds_whole_movies_when_the_archive_names_them(tmp_path):
     assert manifest["rows"]["train"] + manifest["rows"]["val"] == 160
     assert not movies_of(out_dir, "train") & movies_of(out_dir, "val")
     # the control: the same archive split by review puts movies on both sides
-    plain = load_config(PROJECT_ROOT / "configs" / "smoke.yaml",
-                        settings + ["data.group_validation=false", f"paths.data_dir={tmp_path / 'b'}"])
+    plain = load_config(
+        PROJECT_ROOT / "configs" / "smoke.yaml",
+        settings + ["data.group_validation=false", f"paths.data_dir={tmp_path / 'b'}"],
+    )
     out_dir = ingest.run(plain)
     assert "group_validation is off" in json.loads((out_dir / "manifest.json").read_text())["split_rule"]
     assert movies_of(out_dir, "train") & movies_of(out_dir, "val")
     # from an extracted folder too
-    folder = load_config(PROJECT_ROOT / "configs" / "smoke.yaml",
-                         [f"data.archive={base}", "data.validation_fraction=0.2", f"paths.data_dir={tmp_path / 'c'}"])
+    folder = load_config(
+        PROJECT_ROOT / "configs" / "smoke.yaml",
+        [f"data.archive={base}", "data.validation_fraction=0.2", f"paths.data_dir={tmp_path / 'c'}"],
+    )
     out_dir = ingest.run(folder)
     assert not movies_of(out_dir, "train") & movies_of(out_dir, "val")
 
@@ -328,8 +361,10 @@ def test_an_archive_without_urls_says_its_split_is_by_review(smoke_config):
 
 def test_editing_an_unlabeled_folder_reingests_it(tmp_path, capsys):
     base = write_imdb_tree(tmp_path / "source", per_class={"train": 20, "test": 10}, seed=2, unlabeled=12)
-    config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
-        f"data.archive={base}", f"data.unlabeled_archive={base}", f"paths.data_dir={tmp_path / 'data'}"])
+    config = load_config(
+        PROJECT_ROOT / "configs" / "smoke.yaml",
+        [f"data.archive={base}", f"data.unlabeled_archive={base}", f"paths.data_dir={tmp_path / 'data'}"],
+    )
     ingest.run(config)
     ingest.run(config)
     assert "up to date" in capsys.readouterr().out

@@ -79,8 +79,10 @@ def test_loss_falls_weights_transfer_and_the_run_records_its_pretraining(prepare
     assert client.get_run(run_id).data.tags["pretrained_from"] == spec["mlflow_run_id"]
     assert client.get_run(run_id).data.params["model.init"] == "pretrained"
     # the same backbone is also reachable through its MLflow run
-    from_run = config.replace(model={"init": "pretrained", "pretrained": f"runs:/{spec['mlflow_run_id']}/backbone"},
-                              training={"epochs": 1, "seed": 5})
+    from_run = config.replace(
+        model={"init": "pretrained", "pretrained": f"runs:/{spec['mlflow_run_id']}/backbone"},
+        training={"epochs": 1, "seed": 5},
+    )
     assert train.run(from_run).is_dir()
 
 
@@ -111,8 +113,9 @@ def test_fine_tuning_refuses_another_vocabulary_or_width(prepared_config):
     wider = config.replace(model={"init": "pretrained", "hidden_dim": 32}, training={"epochs": 1})
     with pytest.raises(InputError, match="width"):
         train.run(wider)
-    other_vocabulary = config.replace(tokenizer={"vocabulary_size": 60}, model={"init": "pretrained"},
-                                      training={"epochs": 1})
+    other_vocabulary = config.replace(
+        tokenizer={"vocabulary_size": 60}, model={"init": "pretrained"}, training={"epochs": 1}
+    )
     tokenize.run(other_vocabulary)
     with pytest.raises(InputError, match="different vocabulary"):
         train.run(other_vocabulary)
@@ -144,7 +147,9 @@ def test_pretraining_needs_the_mask_token(prepared_config):
     (config.data_dir / "tokenize" / "vocabulary.txt").write_text(text)
     from pipeline.core.files import sha256_text
 
-    (config.data_dir / "tokenize" / "tokenizer.json").write_text(json.dumps({**settings, "vocabulary_sha256": sha256_text(text)}))
+    (config.data_dir / "tokenize" / "tokenizer.json").write_text(
+        json.dumps({**settings, "vocabulary_sha256": sha256_text(text)})
+    )
     with pytest.raises(InputError, match=r"no \[MASK\] token"):
         pretrain.run(config)
 
@@ -155,17 +160,33 @@ def test_budget_curve_fine_tunes_from_scratch_and_from_the_pretrained_backbone(p
     from pipeline.core.files import manifest_hash
     from pipeline.experiments import pretrain_budget
 
-    config = prepared_config.replace(training={"epochs": 1}, pretrain={"max_steps": 20})  # any budget > 0 makes the curve
-    other = {"encoder": "width 8, 1 block, 1 heads, ff 8", "pretrain_minutes": 0.0, "seed": 1, "run_id": "r0",
-             "best_val_accuracy": 0.5, "test_accuracy": 0.5}
-    earlier = {"tokenize_manifest_sha256": manifest_hash(stage_dir(config, "tokenize")), "rows": [other],
-               "pretrain_runs": {other["encoder"]: "p0"}, "baseline_test_accuracy": 0.9}
+    config = prepared_config.replace(
+        training={"epochs": 1}, pretrain={"max_steps": 20}
+    )  # any budget > 0 makes the curve
+    other = {
+        "encoder": "width 8, 1 block, 1 heads, ff 8",
+        "pretrain_minutes": 0.0,
+        "seed": 1,
+        "run_id": "r0",
+        "best_val_accuracy": 0.5,
+        "test_accuracy": 0.5,
+    }
+    earlier = {
+        "tokenize_manifest_sha256": manifest_hash(stage_dir(config, "tokenize")),
+        "rows": [other],
+        "pretrain_runs": {other["encoder"]: "p0"},
+        "baseline_test_accuracy": 0.9,
+    }
     config.reports_dir.mkdir(parents=True)
     (config.reports_dir / "pretraining_budget.json").write_text(json.dumps(earlier))
     report = pretrain_budget.run(config, seeds=(1,))  # the baseline: the earlier report's
     payload = json.loads((config.reports_dir / "pretraining_budget.json").read_text())
     small = pretrain_budget.encoder_label(config.model.backbone())
-    assert payload["rows"][0] == other and [row["encoder"] for row in payload["rows"]] == [other["encoder"], small, small]
+    assert payload["rows"][0] == other and [row["encoder"] for row in payload["rows"]] == [
+        other["encoder"],
+        small,
+        small,
+    ]
     minutes = [row["pretrain_minutes"] for row in payload["rows"][1:]]
     assert minutes[0] == 0 and minutes[-1] > 0
     assert set(payload["pretrain_runs"]) == {other["encoder"], small} and payload["baseline_test_accuracy"] == 0.9
@@ -182,11 +203,17 @@ def test_rerunning_an_encoder_size_replaces_its_rows_and_other_data_starts_a_new
     def row(encoder, minutes):
         return {"encoder": encoder, "pretrain_minutes": minutes, "seed": 1}
 
-    previous = {"tokenize_manifest_sha256": "abc", "rows": [row("a", 0), row("a", 5), row("b", 0), row("b", 5)],
-                "pretrain_runs": {"a": "run-a", "b": "run-b"}}
+    previous = {
+        "tokenize_manifest_sha256": "abc",
+        "rows": [row("a", 0), row("a", 5), row("b", 0), row("b", 5)],
+        "pretrain_runs": {"a": "run-a", "b": "run-b"},
+    }
     rows, runs = merge_rows(previous, "abc", "b", [row("b", 0), row("b", 10)])
     assert rows == [row("a", 0), row("a", 5), row("b", 0), row("b", 10)] and runs == {"a": "run-a"}
-    assert merge_rows(previous, "abc", "c", [row("c", 0)]) == (previous["rows"] + [row("c", 0)], previous["pretrain_runs"])
+    assert merge_rows(previous, "abc", "c", [row("c", 0)]) == (
+        previous["rows"] + [row("c", 0)],
+        previous["pretrain_runs"],
+    )
     assert merge_rows(previous, "other data", "b", [row("b", 0)]) == ([row("b", 0)], {})
     assert merge_rows(None, "abc", "b", [row("b", 0)]) == ([row("b", 0)], {})
 
@@ -195,10 +222,23 @@ def test_budget_summary_matches_seeds_and_picks_the_budget_on_validation():
     from pipeline.experiments.pretrain_budget import chosen_budgets, summarize
 
     def row(encoder, minutes, seed, val, test):
-        return {"encoder": encoder, "pretrain_minutes": minutes, "seed": seed, "best_val_accuracy": val, "test_accuracy": test}
+        return {
+            "encoder": encoder,
+            "pretrain_minutes": minutes,
+            "seed": seed,
+            "best_val_accuracy": val,
+            "test_accuracy": test,
+        }
 
-    rows = [row("a", 0, 1, 0.80, 0.70), row("a", 0, 2, 0.82, 0.74), row("a", 10, 1, 0.85, 0.71),
-            row("a", 10, 3, 0.85, 0.99), row("a", 20, 1, 0.84, 0.90), row("b", 0, 1, 0.9, 0.8), row("b", 5, 1, 0.9, 0.6)]
+    rows = [
+        row("a", 0, 1, 0.80, 0.70),
+        row("a", 0, 2, 0.82, 0.74),
+        row("a", 10, 1, 0.85, 0.71),
+        row("a", 10, 3, 0.85, 0.99),
+        row("a", 20, 1, 0.84, 0.90),
+        row("b", 0, 1, 0.9, 0.8),
+        row("b", 5, 1, 0.9, 0.6),
+    ]
     summary = {(p["encoder"], p["pretrain_minutes"]): p for p in summarize(rows)}
     assert summary[("a", 0)]["mean_test_accuracy"] == pytest.approx(0.72)
     assert summary[("a", 0)]["test_std"] == pytest.approx(np.std([0.70, 0.74], ddof=1))
@@ -215,10 +255,15 @@ def test_budget_baseline_defaults_to_the_comparison_report(tmp_path):
     assert comparison_baseline(tmp_path) is None
     (tmp_path / "comparison.json").write_text(json.dumps({"summary": {"first_token": {}}}))
     assert comparison_baseline(tmp_path) is None
-    (tmp_path / "comparison.json").write_text(json.dumps({"summary": {"baseline": {"test_accuracy": {"mean": 0.9033}}}}))
+    (tmp_path / "comparison.json").write_text(
+        json.dumps({"summary": {"baseline": {"test_accuracy": {"mean": 0.9033}}}})
+    )
     assert comparison_baseline(tmp_path) == 0.9033  # a report written when TF-IDF was the baseline
-    (tmp_path / "comparison.json").write_text(json.dumps({"summary": {"nbsvm": {"test_accuracy": {"mean": 0.9158}},
-                                                                      "tfidf": {"test_accuracy": {"mean": 0.9033}}}}))
+    (tmp_path / "comparison.json").write_text(
+        json.dumps(
+            {"summary": {"nbsvm": {"test_accuracy": {"mean": 0.9158}}, "tfidf": {"test_accuracy": {"mean": 0.9033}}}}
+        )
+    )
     assert comparison_baseline(tmp_path) == 0.9158
 
 

@@ -70,8 +70,9 @@ def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(prepar
     assert "pseudo-label: up to date" in capsys.readouterr().out
     stricter = pseudo_label.run(config.replace(pseudo_label={"min_confidence": 0.9}))
     assert len(pd.read_parquet(stricter / PSEUDO_LABELS_FILE)) < len(kept)
-    fewer = pd.read_parquet(pseudo_label.run(config.replace(pseudo_label={"min_confidence": 0.6, "max_rows": 5}))
-                            / PSEUDO_LABELS_FILE)
+    fewer = pd.read_parquet(
+        pseudo_label.run(config.replace(pseudo_label={"min_confidence": 0.6, "max_rows": 5})) / PSEUDO_LABELS_FILE
+    )
     assert len(fewer) == 5 and set(fewer["row"]) < set(kept["row"])
     assert "(a sample of at most 5)" in capsys.readouterr().out
     pseudo_label.run(config)  # back to 0.6 for training: a new teacher run with the same labels
@@ -97,25 +98,29 @@ def test_teacher_labels_unlabeled_reviews_and_training_uses_the_sure_ones(prepar
     assert train.run(config.replace(training={"pseudo_labels": True, "epochs": 1})) == run_dir
     assert "train: up to date" in capsys.readouterr().out
     pseudo_label.run(config.replace(pseudo_label={"min_confidence": 0.9}))
-    other_dir, _, _ = training.run_directory(config.replace(training={"pseudo_labels": True, "epochs": 1}),
-                                          config.data_dir / "tokenize")
+    other_dir, _, _ = training.run_directory(
+        config.replace(training={"pseudo_labels": True, "epochs": 1}), config.data_dir / "tokenize"
+    )
     assert other_dir != run_dir
     pseudo_label.run(config)
 
     # one epoch holds every gold and every pseudo-labelled review exactly once, each with its label
     hard = config.replace(training={"pseudo_labels": True}, pseudo_label={"soft": False})  # class indices
     data = training.load_training_data(hard, config.data_dir / "tokenize", 1)
-    seen = Counter((tuple(row[row != PAD_ID]), int(label)) for x, y in data.train for row, label in zip(x.numpy(), y.numpy()))
+    seen = Counter(
+        (tuple(row[row != PAD_ID]), int(label)) for x, y in data.train for row, label in zip(x.numpy(), y.numpy())
+    )
     gold_ids, gold_labels = load_split(config.data_dir / "tokenize", "train")
     unlabeled_ids = np.load(config.data_dir / "tokenize" / "unlabeled_ids.npy")
     expected = Counter((tuple(row[row != PAD_ID]), int(label)) for row, label in zip(gold_ids, gold_labels))
-    expected.update((tuple(unlabeled_ids[r][unlabeled_ids[r] != PAD_ID]), int(label))
-                    for r, label in zip(kept["row"], kept["label"]))
+    expected.update(
+        (tuple(unlabeled_ids[r][unlabeled_ids[r] != PAD_ID]), int(label))
+        for r, label in zip(kept["row"], kept["label"])
+    )
     assert seen == expected
 
 
-def test_training_makes_its_pseudo_labels_or_goes_without_when_nothing_is_unlabeled(prepared_config, tmp_path,
-                                                                                     capsys):
+def test_training_makes_its_pseudo_labels_or_goes_without_when_nothing_is_unlabeled(prepared_config, tmp_path, capsys):
     """``training.pseudo_labels`` on: the labels are made before training (then found up to date); an ingest
     without unlabeled reviews trains without distillation, says so, and the run's config says it too."""
     config = prepared_config.replace(training={"pseudo_labels": True})
@@ -154,8 +159,9 @@ def test_refusals_name_what_is_missing(prepared_config, tmp_path, capsys):
     pseudo_label.run(prepared_config.replace(pseudo_label={"min_confidence": 1.0}))
     assert "warning: no unlabeled review reached" in capsys.readouterr().out
     with pytest.raises(InputError, match="no pseudo labels .*min_confidence 1.0"):
-        training.load_training_data(prepared_config.replace(training={"pseudo_labels": True}),
-                                 prepared_config.data_dir / "tokenize", 1)
+        training.load_training_data(
+            prepared_config.replace(training={"pseudo_labels": True}), prepared_config.data_dir / "tokenize", 1
+        )
 
     pseudo_label.run(prepared_config)
     # tokenized from another ingestion than the one the pseudo labels were made from
@@ -169,9 +175,20 @@ def test_refusals_name_what_is_missing(prepared_config, tmp_path, capsys):
 
 def test_without_unlabeled_reviews_the_stage_says_how_to_get_them(smoke_config, capsys):
     ingest.run(smoke_config)
-    assert cli_main(["pseudo-label", "--config", str(PROJECT_ROOT / "configs" / "smoke.yaml"),
-                     "--set", f"data.archive={smoke_config.data.archive}",
-                     "--set", f"paths.data_dir={smoke_config.data_dir}"]) == 2
+    assert (
+        cli_main(
+            [
+                "pseudo-label",
+                "--config",
+                str(PROJECT_ROOT / "configs" / "smoke.yaml"),
+                "--set",
+                f"data.archive={smoke_config.data.archive}",
+                "--set",
+                f"paths.data_dir={smoke_config.data_dir}",
+            ]
+        )
+        == 2
+    )
     error = capsys.readouterr().err
     assert "IMDB_UNSUP_ARCHIVE" in error and "unlabeled" in error
     assert not (smoke_config.data_dir / "pseudo_label").exists()
@@ -259,7 +276,7 @@ def test_a_logged_model_teaches_with_the_probabilities_it_would_score(prepared_c
     assert pseudo_labels.select_confident(probabilities, 0.0)["row"].tolist() == [0, 3]
 
     renamed = shutil.copytree(teacher, tmp_path / "renamed")
-    labels_file, = renamed.rglob(LABELS_FILE)
+    (labels_file,) = renamed.rglob(LABELS_FILE)
     labels_file.write_text(json.dumps({"labels": ["bad", "good"]}))
     before = (out_dir / PSEUDO_LABELS_FILE).read_bytes()
     with pytest.raises(InputError, match=r"pseudo_label.teacher .* classes \['bad', 'good'\]; the ingested reviews"):
@@ -275,12 +292,16 @@ def test_sentence_crops_of_train_reviews_join_the_distilled_rows_with_soft_targe
     from pipeline.core.catalog import PSEUDO_CROPS_FILE, teacher_probability_column
     from pipeline.stages.ingest.outputs import read_split
 
-    config = prepared_config.replace(pseudo_label={"crops_per_review": 2, "crop_label_weight": 0.6},
-                                     training={"pseudo_labels": True, "epochs": 1})
+    config = prepared_config.replace(
+        pseudo_label={"crops_per_review": 2, "crop_label_weight": 0.6}, training={"pseudo_labels": True, "epochs": 1}
+    )
     out_dir = pseudo_label.run(config)
     crops = pd.read_parquet(out_dir / PSEUDO_CROPS_FILE)
     train_split = read_split(config.data_dir / "ingest", "train", columns=["text", "label"])
-    assert len(crops) == 2 * len(train_split) and crops["review"].tolist() == np.repeat(range(len(train_split)), 2).tolist()
+    assert (
+        len(crops) == 2 * len(train_split)
+        and crops["review"].tolist() == np.repeat(range(len(train_split)), 2).tolist()
+    )
     columns = [teacher_probability_column(i) for i in range(2)]
     targets = crops[columns].to_numpy()
     np.testing.assert_allclose(targets.sum(axis=1), 1.0, rtol=1e-5)
@@ -290,13 +311,14 @@ def test_sentence_crops_of_train_reviews_join_the_distilled_rows_with_soft_targe
 
     for text, review in zip(crops["text"], crops["review"]):  # one or two consecutive sentences of its review
         pieces = sentences(train_split["text"].iloc[review])
-        assert text in {" ".join(pieces[i:i + n]) for n in (1, 2) for i in range(len(pieces))}
+        assert text in {" ".join(pieces[i : i + n]) for n in (1, 2) for i in range(len(pieces))}
     kept = pd.read_parquet(out_dir / PSEUDO_LABELS_FILE)
     data = training.load_training_data(config, config.data_dir / "tokenize", 1)
     assert data.pseudo_label_rows == len(kept) + len(crops)
     assert data.train_rows == len(train_split) + len(kept) + len(crops)
-    plain_dir, _, _ = training.run_directory(config.replace(pseudo_label={"crops_per_review": 0}),
-                                             config.data_dir / "tokenize")
+    plain_dir, _, _ = training.run_directory(
+        config.replace(pseudo_label={"crops_per_review": 0}), config.data_dir / "tokenize"
+    )
     crops_dir, _, inputs = training.run_directory(config, config.data_dir / "tokenize")
     assert crops_dir != plain_dir and "training_crops_sha256" in inputs
     (out_dir / PSEUDO_CROPS_FILE).unlink()  # labels made before the setting: one error that says what to run

@@ -30,8 +30,11 @@ def test_register_picks_the_best_validation_candidate_of_any_kind_and_score_uses
     # the rule: of the candidates within the tolerance of the best validation accuracy, the best on the crops
     summary = {name: entry for name, entry in payload["summary"].items() if entry["kind"] != "reference"}
     best_val = max(entry["best_val_accuracy"]["mean"] for entry in summary.values())
-    close = [name for name, entry in summary.items()
-             if entry["best_val_accuracy"]["mean"] >= best_val - config.compare.champion_tolerance - 1e-12]
+    close = [
+        name
+        for name, entry in summary.items()
+        if entry["best_val_accuracy"]["mean"] >= best_val - config.compare.champion_tolerance - 1e-12
+    ]
     assert group in close
     assert summary[group]["val_crop_accuracy"]["mean"] == max(summary[n]["val_crop_accuracy"]["mean"] for n in close)
     capsys.readouterr()
@@ -52,7 +55,11 @@ def test_register_picks_the_best_validation_candidate_of_any_kind_and_score_uses
     if kind == "lexical":
         assert "NBSVM" in card and "cut to" not in card
     else:
-        params = run.data.params if kind == "transformer" else client.get_run(run.data.params["fusion.transformer_run"]).data.params
+        params = (
+            run.data.params
+            if kind == "transformer"
+            else client.get_run(run.data.params["fusion.transformer_run"]).data.params
+        )
         assert f"cut to **{params['tokenizer.max_sequence_length']} tokens**" in card
         assert f"**{params['model.pooling']} pooling**" in card
     assert f"expected calibration error {run.data.metrics['test_ece']:.4f}" in card
@@ -82,14 +89,21 @@ def test_model_cards_describe_each_kind_of_candidate(comparison):
     payload = json.loads((config.reports_dir / "comparison.json").read_text())
     mlflow.set_tracking_uri(config.tracking.tracking_uri)
     client = mlflow.tracking.MlflowClient()
-    expected = {"first_token": "**first_token pooling**", "nbsvm": "naive-Bayes log-count ratio",
-                FUSED[0]: "on the Transformer**"}
+    expected = {
+        "first_token": "**first_token pooling**",
+        "nbsvm": "naive-Bayes log-count ratio",
+        FUSED[0]: "on the Transformer**",
+    }
     for name, phrase in expected.items():
         run = client.get_run(payload["summary"][name]["run_ids"][0])
         evaluation, _ = register_card.run_evaluation(run.info.run_id)
         card = register_card.model_card("m", "1", run, evaluation, {}, 17, payload["parent_run_id"])
         assert phrase in card and f"{evaluation['test_rows']:,} test reviews" in card
         assert ("cut to" in card) == (name != "nbsvm")
+        train_rows = int(
+            client.get_run(run.data.params.get("fusion.transformer_run", run.info.run_id)).data.params["train_rows"]
+        )
+        assert f"- Splits: {train_rows:,} " in card and "?" not in card.split("- Splits: ")[1].split(" test")[0]
 
 
 def test_the_model_card_says_how_the_transformer_reads_a_long_review():
@@ -105,9 +119,15 @@ def test_the_model_card_says_how_the_transformer_reads_a_long_review():
 def test_the_model_card_says_what_nbsvm_read_besides_the_reviews():
     from pipeline.stages.register.card import lexical_lines
 
-    params = {"nbsvm.vocabulary": "800000", "nbsvm.C": "0.1", "nbsvm.C_grid": "0.03,0.1", "nbsvm.crops_per_review": "4",
-              "nbsvm.crop_label_weight": "0.5", "nbsvm.unlabeled_crops_per_review": "2",
-              "nbsvm.unlabeled_reviews": "50000"}
+    params = {
+        "nbsvm.vocabulary": "800000",
+        "nbsvm.C": "0.1",
+        "nbsvm.C_grid": "0.03,0.1",
+        "nbsvm.crops_per_review": "4",
+        "nbsvm.crop_label_weight": "0.5",
+        "nbsvm.unlabeled_crops_per_review": "2",
+        "nbsvm.unlabeled_reviews": "50000",
+    }
     both = "\n".join(lexical_lines(params))
     assert "4 random 1-2-sentence crops of each" in both and "2 crops of each of 50,000 unlabeled reviews" in both
     alone = "\n".join(lexical_lines({**params, "nbsvm.unlabeled_reviews": "0"}))

@@ -37,8 +37,11 @@ def read_output(path) -> pd.DataFrame:
 BAD_TEXTS = ["", "   ", "\n\t", "42", "-3.5e2"]
 review_text = st.one_of(
     st.sampled_from(BAD_TEXTS),
-    st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")) | st.sampled_from([",", '"', "\n", " "]),
-            min_size=1, max_size=60),
+    st.text(
+        alphabet=st.characters(blacklist_categories=("Cs", "Cc")) | st.sampled_from([",", '"', "\n", " "]),
+        min_size=1,
+        max_size=60,
+    ),
     st.sampled_from(["A superb, wonderful film.", 'He said "awful", then left.', "dull\nand\nboring"]),
 )
 
@@ -155,8 +158,17 @@ def test_missing_column_lists_existing_columns(fast_model, tmp_path, capsys):
 
 def test_bad_model_uri_is_named(trained_run, tmp_path, capsys):
     pd.DataFrame({"text": ["x"]}).to_csv(tmp_path / "in.csv", index=False)
-    code = cli_main(["score", "--input", str(tmp_path / "in.csv"), "--output", str(tmp_path / "out.csv"),
-                     "--model", "models:/no-such-model@champion"])
+    code = cli_main(
+        [
+            "score",
+            "--input",
+            str(tmp_path / "in.csv"),
+            "--output",
+            str(tmp_path / "out.csv"),
+            "--model",
+            "models:/no-such-model@champion",
+        ]
+    )
     assert code == 2
     assert "models:/no-such-model@champion" in capsys.readouterr().err
     assert not (tmp_path / "out.csv").exists()
@@ -169,8 +181,14 @@ def test_refuses_to_overwrite_input(fast_model, tmp_path):
         score.run(config, tmp_path / "in.csv", tmp_path / "in.csv", model_uri=uri)
 
 
-EXPLAINED = ["A superb, wonderful film.", "", "Awful and dull, truly awful.", "42", "superb " * 300,
-             "Great acting, and a moving story."]
+EXPLAINED = [
+    "A superb, wonderful film.",
+    "",
+    "Awful and dull, truly awful.",
+    "42",
+    "superb " * 300,
+    "Great acting, and a moving story.",
+]
 
 
 def test_explain_adds_the_words_behind_every_scored_row_and_keeps_the_error_rows(model, tmp_path, capsys):
@@ -178,9 +196,24 @@ def test_explain_adds_the_words_behind_every_scored_row_and_keeps_the_error_rows
     signed words of their own text; the pyfunc model's `explain` request option answers the same."""
     config, uri, _ = model
     pd.DataFrame({"id": range(len(EXPLAINED)), "text": EXPLAINED}).to_csv(tmp_path / "in.csv", index=False)
-    code = cli_main(["score", "--input", str(tmp_path / "in.csv"), "--output", str(tmp_path / "out.csv"),
-                     "--model", uri, "--explain", "--explain-top", "3", "--chunk-size", "2",
-                     "--set", f"tracking.tracking_uri={config.tracking.tracking_uri}"])
+    code = cli_main(
+        [
+            "score",
+            "--input",
+            str(tmp_path / "in.csv"),
+            "--output",
+            str(tmp_path / "out.csv"),
+            "--model",
+            uri,
+            "--explain",
+            "--explain-top",
+            "3",
+            "--chunk-size",
+            "2",
+            "--set",
+            f"tracking.tracking_uri={config.tracking.tracking_uri}",
+        ]
+    )
     assert code == 0
     out = read_output(tmp_path / "out.csv")
     assert list(out.columns) == ["id", "text", "positive_probability", "predicted_label", "score_error", "explanation"]
@@ -194,11 +227,14 @@ def test_explain_adds_the_words_behind_every_scored_row_and_keeps_the_error_rows
     assert "scored and explained (explanation: top 3)" in capsys.readouterr().out
     plain = score.run(config, tmp_path / "in.csv", tmp_path / "plain.csv", model_uri=uri)
     assert plain["rows"] == len(EXPLAINED) and "explanation" not in read_output(tmp_path / "plain.csv").columns
-    np.testing.assert_allclose(read_output(tmp_path / "plain.csv")["positive_probability"].replace("", "nan")
-                               .astype(float), out["positive_probability"].replace("", "nan").astype(float),
-                               atol=1e-6)
-    served = mlflow.pyfunc.load_model(uri).predict(pd.DataFrame({"text": EXPLAINED}),
-                                                  params={"explain": True, "explain_top": 3})
+    np.testing.assert_allclose(
+        read_output(tmp_path / "plain.csv")["positive_probability"].replace("", "nan").astype(float),
+        out["positive_probability"].replace("", "nan").astype(float),
+        atol=1e-6,
+    )
+    served = mlflow.pyfunc.load_model(uri).predict(
+        pd.DataFrame({"text": EXPLAINED}), params={"explain": True, "explain_top": 3}
+    )
     assert served["explanation"].tolist() == out["explanation"].tolist()
     assert "explanation" not in mlflow.pyfunc.load_model(uri).predict(pd.DataFrame({"text": EXPLAINED})).columns
 
@@ -208,8 +244,20 @@ def test_explain_top_must_be_positive(fast_model, tmp_path):
     pd.DataFrame({"text": ["good film"]}).to_csv(tmp_path / "in.csv", index=False)
     with pytest.raises(ValueError, match="--explain-top must be 1 or more"):
         score.run(config, tmp_path / "in.csv", tmp_path / "out.csv", model_uri=uri, explain_top=-1)
-    code = cli_main(["score", "--input", str(tmp_path / "in.csv"), "--output", str(tmp_path / "out.csv"),
-                     "--model", uri, "--explain", "--explain-top", "0"])
+    code = cli_main(
+        [
+            "score",
+            "--input",
+            str(tmp_path / "in.csv"),
+            "--output",
+            str(tmp_path / "out.csv"),
+            "--model",
+            uri,
+            "--explain",
+            "--explain-top",
+            "0",
+        ]
+    )
     assert code == 2
     assert not (tmp_path / "out.csv").exists()
 

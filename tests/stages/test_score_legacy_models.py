@@ -2,10 +2,14 @@
 
 Two models logged by older code, each beside what that code answered (``*_expected.json``):
 
-- ``tests/data/legacy_pyfunc_model``: logged at 43f75dd, before the modules moved into ``pipeline/stages/``
-  (``legacy_pyfunc_model.md``);
-- ``tests/data/legacy_a765a9c_model``: logged at a765a9c, the stage layout with ``pipeline/encoder.py``
-  (``legacy_a765a9c_model.md``).
+- ``legacy_pyfunc_model``: logged at 43f75dd, before the modules moved into ``pipeline/stages/``
+  (``tests/data/legacy_pyfunc_model.md``);
+- ``legacy_a765a9c_model``: logged at a765a9c, the stage layout with ``pipeline/encoder.py``
+  (``tests/data/legacy_a765a9c_model.md``).
+
+Both model folders, with the copies of the old package they carry, are one file, ``tests/data/legacy_models.tar.gz``,
+unpacked once per test process (frozen sources are not loose files that every search of the tree finds). Which old
+models must load, and the names that make them load, are in ``pipeline.core.old_models``.
 
 Today's code must give the same rows through every client. In this process (``make score``, a registered
 ``@champion``) the pickled model and its artifacts are loaded by today's package, not by the copy of the package
@@ -13,11 +17,16 @@ each model carries in ``code/``; a fresh process that loads a model with MLflow 
 runs that copy, which the control below shows.
 """
 
+import atexit
+import functools
 import inspect
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +40,7 @@ from tests.conftest import PROJECT_ROOT
 from tests.served_model import invoke, model_server
 
 DATA = PROJECT_ROOT / "tests" / "data"
+ARCHIVE = DATA / "legacy_models.tar.gz"
 PACKAGE = (PROJECT_ROOT / "pipeline").resolve()
 ANSWER_COLUMNS = ("positive_probability", "predicted_label", "score_error")
 
@@ -39,8 +49,12 @@ ANSWER_COLUMNS = ("positive_probability", "predicted_label", "score_error")
 class Legacy:
     """A model logged by older code and what that code answered for ``texts``."""
 
-    path: Path
+    folder: str  # its folder in ``ARCHIVE``
     expected: dict
+
+    @property
+    def path(self) -> Path:
+        return unpacked() / self.folder
 
     @property
     def texts(self) -> list:
@@ -58,8 +72,18 @@ class Legacy:
         return [{key: self.expected[key][by_text[text]] for key in ANSWER_COLUMNS} for text in texts]
 
 
+@functools.cache
+def unpacked() -> Path:
+    """``ARCHIVE`` unpacked into a temporary folder of this process (once)."""
+    folder = Path(tempfile.mkdtemp(prefix="legacy-models-"))
+    atexit.register(shutil.rmtree, folder, True)
+    with tarfile.open(ARCHIVE) as archive:
+        archive.extractall(folder, filter="data")
+    return folder
+
+
 def legacy_model(folder: str, expected: str) -> Legacy:
-    return Legacy(DATA / folder, json.loads((DATA / expected).read_text(encoding="utf-8")))
+    return Legacy(folder, json.loads((DATA / expected).read_text(encoding="utf-8")))
 
 
 LEGACY = {
@@ -120,9 +144,14 @@ print("FILES", json.dumps(sorted({inspect.getfile(c) for c in classes if c.__mod
 def test_the_control_a_fresh_process_loading_it_with_mlflow_alone_runs_the_models_copy(legacy, tmp_path):
     """The check above fails where it should: today's package is importable here (PYTHONPATH), yet MLflow puts the
     model's ``code/`` first on ``sys.path``, so this process (as ``mlflow models serve`` does) runs the copy."""
-    done = subprocess.run([sys.executable, "-c", LOAD_WITH_MLFLOW_ALONE, str(legacy.path)], cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD_WITH_MLFLOW_ALONE, str(legacy.path)],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     files = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("FILES "))[6:])
     assert len(files) >= 3, files

@@ -44,8 +44,14 @@ def assert_same_rows(answer: list[dict], expected: pd.DataFrame) -> None:
 
 
 def test_make_score_flags_the_unscorable_rows(make_score_answer):
-    assert make_score_answer["score_error"].tolist() == ["", "missing or empty text", "whitespace-only text",
-                                                         "not text (a number)", "", ""]
+    assert make_score_answer["score_error"].tolist() == [
+        "",
+        "missing or empty text",
+        "whitespace-only text",
+        "not text (a number)",
+        "",
+        "",
+    ]
 
 
 def test_mlflow_models_serve_answers_like_make_score(logged_model, make_score_answer, tmp_path):
@@ -70,9 +76,28 @@ def test_mlflow_models_serve_answers_like_make_score(logged_model, make_score_an
 def test_mlflow_models_predict_answers_like_make_score(logged_model, make_score_answer, tmp_path):
     config, model_uri = logged_model
     (tmp_path / "in.json").write_text(json.dumps({"dataframe_records": [{"text": t} for t in ROWS]}))
-    subprocess.run([sys.executable, "-m", "mlflow", "models", "predict", "-m", model_uri, "-i", str(tmp_path / "in.json"),
-                    "-t", "json", "-o", str(tmp_path / "out.json"), "--env-manager", "local"], check=True,
-                   env={**os.environ, "MLFLOW_TRACKING_URI": config.tracking.tracking_uri}, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "models",
+            "predict",
+            "-m",
+            model_uri,
+            "-i",
+            str(tmp_path / "in.json"),
+            "-t",
+            "json",
+            "-o",
+            str(tmp_path / "out.json"),
+            "--env-manager",
+            "local",
+        ],
+        check=True,
+        env={**os.environ, "MLFLOW_TRACKING_URI": config.tracking.tracking_uri},
+        capture_output=True,
+    )
     answer = json.loads((tmp_path / "out.json").read_text())["predictions"]
     assert_same_rows(answer, make_score_answer)
 

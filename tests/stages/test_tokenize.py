@@ -59,9 +59,10 @@ def test_stage_skips_when_unchanged_and_reruns_on_change(smoke_config, capsys):
 
 @requires_real_archive
 def test_real_archive_subsample(tmp_path):
-    config = load_config(PROJECT_ROOT / "configs" / "default.yaml",
-                         [f"data.archive={REAL_ARCHIVE}", f"paths.data_dir={tmp_path / 'data'}",
-                          "tokenizer.vocabulary_size=2000"])
+    config = load_config(
+        PROJECT_ROOT / "configs" / "default.yaml",
+        [f"data.archive={REAL_ARCHIVE}", f"paths.data_dir={tmp_path / 'data'}", "tokenizer.vocabulary_size=2000"],
+    )
     ingest_dir = ingest.run(config)
     for split, rows in (("train", 2000), ("val", 200), ("test", 500)):
         frame = pd.read_parquet(ingest_dir / f"{split}.parquet")
@@ -71,5 +72,3 @@ def test_real_archive_subsample(tmp_path):
     assert 1500 < manifest["vocabulary_size"] <= 2000
     assert manifest["unknown_token_rate"]["test"] < 0.01
     assert 0.2 < manifest["truncated_fraction"]["test"] < 0.6
-
-

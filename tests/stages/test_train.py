@@ -55,8 +55,9 @@ def test_pyfunc_model_scores_raw_strings(trained_run):
     assert scored["predicted_label"].tolist() == ["positive", "negative", ""]
     assert scored["score_error"].tolist() == ["", "", "missing or empty text"]
     assert scored["positive_probability"].iloc[2] is None
-    direct = predict_probabilities(load_keras_model(run_dir / "model.keras"), WordPieceTextTokenizer.load(run_dir / "tokenizer"),
-                                   texts[:2])
+    direct = predict_probabilities(
+        load_keras_model(run_dir / "model.keras"), WordPieceTextTokenizer.load(run_dir / "tokenizer"), texts[:2]
+    )
     np.testing.assert_allclose(scored["positive_probability"].iloc[:2].astype(float), direct[:, 1], atol=1e-6)
 
 
@@ -129,9 +130,28 @@ def test_mlflow_models_predict_cli_scores_a_csv_in_a_fresh_process(trained_run, 
     output = tmp_path / "predictions.json"
     env = {**os.environ, "MLFLOW_TRACKING_URI": config.tracking.tracking_uri}
     result = subprocess.run(
-        [sys.executable, "-m", "mlflow", "models", "predict", "-m", f"runs:/{manifest['mlflow_run_id']}/model",
-         "-i", str(reviews), "-t", "csv", "--env-manager", "local", "-o", str(output)],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "models",
+            "predict",
+            "-m",
+            f"runs:/{manifest['mlflow_run_id']}/model",
+            "-i",
+            str(reviews),
+            "-t",
+            "csv",
+            "--env-manager",
+            "local",
+            "-o",
+            str(output),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     predictions = json.loads(output.read_text())["predictions"]
@@ -162,8 +182,11 @@ def test_running_out_of_device_memory_is_one_error_naming_the_batch_size(prepare
         def on_train_batch_begin(self, batch, logs=None):
             raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape [16, 32, 64]")
 
-    with pytest.raises(ConfigError, match=r"out of memory training with training.batch_size=16 .* lower "
-                                          r"training.batch_size"):
+    with pytest.raises(
+        ConfigError,
+        match=r"out of memory training with training.batch_size=16 .* lower "
+        r"training.batch_size",
+    ):
         train_model(prepared_config.replace(model={"ngram_max": 1}), extra_callbacks=[OutOfMemory()])
 
 
@@ -178,8 +201,7 @@ def test_the_saved_model_holds_weights_not_optimizer_state(trained_run, tmp_path
     config, run_dir = trained_run
     saved = load_keras_model(run_dir / "model.keras")
     assert getattr(saved, "optimizer", None) is None
-    compiled = compile_model(load_keras_model(run_dir / "model.keras"), config.training, False,
-                             steps_per_epoch=1)
+    compiled = compile_model(load_keras_model(run_dir / "model.keras"), config.training, False, steps_per_epoch=1)
     ids = np.load(config.data_dir / "tokenize" / "test_ids.npy")[:8]
     compiled.train_on_batch(ids, np.zeros(len(ids), "int32"))  # builds the optimizer's variables
     compiled.save(tmp_path / "compiled.keras")
@@ -220,7 +242,7 @@ def test_the_logged_model_names_the_exact_version_of_every_requirement(trained_r
     environment built from it is this one); the pins come from this environment's installed distributions."""
     from importlib.metadata import version
 
-    from pipeline.tracking import MODEL_DISTRIBUTIONS
+    from pipeline.model.logged_model import MODEL_DISTRIBUTIONS
 
     config, run_dir = trained_run
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -229,5 +251,6 @@ def test_the_logged_model_names_the_exact_version_of_every_requirement(trained_r
     lines = [line.strip() for line in open(path) if line.strip() and not line.startswith("#")]
     pins = dict(line.split("==", 1) for line in lines if "==" in line)
     assert len(pins) == len(lines), lines  # every requirement carries its exact version
-    assert {name: pins.get(name) for name in MODEL_DISTRIBUTIONS} == {name: version(name)
-                                                                     for name in MODEL_DISTRIBUTIONS}
+    assert {name: pins.get(name) for name in MODEL_DISTRIBUTIONS} == {
+        name: version(name) for name in MODEL_DISTRIBUTIONS
+    }

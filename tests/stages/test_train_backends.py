@@ -9,20 +9,29 @@ import pytest
 from tests.conftest import PROJECT_ROOT
 
 
-@pytest.mark.parametrize("setting,message", [
-    ("training.adversarial_epsilon=1.0", r"training.adversarial_epsilon=1 \(.*\) runs on Keras' TensorFlow backend "
-                                         r"only, and this process runs on jax .*: set training.adversarial_epsilon=0"),
-])
-def test_what_only_tensorflow_does_is_one_error_naming_the_setting_off_tensorflow(prepared_config, monkeypatch,
-                                                                                 setting, message):
+@pytest.mark.parametrize(
+    "setting,message",
+    [
+        (
+            "training.adversarial_epsilon=1.0",
+            r"training.adversarial_epsilon=1 \(.*\) runs on Keras' TensorFlow backend "
+            r"only, and this process runs on jax .*: set training.adversarial_epsilon=0",
+        ),
+    ],
+)
+def test_what_only_tensorflow_does_is_one_error_naming_the_setting_off_tensorflow(
+    prepared_config, monkeypatch, setting, message
+):
     from pipeline.config import load_config
     from pipeline.core.errors import ConfigError
     from pipeline.runtime import backend
     from pipeline.stages import train
 
     monkeypatch.setattr(backend, "keras_backend", lambda: "jax")
-    config = load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
-        f"paths.data_dir={prepared_config.data_dir}", f"paths.reports_dir={prepared_config.reports_dir}", setting])
+    config = load_config(
+        PROJECT_ROOT / "configs" / "smoke.yaml",
+        [f"paths.data_dir={prepared_config.data_dir}", f"paths.reports_dir={prepared_config.reports_dir}", setting],
+    )
     with pytest.raises(ConfigError, match=message):
         train.run(config)
     assert not (prepared_config.data_dir / "train").exists()  # refused before anything was written

@@ -56,11 +56,26 @@ def test_parent_and_children_describe_themselves(comparison):
 def test_make_ui_prints_the_latest_comparison_link(comparison, capsys):
     config, _ = comparison
     found = ui.latest_comparison(config.tracking)
-    assert cli_main(["ui", "--config", SMOKE, "--set",
-                     f"tracking.tracking_uri={config.tracking.tracking_uri}", "--port", "5123", "--print-only"]) == 0
+    assert (
+        cli_main(
+            [
+                "ui",
+                "--config",
+                SMOKE,
+                "--set",
+                f"tracking.tracking_uri={config.tracking.tracking_uri}",
+                "--port",
+                "5123",
+                "--print-only",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    assert f"http://127.0.0.1:5123/#/experiments/{found.experiment_id}/runs/{found.parent_id}?" \
-           f"workflowType=machine_learning" in out
+    assert (
+        f"http://127.0.0.1:5123/#/experiments/{found.experiment_id}/runs/{found.parent_id}?"
+        f"workflowType=machine_learning" in out
+    )
     assert f"/#/experiments/{found.experiment_id}/runs?workflowType=machine_learning" in out
 
 
@@ -90,8 +105,11 @@ def test_browser_opens_on_the_runs_table_with_the_comparison(comparison, tmp_pat
             page = browser.new_page()
             page.goto(f"{base}/#/experiments/{found.experiment_id}")
             try:  # until the overview has drawn (a page that never shows it fails below, after 30 s)
-                page.wait_for_function("markers => markers.some(m => document.body.innerText.includes(m))",
-                                       arg=list(GENAI_OVERVIEW_MARKERS), timeout=30_000)
+                page.wait_for_function(
+                    "markers => markers.some(m => document.body.innerText.includes(m))",
+                    arg=list(GENAI_OVERVIEW_MARKERS),
+                    timeout=30_000,
+                )
             except PlaywrightTimeout:
                 pass
             bare = page.inner_text("body")

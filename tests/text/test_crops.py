@@ -4,21 +4,29 @@ import pytest
 
 from pipeline.text import crops
 
-REVIEWS = pd.DataFrame({
-    "source_file": [f"r{i}.txt" for i in range(6)],
-    "text": ["A fine film. The cast is great! Would I watch it again? Yes.",
-             "One long sentence without an end",
-             "Dull.\nToo long.\n\nI left early.",
-             "Loved it. Hated the ending.",
-             "It was okay... not more. Not less.",
-             "Brilliant!"],
-    "label": [1, 0, 0, 1, 0, 1],
-})
+REVIEWS = pd.DataFrame(
+    {
+        "source_file": [f"r{i}.txt" for i in range(6)],
+        "text": [
+            "A fine film. The cast is great! Would I watch it again? Yes.",
+            "One long sentence without an end",
+            "Dull.\nToo long.\n\nI left early.",
+            "Loved it. Hated the ending.",
+            "It was okay... not more. Not less.",
+            "Brilliant!",
+        ],
+        "label": [1, 0, 0, 1, 0, 1],
+    }
+)
 
 
 def test_sentences_split_after_end_marks_and_at_line_breaks():
     assert crops.sentences("A fine film. The cast is great! Would I? Yes.") == [
-        "A fine film.", "The cast is great!", "Would I?", "Yes."]
+        "A fine film.",
+        "The cast is great!",
+        "Would I?",
+        "Yes.",
+    ]
     assert crops.sentences("Dull.\nToo long\n\nI left early.") == ["Dull.", "Too long", "I left early."]
     assert crops.sentences("no end mark at all") == ["no end mark at all"]
     assert crops.sentences("   ") == []
@@ -31,7 +39,7 @@ def test_a_crop_is_one_or_two_consecutive_sentences_of_its_own_review_with_its_l
     for row in result.itertuples():
         review = REVIEWS.iloc[row.review]
         pieces = crops.sentences(review.text)
-        runs = {" ".join(pieces[i:i + n]) for n in (1, 2) for i in range(len(pieces) - n + 1)}
+        runs = {" ".join(pieces[i : i + n]) for n in (1, 2) for i in range(len(pieces) - n + 1)}
         assert row.text in runs
         assert (row.label, row.source_file) == (review.label, review.source_file)
     lengths = {len(crops.sentences(text)) for text in result["text"]}
@@ -59,8 +67,7 @@ def test_crop_set_keeps_each_split_to_its_own_reviews_and_does_not_depend_on_the
 def test_word_buckets_have_inclusive_upper_bounds():
     assert crops.word_bucket_names() == ["<=25", "26-80", "81-250", ">250"]
     counts = np.array([1, 25, 26, 80, 81, 250, 251, 5000])
-    assert crops.word_buckets(counts).tolist() == ["<=25", "<=25", "26-80", "26-80", "81-250", "81-250", ">250",
-                                                   ">250"]
+    assert crops.word_buckets(counts).tolist() == ["<=25", "<=25", "26-80", "26-80", "81-250", "81-250", ">250", ">250"]
     assert crops.word_counts(["two words", "  spaced   out  text ", ""]).tolist() == [2, 3, 0]
 
 

@@ -13,9 +13,17 @@ def test_fast_ngram_counts_are_the_vectorizers_matrix_exactly(ngram_max):
 
     train = reviews(120, 8)["text"].tolist() + ["Straße café naïve! Really?! ok", "x_y 3rd 42 films!!"]
     vectorizer = nbsvm_vectorizer(ngram_max=ngram_max, max_features=3000).fit(train)
-    texts = (reviews(40, 9)["text"].tolist()
-             + ["", "!!!", "unknownword superb film", "STRASSE Straße café! naïve?", "superb", "a\nfilm\tsuperb",
-                "the film the film the film", "é", "ΔΔ Ωmega superb"])
+    texts = reviews(40, 9)["text"].tolist() + [
+        "",
+        "!!!",
+        "unknownword superb film",
+        "STRASSE Straße café! naïve?",
+        "superb",
+        "a\nfilm\tsuperb",
+        "the film the film the film",
+        "é",
+        "ΔΔ Ωmega superb",
+    ]
     expected, got = vectorizer.transform(texts), NgramCounts(vectorizer).transform(texts)
     assert got.shape == expected.shape and got.dtype == expected.dtype
     assert (got != expected).nnz == 0

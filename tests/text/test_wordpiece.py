@@ -26,8 +26,15 @@ def small_encoder():
     rng = random.Random(0)
     words = ["good", "bad", "movie", "plot", "actors", "boring", "great", "ending", "the", "was"]
     texts = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(200)]
-    config = load_config(None, ["tokenizer.vocabulary_size=120", "tokenizer.min_frequency=1",
-                                "tokenizer.max_sequence_length=16", "tokenizer.head_tokens=4"])
+    config = load_config(
+        None,
+        [
+            "tokenizer.vocabulary_size=120",
+            "tokenizer.min_frequency=1",
+            "tokenizer.max_sequence_length=16",
+            "tokenizer.head_tokens=4",
+        ],
+    )
     vocabulary = tokenization.learn_vocabulary(texts, config.tokenizer)
     return WordPieceTextTokenizer(vocabulary, TokenizationSettings.from_config(config.tokenizer))
 
@@ -55,7 +62,7 @@ def test_encoding_in_chunks_traces_the_tokenizer_once_and_matches_one_call(small
     monkeypatch.setattr(encoding, "_ENCODE_BATCH", 4)  # several batches per call, a short last one
     texts = [f"the movie was {'good ' * (i % 5)}{'bad ' * (i % 3)}" for i in range(23)]
     whole = small_encoder.encode(texts)
-    chunks = np.concatenate([small_encoder.encode(texts[start:start + 7]) for start in range(0, 23, 7)])
+    chunks = np.concatenate([small_encoder.encode(texts[start : start + 7]) for start in range(0, 23, 7)])
     np.testing.assert_array_equal(whole, chunks)
     small_encoder.encode(pd.Series(texts[:3], index=[10, 11, 12]))  # a Series with its own index works too
     small_encoder.encode(["straße, ΣΑΣ", "the movie"] * 3)  # KerasHub's path (not ASCII) and the fast one
@@ -87,24 +94,31 @@ def test_save_load_round_trip_and_tamper_detection(small_encoder, tmp_path):
 
 
 def test_encode_windows_gives_each_text_its_row_then_a_long_ones_windows(small_encoder):
-    texts = ["good movie", " ".join(f"{w} {v}" for w, v in zip(["good", "bad", "the"] * 12, ["plot", "ending"] * 18)),
-             "the ending was boring"]
+    texts = [
+        "good movie",
+        " ".join(f"{w} {v}" for w, v in zip(["good", "bad", "the"] * 12, ["plot", "ending"] * 18)),
+        "the ending was boring",
+    ]
     ids, owner = small_encoder.encode_windows(texts)
     np.testing.assert_array_equal(ids[:3], small_encoder.encode(texts))  # the truncated rows first, in order
     assert owner[:3].tolist() == [0, 1, 2] and set(owner[3:].tolist()) == {1}
-    whole = WordPieceTextTokenizer(small_encoder.vocabulary, TokenizationSettings(True, 200, "head_tail", 4)).encode(texts[1:2])[0]
+    whole = WordPieceTextTokenizer(small_encoder.vocabulary, TokenizationSettings(True, 200, "head_tail", 4)).encode(
+        texts[1:2]
+    )[0]
     whole = whole[1:][whole[1:] != PAD_ID]  # every token of the long text
     offsets, _ = encoding.window_offsets(np.array([len(whole)]), 15)
     assert len(ids) == 3 + len(offsets) > 4
     for row, offset in zip(ids[3:], offsets):
-        assert row[0] == CLS_ID and row[1:].tolist() == whole[offset:offset + 15].tolist()
+        assert row[0] == CLS_ID and row[1:].tolist() == whole[offset : offset + 15].tolist()
 
 
 def test_the_encoder_file_holds_no_model_setting_and_an_old_one_with_long_reviews_still_loads(small_encoder, tmp_path):
     small_encoder.save(tmp_path)
     settings = tmp_path / "tokenizer.json"
     assert "long_reviews" not in json.loads(settings.read_text())  # a model setting: model_settings.json
-    settings.write_text(json.dumps({**json.loads(settings.read_text()), "long_reviews": "windows"}))  # as trained before
+    settings.write_text(
+        json.dumps({**json.loads(settings.read_text()), "long_reviews": "windows"})
+    )  # as trained before
     loaded = WordPieceTextTokenizer.load(tmp_path)
     assert loaded.settings == small_encoder.settings
     np.testing.assert_array_equal(loaded.encode(["a good movie"]), small_encoder.encode(["a good movie"]))
@@ -138,18 +152,26 @@ def character_encoder():
 
 def _untruncated(encoder, texts, fast):
     flat, starts, lengths = encoder._token_rows(texts, fast=fast)
-    return [flat[start:start + length].tolist() for start, length in zip(starts, lengths)]
+    return [flat[start : start + length].tolist() for start, length in zip(starts, lengths)]
 
 
 def test_fast_path_gives_keras_hub_ids_for_every_ascii_character_in_context(character_encoder):
     rng = random.Random(0)
-    texts = [f"{left}{c}{right}" for c in ASCII_TEXT_CHARACTERS
-             for left, right in (("", ""), ("a", "b"), ("The", "Movie"), ("x ", " y"), ("9", "9"), (c, c))]
-    texts += ["".join(rng.choice(ASCII_TEXT_CHARACTERS + list("aeiou  ")) for _ in range(rng.randint(0, 80)))
-              for _ in range(400)]
+    texts = [
+        f"{left}{c}{right}"
+        for c in ASCII_TEXT_CHARACTERS
+        for left, right in (("", ""), ("a", "b"), ("The", "Movie"), ("x ", " y"), ("9", "9"), (c, c))
+    ]
+    texts += [
+        "".join(rng.choice(ASCII_TEXT_CHARACTERS + list("aeiou  ")) for _ in range(rng.randint(0, 80)))
+        for _ in range(400)
+    ]
     texts += ["A" * 99 + " ok", "b" * 101 + " ok", "[CLS] [MASK] [UNK] [PAD]", "DON'T it's ISN'T", "don t"]
-    texts += [f"{left}{c}{right}" for c in FAST_PATH_LETTERS  # the Latin letters that stay on it
-              for left, right in (("", ""), ("a", "b"), ("The", "MOVIE"), ("x ", ". y"), (c, c))]
+    texts += [
+        f"{left}{c}{right}"
+        for c in FAST_PATH_LETTERS  # the Latin letters that stay on it
+        for left, right in (("", ""), ("a", "b"), ("The", "MOVIE"), ("x ", ". y"), (c, c))
+    ]
     texts += ["Café CRÈME, naïve Ærø!", "ÉTÉ été"]
     assert all(on_fast_path(text) for text in texts)
     fast, reference = _untruncated(character_encoder, texts, True), _untruncated(character_encoder, texts, False)
@@ -158,8 +180,24 @@ def test_fast_path_gives_keras_hub_ids_for_every_ascii_character_in_context(char
     assert any(UNK_ID in row for row in reference)  # the 101-byte word: both give [UNK]
 
 
-@pytest.mark.parametrize("text", ["café\u00a0crème", "x\u0085y", "\u0096dash", "Ωmega ΣΑΣ", "日本語 text", "don´t",
-                                  "tab\x0bvertical", "nul\x00char", "ﬁne", "straße", "ĲSSEL", "ǅemal", "e\u0301"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "café\u00a0crème",
+        "x\u0085y",
+        "\u0096dash",
+        "Ωmega ΣΑΣ",
+        "日本語 text",
+        "don´t",
+        "tab\x0bvertical",
+        "nul\x00char",
+        "ﬁne",
+        "straße",
+        "ĲSSEL",
+        "ǅemal",
+        "e\u0301",
+    ],
+)
 def test_any_other_text_is_routed_to_keras_hub(character_encoder, text):
     assert not on_fast_path(text)
     np.testing.assert_array_equal(character_encoder.encode([text]), character_encoder.encode_reference([text]))
@@ -182,15 +220,18 @@ def test_encode_by_the_ends_gives_the_whole_text_ids(character_encoder, strategy
     hold too few tokens (long words: one [UNK] per 101 characters), which are then tokenized whole."""
     from dataclasses import replace
 
-    encoder = WordPieceTextTokenizer(character_encoder.vocabulary,
-                          replace(character_encoder.settings, truncation=strategy, head_tokens=head))
+    encoder = WordPieceTextTokenizer(
+        character_encoder.vocabulary, replace(character_encoder.settings, truncation=strategy, head_tokens=head)
+    )
     rng = random.Random(1)
     words = ["the", "movie", "was", "good,", "bad!", "It's", "DON'T", "x" * 101, "\t", "café"]
     texts = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 60))) for _ in range(300)]
     texts += [" ".join(["y" * 101] * 30), "w " * 200, "  lead and trail  " * 20]
     calls = []
     token_rows = encoder._token_rows
-    monkeypatch.setattr(encoder, "_token_rows", lambda batch, fast=True: calls.append(len(batch)) or token_rows(batch, fast))
+    monkeypatch.setattr(
+        encoder, "_token_rows", lambda batch, fast=True: calls.append(len(batch)) or token_rows(batch, fast)
+    )
     got = encoder.encode(texts)
     assert len(calls) == 2  # the ends, then the whole texts whose ends held too few tokens
     monkeypatch.undo()

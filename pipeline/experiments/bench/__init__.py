@@ -46,21 +46,39 @@ from pipeline.stages.ingest.outputs import read_split, split_path
 from pipeline.stages.tokenize.outputs import load_split
 from pipeline.text.wordpiece import WordPieceTextTokenizer
 
-__all__ = ["REFERENCE_ENCODERS", "main", "markdown_report", "measure_ngram_scoring", "measure_sparse_updates",
-           "measured_encoders", "run", "sample_batches", "utilisation_rows"]
+__all__ = [
+    "REFERENCE_ENCODERS",
+    "main",
+    "markdown_report",
+    "measure_ngram_scoring",
+    "measure_sparse_updates",
+    "measured_encoders",
+    "run",
+    "sample_batches",
+    "utilisation_rows",
+]
 
 
 def summary_line(results: dict, read: str, wrote: str) -> str:
     """The line ``make bench`` prints: what it ``read``, its best utilisation, CSV scoring's fraction of the model-alone
     rate (when measured) and what it ``wrote``."""
     best = max(utilisation_rows(results), key=lambda row: row["fraction_of_peak"], default=None)
-    return (f"bench: read {read}; "
-            + (f"best training step {best['fraction_of_peak']:.0%} of the same-run peak ({best['workload']}, "
-               f"{best['encoder']}, {best['variant']}); " if best else "")
-            + (f"CSV scoring {results['scoring']['score_csv_fraction_of_model_only']:.0%} of model-alone rate "
-               f"({results['scoring']['score_csv_streaming_fraction_of_model_only']:.0%} after the model load); "
-               if "scoring" in results else "")
-            + f"wrote {wrote}")
+    return (
+        f"bench: read {read}; "
+        + (
+            f"best training step {best['fraction_of_peak']:.0%} of the same-run peak ({best['workload']}, "
+            f"{best['encoder']}, {best['variant']}); "
+            if best
+            else ""
+        )
+        + (
+            f"CSV scoring {results['scoring']['score_csv_fraction_of_model_only']:.0%} of model-alone rate "
+            f"({results['scoring']['score_csv_streaming_fraction_of_model_only']:.0%} after the model load); "
+            if "scoring" in results
+            else ""
+        )
+        + f"wrote {wrote}"
+    )
 
 
 def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections: tuple[str, ...] = ("all",)) -> dict:
@@ -79,24 +97,32 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
     encoders = measured_encoders(config.model)
     batch_size = config.training.batch_size
     batches = sample_batches(train_ids, batch_size, MEASURED_BATCHES)
-    results: dict = {"batch_size": batch_size, "measured_batches": len(batches),
-                     "padding": padding_fractions(train_ids, batch_size, max_length)}
+    results: dict = {
+        "batch_size": batch_size,
+        "measured_batches": len(batches),
+        "padding": padding_fractions(train_ids, batch_size, max_length),
+    }
     results["peak"] = measure_peak(encoders, tokens=batch_size * 128)
     if everything or "train" in sections:
-        results.update(measure_training_steps(encoders, vocabulary_size, max_length, batches,
-                                              config.pretrain.mask_rate))
+        results.update(
+            measure_training_steps(encoders, vocabulary_size, max_length, batches, config.pretrain.mask_rate)
+        )
     texts = read_split(ingest_dir, "test", columns=["text"])["text"].head(rows)  # what both scoring sections score
+    model_uri = model_uri or champion_uri(config.tracking)  # a name only: read where score or export is asked
     if everything or "score" in sections or "export" in sections:
         setup_tracking(config.tracking)
-        model_uri = model_uri or champion_uri(config.tracking)
     if everything or "score" in sections:
-        results["scoring"] = {"model_uri": model_uri, "rows": len(texts),
-                              **measure_scoring(config.tracking, model_uri, texts, repeat)}
+        results["scoring"] = {
+            "model_uri": model_uri,
+            "rows": len(texts),
+            **measure_scoring(config.tracking, model_uri, texts, repeat),
+        }
     if everything or "sparse" in sections:
         results["sparse_updates"] = measure_sparse_updates(config.model, vocabulary_size, max_length, batches)
     if everything or "ngrams" in sections:
-        results["ngram_scoring"] = measure_ngram_scoring(config.model, vocabulary_size, max_length,
-                                                         text_tokenizer.encode(texts.tolist()))
+        results["ngram_scoring"] = measure_ngram_scoring(
+            config.model, vocabulary_size, max_length, text_tokenizer.encode(texts.tolist())
+        )
     if everything or "export" in sections:
         results["export"] = measure_export(model_uri, texts)
     json_path = atomic_write_json(config.reports_dir / "bench.json", results)

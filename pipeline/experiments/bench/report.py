@@ -15,26 +15,39 @@ def utilisation_rows(results: dict) -> list[dict]:
             for variant, rates in variants.items():
                 precision = "bfloat16" if "bfloat16" in variant else "float32"
                 peak = results["peak"][precision]["square_2048"]
-                rows.append({"workload": workload.replace("_", " "), "encoder": encoder, "variant": variant,
-                             "ms_per_step": rates["ms_per_step"], "tokens_per_second": rates["tokens_per_second"],
-                             "gflops": rates["gflops"], "fraction_of_peak": rates["gflops"] / peak,
-                             "fraction_of_float32_peak": rates["gflops"] / results["peak"]["float32"]["square_2048"]})
+                rows.append(
+                    {
+                        "workload": workload.replace("_", " "),
+                        "encoder": encoder,
+                        "variant": variant,
+                        "ms_per_step": rates["ms_per_step"],
+                        "tokens_per_second": rates["tokens_per_second"],
+                        "gflops": rates["gflops"],
+                        "fraction_of_peak": rates["gflops"] / peak,
+                        "fraction_of_float32_peak": rates["gflops"] / results["peak"]["float32"]["square_2048"],
+                    }
+                )
     return rows
 
 
 def utilisation_lines(results: dict) -> list[str]:
     """The title, the same-run peaks, the training workloads against them and the GEMM table."""
     peak = results["peak"]
-    lines = ["# Benchmark (one run; compare ratios, not absolute times)", "",
-             f"Same-run GEMM peak (2048^3 square): float32 {peak['float32']['square_2048']:.0f} GFLOP/s, "
-             f"bfloat16 {peak['bfloat16']['square_2048']:.0f} GFLOP/s.", "",
-             "| workload | encoder | variant | ms/step | tokens/s | GFLOP/s | of same-precision peak "
-             "| of float32 peak |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "# Benchmark (one run; compare ratios, not absolute times)",
+        "",
+        f"Same-run GEMM peak (2048^3 square): float32 {peak['float32']['square_2048']:.0f} GFLOP/s, "
+        f"bfloat16 {peak['bfloat16']['square_2048']:.0f} GFLOP/s.",
+        "",
+        "| workload | encoder | variant | ms/step | tokens/s | GFLOP/s | of same-precision peak | of float32 peak |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for row in utilisation_rows(results):
-        lines.append(f"| {row['workload']} | {row['encoder']} | {row['variant']} | {row['ms_per_step']:.0f} | "
-                     f"{row['tokens_per_second']:,.0f} | {row['gflops']:.1f} | {row['fraction_of_peak']:.0%} | "
-                     f"{row['fraction_of_float32_peak']:.0%} |")
+        lines.append(
+            f"| {row['workload']} | {row['encoder']} | {row['variant']} | {row['ms_per_step']:.0f} | "
+            f"{row['tokens_per_second']:,.0f} | {row['gflops']:.1f} | {row['fraction_of_peak']:.0%} | "
+            f"{row['fraction_of_float32_peak']:.0%} |"
+        )
     lines += ["", "| GEMM | float32 GFLOP/s | bfloat16 GFLOP/s |", "| --- | --- | --- |"]
     for name in peak["float32"]:
         lines.append(f"| {name} | {peak['float32'][name]:.0f} | {peak['bfloat16'][name]:.0f} |")
@@ -43,8 +56,11 @@ def utilisation_lines(results: dict) -> list[str]:
 
 def thread_lines(threads: dict) -> list[str]:
     """The classifier step's rates under each TensorFlow thread setting, as a table."""
-    lines = ["", "| TF threads (classifier step, configured encoder, float32) | ms/step | tokens/s |",
-             "| --- | --- | --- |"]
+    lines = [
+        "",
+        "| TF threads (classifier step, configured encoder, float32) | ms/step | tokens/s |",
+        "| --- | --- | --- |",
+    ]
     for name, rates in threads.items():
         lines.append(f"| {name} | {rates['ms_per_step']:.0f} | {rates['tokens_per_second']:,.0f} |")
     return lines
@@ -52,89 +68,129 @@ def thread_lines(threads: dict) -> list[str]:
 
 def padding_lines(padding: dict) -> list[str]:
     """The padding fraction of full-width and of length-bucketed batches, as a sentence."""
-    return ["", f"Padding: {padding['full_width']:.1%} of computed positions at full width, "
-            f"{padding['bucketed']:.1%} with length-bucketed batches.", ""]
+    return [
+        "",
+        f"Padding: {padding['full_width']:.1%} of computed positions at full width, "
+        f"{padding['bucketed']:.1%} with length-bucketed batches.",
+        "",
+    ]
 
 
 def scoring_lines(scoring: dict) -> list[str]:
     """The scoring rates as a table, then the tokenizer, the CSV path against the model alone and peak memory."""
     lines = ["| scoring | rows/s |", "| --- | --- |"]
-    for key in ("tokenize_reference_rows_per_second", "tokenize_rows_per_second",
-                "model_only_eager_rows_per_second", "model_only_rows_per_second",
-                "score_csv_rows_per_second", "score_csv_streaming_rows_per_second"):
+    for key in (
+        "tokenize_reference_rows_per_second",
+        "tokenize_rows_per_second",
+        "model_only_eager_rows_per_second",
+        "model_only_rows_per_second",
+        "score_csv_rows_per_second",
+        "score_csv_streaming_rows_per_second",
+    ):
         lines.append(f"| {key.replace('_rows_per_second', '').replace('_', ' ')} | {scoring[key]:,.0f} |")
     tokenizer_ratio = scoring["tokenize_rows_per_second"] / scoring["tokenize_reference_rows_per_second"]
     compiled_ratio = scoring["model_only_rows_per_second"] / scoring["model_only_eager_rows_per_second"]
-    lines += ["", f"Tokenizer: {tokenizer_ratio:.2f}x "
-              "KerasHub's on every whole text (`encode` with its exact shortcuts against `encode_reference`), "
-              f"{scoring['tokenize_rows_differing_from_reference']:,} rows with other ids.",
-              "", "In this process, with the model already loaded and compiled as for the model-alone rate, "
-              f"CSV scoring runs at {scoring['score_csv_fraction_of_model_only']:.0%} of the model-alone rate "
-              f"including its model load, {scoring['score_csv_streaming_fraction_of_model_only']:.0%} after it; "
-              f"compiled model alone is {compiled_ratio:.1f}x the eager path. Peak memory of `score`: "
-              + ", ".join(f"{m['peak_rss_mb']:,.0f} MiB for {m['rows']:,} rows"
-                          for m in scoring.get("fresh_process", [])),
-              ""]
-    return (lines + fusion_lines(scoring.get("fusion")) + explain_lines(scoring.get("explain"))
-            + fresh_process_lines(scoring.get("fresh_process", [])))
+    lines += [
+        "",
+        f"Tokenizer: {tokenizer_ratio:.2f}x "
+        "KerasHub's on every whole text (`encode` with its exact shortcuts against `encode_reference`), "
+        f"{scoring['tokenize_rows_differing_from_reference']:,} rows with other ids.",
+        "",
+        "In this process, with the model already loaded and compiled as for the model-alone rate, "
+        f"CSV scoring runs at {scoring['score_csv_fraction_of_model_only']:.0%} of the model-alone rate "
+        f"including its model load, {scoring['score_csv_streaming_fraction_of_model_only']:.0%} after it; "
+        f"compiled model alone is {compiled_ratio:.1f}x the eager path. Peak memory of `score`: "
+        + ", ".join(f"{m['peak_rss_mb']:,.0f} MiB for {m['rows']:,} rows" for m in scoring.get("fresh_process", [])),
+        "",
+    ]
+    return (
+        lines
+        + fusion_lines(scoring.get("fusion"))
+        + explain_lines(scoring.get("explain"))
+        + fresh_process_lines(scoring.get("fresh_process", []))
+    )
 
 
 def explain_lines(explain: dict | None) -> list[str]:
     """``make score`` with and without ``EXPLAIN=1``, side by side."""
     if not explain:
         return []
-    return [f"With explanations (`make score EXPLAIN=1`) the same {explain['rows']:,} rows score at "
-            f"{explain['explained_rows_per_second']:,.1f} rows/s after the model load, "
-            f"{explain['explained_fraction_of_plain']:.1%} of the {explain['plain_rows_per_second']:,.0f} rows/s "
-            "without, measured side by side.", ""]
+    return [
+        f"With explanations (`make score EXPLAIN=1`) the same {explain['rows']:,} rows score at "
+        f"{explain['explained_rows_per_second']:,.1f} rows/s after the model load, "
+        f"{explain['explained_fraction_of_plain']:.1%} of the {explain['plain_rows_per_second']:,.0f} rows/s "
+        "without, measured side by side.",
+        "",
+    ]
 
 
 def fusion_lines(fusion: dict | None) -> list[str]:
     """A fused model's CSV rate against its Transformer's alone, as a sentence (none without a fused model)."""
     if not fusion:
         return []
-    return [f"The fused model scores a CSV at {fusion['fused_csv_rows_per_second']:,.0f} rows/s after its load, "
-            f"{fusion['fused_fraction_of_transformer_csv']:.0%} of its Transformer alone "
-            f"({fusion['transformer_csv_rows_per_second']:,.0f} rows/s), measured side by side.", ""]
+    return [
+        f"The fused model scores a CSV at {fusion['fused_csv_rows_per_second']:,.0f} rows/s after its load, "
+        f"{fusion['fused_fraction_of_transformer_csv']:.0%} of its Transformer alone "
+        f"({fusion['transformer_csv_rows_per_second']:,.0f} rows/s), measured side by side.",
+        "",
+    ]
 
 
 def fresh_process_lines(fresh: list[dict]) -> list[str]:
     """``score`` in a new process for each measured CSV, as a sentence (none when not measured)."""
     if not fresh:
         return []
-    return ["`score` in a new process, as `make score` runs it (rows/s over the whole call: model load, "
-            "compiling, reading, scoring and writing; start-up is the interpreter, imports and model load "
-            "before the first row is read): " + "; ".join(
-                f"{m['rows']:,} rows {m['rows_per_second']:,.0f} rows/s = {m['fraction_of_model_only']:.0%} "
-                f"of the model-alone rate, start-up {m['startup_seconds']:.1f} s" for m in fresh),
-            ""]
+    return [
+        "`score` in a new process, as `make score` runs it (rows/s over the whole call: model load, "
+        "compiling, reading, scoring and writing; start-up is the interpreter, imports and model load "
+        "before the first row is read): "
+        + "; ".join(
+            f"{m['rows']:,} rows {m['rows_per_second']:,.0f} rows/s = {m['fraction_of_model_only']:.0%} "
+            f"of the model-alone rate, start-up {m['startup_seconds']:.1f} s"
+            for m in fresh
+        ),
+        "",
+    ]
 
 
 def ngram_lines(ngrams: dict) -> list[str]:
     """The model-alone scoring rate without and with hashed n-grams, as a table and their ratio."""
-    lines = [f"| model alone, {ngrams['rows']:,} test rows, {ngrams['buckets']:,} n-gram buckets | rows/s | "
-             "parameters |", "| --- | --- | --- |"]
+    lines = [
+        f"| model alone, {ngrams['rows']:,} test rows, {ngrams['buckets']:,} n-gram buckets | rows/s | parameters |",
+        "| --- | --- | --- |",
+    ]
     for name, rates in ngrams["models"].items():
         lines.append(f"| {name} | {rates['rows_per_second']:,.0f} | {rates['parameters']:,} |")
-    return lines + ["", f"With hashed n-grams the model alone scores at {ngrams['ngram_fraction_of_tokens_only']:.0%} "
-                    "of the tokens-only rate, measured side by side.", ""]
+    return lines + [
+        "",
+        f"With hashed n-grams the model alone scores at {ngrams['ngram_fraction_of_tokens_only']:.0%} "
+        "of the tokens-only rate, measured side by side.",
+        "",
+    ]
 
 
 def sparse_update_lines(sparse: dict) -> list[str]:
     """The training step under dense, lazy and no n-gram table updates, as a table and their ratios."""
     lines = [f"| training step, {sparse['buckets']:,} n-gram buckets | ms/step |", "| --- | --- |"]
     lines += [f"| {name} | {step['ms_per_step']:,.0f} |" for name, step in sparse["steps"].items()]
-    return lines + ["", f"LazyAdamW's step takes {sparse['lazy_fraction_of_dense']:.2f}x the time of Keras' AdamW's; "
-                    f"with the table frozen (no update at all) {sparse['frozen_fraction_of_dense']:.2f}x.", ""]
+    return lines + [
+        "",
+        f"LazyAdamW's step takes {sparse['lazy_fraction_of_dense']:.2f}x the time of Keras' AdamW's; "
+        f"with the table frozen (no update at all) {sparse['frozen_fraction_of_dense']:.2f}x.",
+        "",
+    ]
 
 
 def export_lines(export: dict) -> list[str]:
-    return [f"The exported graph ({export['model_kind']}, {export['saved_model_bytes'] / 1e6:.1f} MB on disk, written "
-            f"in {export['write_seconds']:.0f} s) answers {export['graph_rows_per_second']:,.0f} rows/s in requests of "
-            f"{export['graph_request_rows']:,} texts; `make score`'s pyfunc model "
-            f"{export['pyfunc_rows_per_second']:,.0f} "
-            f"rows/s in its chunks of {export['score_chunk_rows']:,} ({export['graph_fraction_of_pyfunc']:.2f}x), "
-            f"{export['rows']:,} test reviews, side by side.", ""]
+    return [
+        f"The exported graph ({export['model_kind']}, {export['saved_model_bytes'] / 1e6:.1f} MB on disk, written "
+        f"in {export['write_seconds']:.0f} s) answers {export['graph_rows_per_second']:,.0f} rows/s in requests of "
+        f"{export['graph_request_rows']:,} texts; `make score`'s pyfunc model "
+        f"{export['pyfunc_rows_per_second']:,.0f} "
+        f"rows/s in its chunks of {export['score_chunk_rows']:,} ({export['graph_fraction_of_pyfunc']:.2f}x), "
+        f"{export['rows']:,} test reviews, side by side.",
+        "",
+    ]
 
 
 def markdown_report(results: dict) -> str:

@@ -70,8 +70,9 @@ def measure_model_alone(classifier, texts: pd.Series) -> dict:
     return results
 
 
-def measure_csv_in_process(tracking: TrackingConfig, model_uri: str, csv_path: Path, tmp: Path,
-                           model_only: float) -> dict:
+def measure_csv_in_process(
+    tracking: TrackingConfig, model_uri: str, csv_path: Path, tmp: Path, model_only: float
+) -> dict:
     """``score_csv``'s rate on ``csv_path`` in this process, with and without its model load, as rates and as
     fractions of the ``model_only`` rate."""
     started = time.perf_counter()
@@ -85,16 +86,19 @@ def measure_csv_in_process(tracking: TrackingConfig, model_uri: str, csv_path: P
     return results
 
 
-def measure_fusion_csv(tracking: TrackingConfig, model_uri: str, transformer_run: str, csv_path: Path,
-                       tmp: Path) -> dict:
+def measure_fusion_csv(
+    tracking: TrackingConfig, model_uri: str, transformer_run: str, csv_path: Path, tmp: Path
+) -> dict:
     """A fused model's CSV rate after its load against its own Transformer's, side by side."""
-    alone = score_csv(tracking, csv_path, tmp / "scored_transformer.csv",
-                      model_uri=f"runs:/{transformer_run}/model")
+    alone = score_csv(tracking, csv_path, tmp / "scored_transformer.csv", model_uri=f"runs:/{transformer_run}/model")
     fused = score_csv(tracking, csv_path, tmp / "scored_fused.csv", model_uri=model_uri)
-    fusion = {"transformer_csv_rows_per_second": alone["rows"] / (alone["seconds"] - alone["load_seconds"]),
-              "fused_csv_rows_per_second": fused["rows"] / (fused["seconds"] - fused["load_seconds"])}
-    fusion["fused_fraction_of_transformer_csv"] = (fusion["fused_csv_rows_per_second"]
-                                                   / fusion["transformer_csv_rows_per_second"])
+    fusion = {
+        "transformer_csv_rows_per_second": alone["rows"] / (alone["seconds"] - alone["load_seconds"]),
+        "fused_csv_rows_per_second": fused["rows"] / (fused["seconds"] - fused["load_seconds"]),
+    }
+    fusion["fused_fraction_of_transformer_csv"] = (
+        fusion["fused_csv_rows_per_second"] / fusion["transformer_csv_rows_per_second"]
+    )
     return fusion
 
 
@@ -117,18 +121,24 @@ def measure_explain_csv(tracking: TrackingConfig, model_uri: str, texts: pd.Seri
     return rates
 
 
-def measure_fresh_process(tracking: TrackingConfig, model_uri: str, csv_paths: list[Path], tmp: Path,
-                          model_only: float) -> list[dict]:
+def measure_fresh_process(
+    tracking: TrackingConfig, model_uri: str, csv_paths: list[Path], tmp: Path, model_only: float
+) -> list[dict]:
     """What ``make score`` costs a user: for each CSV a new process, model load and compiling included, its rate,
     start-up and peak memory."""
     measurements = []
     for path in csv_paths:
         measured = score_peak_memory(tracking, path, tmp / f"scored_{path.stem}.csv", model_uri)
-        measurements.append({
-            "rows": measured["rows"], "peak_rss_mb": round(measured["peak_rss_mb"], 1),
-            "rows_per_second": measured["rows"] / measured["seconds"],
-            "fraction_of_model_only": measured["rows"] / measured["seconds"] / model_only,
-            "startup_seconds": measured["startup_seconds"], "load_seconds": measured["load_seconds"]})
+        measurements.append(
+            {
+                "rows": measured["rows"],
+                "peak_rss_mb": round(measured["peak_rss_mb"], 1),
+                "rows_per_second": measured["rows"] / measured["seconds"],
+                "fraction_of_model_only": measured["rows"] / measured["seconds"] / model_only,
+                "startup_seconds": measured["startup_seconds"],
+                "load_seconds": measured["load_seconds"],
+            }
+        )
     return measurements
 
 
@@ -141,12 +151,14 @@ def measure_scoring(tracking: TrackingConfig, model_uri: str, texts: pd.Series, 
     champion = load_classifier(model_uri)
     classifier = transformer_of(champion)
     if classifier is None:
-        raise InputError(f"{model_uri} is an NBSVM model without a Transformer: pass a Transformer or fused model "
-                         "with --model (MODEL=) to measure the Transformer's scoring path")
+        raise InputError(
+            f"{model_uri} is an NBSVM model without a Transformer: pass a Transformer or fused model "
+            "with --model (MODEL=) to measure the Transformer's scoring path"
+        )
     results: dict = {"model_kind": champion.kind, **measure_model_alone(classifier, texts)}
     model_only = results["model_only_rows_per_second"]
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
         small, big = tmp / "reviews.csv", tmp / "reviews_big.csv"
         pd.DataFrame({"id": range(len(texts)), "text": texts}).to_csv(small, index=False)
         pd.DataFrame({"id": range(len(texts) * repeat), "text": pd.concat([texts] * repeat)}).to_csv(big, index=False)
@@ -159,8 +171,14 @@ def measure_scoring(tracking: TrackingConfig, model_uri: str, texts: pd.Series, 
     return results
 
 
-def measure_ngram_scoring(model_config: ModelConfig, vocabulary_size: int, max_length: int, ids: np.ndarray,
-                          ngram_max: int = 3, passes: int = 2) -> dict:
+def measure_ngram_scoring(
+    model_config: ModelConfig,
+    vocabulary_size: int,
+    max_length: int,
+    ids: np.ndarray,
+    ngram_max: int = 3,
+    passes: int = 2,
+) -> dict:
     """Model-alone scoring rate (``predict_ids``, compiled and bucketed, as ``make score`` runs it) of the configured
     encoder without and with hashed n-gram embeddings, side by side on the same token ids. The weights do not change
     the work, so both are built fresh; each rate is the best of ``passes`` passes after a warm-up pass."""
@@ -172,8 +190,10 @@ def measure_ngram_scoring(model_config: ModelConfig, vocabulary_size: int, max_l
     from pipeline.model.transformer import build_model
 
     ngram_max = model_config.ngram_max if model_config.ngram_max > 1 else ngram_max
-    variants = {"tokens": dataclasses.replace(model_config, ngram_max=1),
-                f"tokens + 2..{ngram_max}-grams": dataclasses.replace(model_config, ngram_max=ngram_max)}
+    variants = {
+        "tokens": dataclasses.replace(model_config, ngram_max=1),
+        f"tokens + 2..{ngram_max}-grams": dataclasses.replace(model_config, ngram_max=ngram_max),
+    }
     rates = {}
     for name, variant in variants.items():
         keras.utils.set_random_seed(0)
@@ -186,8 +206,12 @@ def measure_ngram_scoring(model_config: ModelConfig, vocabulary_size: int, max_l
             seconds.append(time.perf_counter() - started)
         rates[name] = {"rows_per_second": len(ids) / min(seconds), "parameters": model.count_params()}
     plain, with_ngrams = rates.values()
-    return {"rows": len(ids), "buckets": model_config.ngram_buckets, "models": rates,
-            "ngram_fraction_of_tokens_only": with_ngrams["rows_per_second"] / plain["rows_per_second"]}
+    return {
+        "rows": len(ids),
+        "buckets": model_config.ngram_buckets,
+        "models": rates,
+        "ngram_fraction_of_tokens_only": with_ngrams["rows_per_second"] / plain["rows_per_second"],
+    }
 
 
 def measure_export(model_uri: str, texts: pd.Series, graph_rows: int = 256, score_rows: int = 2048) -> dict:
@@ -211,16 +235,27 @@ def measure_export(model_uri: str, texts: pd.Series, graph_rows: int = 256, scor
         signature = tf.saved_model.load(str(folder)).signatures[SIGNATURE]
         rates = {}
         for name, rows, answer in (
-                ("graph", graph_rows, lambda batch: signature(text=tf.constant(as_bytes(batch), dtype=tf.string))),
-                ("pyfunc", score_rows, lambda batch: classifier.predict(None, pd.DataFrame(
-                    {"text": pd.Series(batch, dtype=object)})))):
-            chunks = [values[start:start + rows] for start in range(0, len(values), rows)]
+            ("graph", graph_rows, lambda batch: signature(text=tf.constant(as_bytes(batch), dtype=tf.string))),
+            (
+                "pyfunc",
+                score_rows,
+                lambda batch: classifier.predict(None, pd.DataFrame({"text": pd.Series(batch, dtype=object)})),
+            ),
+        ):
+            chunks = [values[start : start + rows] for start in range(0, len(values), rows)]
             answer(chunks[0])  # warm-up: traces and compiles
             started = time.perf_counter()
             for batch in chunks:
                 answer(batch)
             rates[f"{name}_rows_per_second"] = len(values) / (time.perf_counter() - started)
-    return {"model_uri": model_uri, "model_kind": classifier.kind, "rows": len(values),
-            "graph_request_rows": graph_rows, "score_chunk_rows": score_rows, **rates,
-            "graph_fraction_of_pyfunc": rates["graph_rows_per_second"] / rates["pyfunc_rows_per_second"],
-            "saved_model_bytes": size, "write_seconds": write_seconds}
+    return {
+        "model_uri": model_uri,
+        "model_kind": classifier.kind,
+        "rows": len(values),
+        "graph_request_rows": graph_rows,
+        "score_chunk_rows": score_rows,
+        **rates,
+        "graph_fraction_of_pyfunc": rates["graph_rows_per_second"] / rates["pyfunc_rows_per_second"],
+        "saved_model_bytes": size,
+        "write_seconds": write_seconds,
+    }

@@ -22,8 +22,7 @@ MEASURED_BATCHES = 8
 # default before pretraining and n-grams, and the pretraining candidate (both on tokens alone).
 REFERENCE_ENCODERS = {
     "width 64 x 1 block": ModelConfig(hidden_dim=64, num_layers=1, num_heads=2, intermediate_dim=128, ngram_max=1),
-    "width 256 x 2 blocks": ModelConfig(hidden_dim=256, num_layers=2, num_heads=4, intermediate_dim=1024,
-                                        ngram_max=1),
+    "width 256 x 2 blocks": ModelConfig(hidden_dim=256, num_layers=2, num_heads=4, intermediate_dim=1024, ngram_max=1),
 }
 THREAD_SETTINGS = ((0, 0), (2, 1), (1, 2))  # (intra-op, inter-op); 0 lets TensorFlow choose
 
@@ -31,8 +30,10 @@ THREAD_SETTINGS = ((0, 0), (2, 1), (1, 2))  # (intra-op, inter-op); 0 lets Tenso
 def measured_encoders(model: ModelConfig) -> dict[str, ModelConfig]:
     """The configured encoder plus each reference encoder of another shape (an identical one is measured once)."""
     shape = lambda m: (m.hidden_dim, m.num_layers, m.num_heads, m.intermediate_dim)  # noqa: E731
-    return {"configured": model, **{name: reference for name, reference in REFERENCE_ENCODERS.items()
-                                    if shape(reference) != shape(model)}}
+    return {
+        "configured": model,
+        **{name: reference for name, reference in REFERENCE_ENCODERS.items() if shape(reference) != shape(model)},
+    }
 
 
 def gemm_gflops(m: int, k: int, n: int, dtype: str, seconds: float = 1.0) -> float:
@@ -68,15 +69,18 @@ def sample_batches(ids: np.ndarray, batch_size: int, count: int, seed: int = 0) 
     """``count`` length-bucketed batches of real token ids, each trimmed to its width."""
     lengths = (ids != PAD_ID).sum(axis=1)
     batches = bucketed_batches(lengths, batch_size, seed)[:count]
-    return [ids[rows, :batch_width(lengths[rows].max(), TRAINING_LENGTH_MULTIPLE, ids.shape[1])] for rows in batches]
+    return [ids[rows, : batch_width(lengths[rows].max(), TRAINING_LENGTH_MULTIPLE, ids.shape[1])] for rows in batches]
 
 
 def padding_fractions(ids: np.ndarray, batch_size: int, max_length: int) -> dict[str, float]:
     """The fraction of computed positions that are padding in full-width batches and in length-bucketed ones."""
     lengths = (ids != PAD_ID).sum(axis=1)
-    return {"full_width": padding_fraction(lengths, [np.arange(len(lengths))], max_length, max_length),
-            "bucketed": padding_fraction(lengths, bucketed_batches(lengths, batch_size, 0), TRAINING_LENGTH_MULTIPLE,
-                                         max_length)}
+    return {
+        "full_width": padding_fraction(lengths, [np.arange(len(lengths))], max_length, max_length),
+        "bucketed": padding_fraction(
+            lengths, bucketed_batches(lengths, batch_size, 0), TRAINING_LENGTH_MULTIPLE, max_length
+        ),
+    }
 
 
 def _timed_passes(step, batches) -> float:
@@ -93,12 +97,23 @@ def _rates(batches: list[np.ndarray], seconds: float, flops: int) -> dict:
     """Tokens, rows and GFLOP/s of ``seconds`` spent on ``batches``, and milliseconds per step."""
     tokens = sum(int((b != PAD_ID).sum()) for b in batches)
     rows = sum(len(b) for b in batches)
-    return {"seconds": seconds, "tokens_per_second": tokens / seconds, "rows_per_second": rows / seconds,
-            "gflops": flops / seconds / 1e9, "ms_per_step": 1000 * seconds / len(batches)}
+    return {
+        "seconds": seconds,
+        "tokens_per_second": tokens / seconds,
+        "rows_per_second": rows / seconds,
+        "gflops": flops / seconds / 1e9,
+        "ms_per_step": 1000 * seconds / len(batches),
+    }
 
 
-def measure_classifier_step(model_config: ModelConfig, vocabulary_size: int, max_length: int,
-                            batches: list[np.ndarray], policy: str = "float32", jit: bool = False) -> dict:
+def measure_classifier_step(
+    model_config: ModelConfig,
+    vocabulary_size: int,
+    max_length: int,
+    batches: list[np.ndarray],
+    policy: str = "float32",
+    jit: bool = False,
+) -> dict:
     """The classifier's training-step rates on ``batches`` under the precision ``policy`` (and XLA if ``jit``)."""
     import keras
 
@@ -117,34 +132,54 @@ def measure_classifier_step(model_config: ModelConfig, vocabulary_size: int, max
     return _rates(batches, seconds, flops)
 
 
-def measure_masked_lm_step(model_config: ModelConfig, vocabulary_size: int, max_length: int,
-                           batches: list[np.ndarray], mask_rate: float, policy: str = "float32") -> dict:
+def measure_masked_lm_step(
+    model_config: ModelConfig,
+    vocabulary_size: int,
+    max_length: int,
+    batches: list[np.ndarray],
+    mask_rate: float,
+    policy: str = "float32",
+) -> dict:
     """The masked-LM training-step rates on ``batches`` masked at ``mask_rate``, under the precision ``policy``."""
     import keras
 
     from pipeline.model.transformer import build_masked_lm
     from pipeline.stages.pretrain.masking import mask_generator
 
-    masked = [{name: np.asarray(value)
-               for name, value in mask_generator(vocabulary_size, batch.shape[1], mask_rate)(batch).items()}
-              for batch in batches]
+    masked = [
+        {
+            name: np.asarray(value)
+            for name, value in mask_generator(vocabulary_size, batch.shape[1], mask_rate)(batch).items()
+        }
+        for batch in batches
+    ]
     keras.mixed_precision.set_global_policy(policy)
     try:
         keras.utils.set_random_seed(0)
         model = build_masked_lm(model_config, vocabulary_size, max_length)
-        model.compile(optimizer=keras.optimizers.AdamW(1e-4),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.compile(
+            optimizer=keras.optimizers.AdamW(1e-4), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
 
         def step(inputs):
-            model.train_on_batch({"token_ids": inputs["token_ids"], "mask_positions": inputs["mask_positions"]},
-                                 inputs["mask_ids"], sample_weight=inputs["mask_weights"])
+            model.train_on_batch(
+                {"token_ids": inputs["token_ids"], "mask_positions": inputs["mask_positions"]},
+                inputs["mask_ids"],
+                sample_weight=inputs["mask_weights"],
+            )
 
         seconds = _timed_passes(step, masked)
     finally:
         keras.mixed_precision.set_global_policy("float32")
     shape = EncoderShape.from_config(model_config, vocabulary_size)
-    flops = sum(batch_flops(masked_lm_forward_flops(shape, m["token_ids"].shape[1], m["mask_positions"].shape[1]),
-                            len(m["token_ids"]), training=True) for m in masked)
+    flops = sum(
+        batch_flops(
+            masked_lm_forward_flops(shape, m["token_ids"].shape[1], m["mask_positions"].shape[1]),
+            len(m["token_ids"]),
+            training=True,
+        )
+        for m in masked
+    )
     return _rates(batches, seconds, flops)
 
 
@@ -161,34 +196,42 @@ def measure_threads(model_config, vocabulary_size, max_length, batches) -> dict:
     results = {}
     for intra, inter in THREAD_SETTINGS:
         with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            results[f"intra {intra}, inter {inter}"] = pool.submit(_classifier_step_with_threads, intra, inter,
-                                                                   model_config, vocabulary_size, max_length,
-                                                                   batches).result()
+            results[f"intra {intra}, inter {inter}"] = pool.submit(
+                _classifier_step_with_threads, intra, inter, model_config, vocabulary_size, max_length, batches
+            ).result()
     return results
 
 
-def measure_training_steps(encoders: dict[str, ModelConfig], vocabulary_size: int, max_length: int,
-                           batches: list[np.ndarray], mask_rate: float) -> dict:
+def measure_training_steps(
+    encoders: dict[str, ModelConfig], vocabulary_size: int, max_length: int, batches: list[np.ndarray], mask_rate: float
+) -> dict:
     """Every encoder's classifier step (float32, ``mixed_bfloat16``, float32 with XLA) and masked-LM step (float32,
     ``mixed_bfloat16``), and the configured encoder's classifier step under each thread setting."""
     return {
-        "classifier_step": {name: {"float32": measure_classifier_step(m, vocabulary_size, max_length, batches),
-                                   "mixed_bfloat16": measure_classifier_step(m, vocabulary_size, max_length, batches,
-                                                                             "mixed_bfloat16"),
-                                   "float32 + XLA": measure_classifier_step(m, vocabulary_size, max_length, batches,
-                                                                            jit=True)}
-                            for name, m in encoders.items()},
-        "masked_lm_step": {name: {"float32": measure_masked_lm_step(m, vocabulary_size, max_length, batches,
-                                                                    mask_rate),
-                                  "mixed_bfloat16": measure_masked_lm_step(m, vocabulary_size, max_length, batches,
-                                                                           mask_rate, "mixed_bfloat16")}
-                           for name, m in encoders.items()},
+        "classifier_step": {
+            name: {
+                "float32": measure_classifier_step(m, vocabulary_size, max_length, batches),
+                "mixed_bfloat16": measure_classifier_step(m, vocabulary_size, max_length, batches, "mixed_bfloat16"),
+                "float32 + XLA": measure_classifier_step(m, vocabulary_size, max_length, batches, jit=True),
+            }
+            for name, m in encoders.items()
+        },
+        "masked_lm_step": {
+            name: {
+                "float32": measure_masked_lm_step(m, vocabulary_size, max_length, batches, mask_rate),
+                "mixed_bfloat16": measure_masked_lm_step(
+                    m, vocabulary_size, max_length, batches, mask_rate, "mixed_bfloat16"
+                ),
+            }
+            for name, m in encoders.items()
+        },
         "threads": measure_threads(encoders["configured"], vocabulary_size, max_length, batches),
     }
 
 
-def measure_sparse_updates(model_config: ModelConfig, vocabulary_size: int, max_length: int,
-                           batches: list[np.ndarray], passes: int = 2) -> dict:
+def measure_sparse_updates(
+    model_config: ModelConfig, vocabulary_size: int, max_length: int, batches: list[np.ndarray], passes: int = 2
+) -> dict:
     """The configured classifier's training step (with its n-gram table) under Keras' AdamW, under ``LazyAdamW``
     (``training.sparse_updates``) and with the n-gram table frozen (what no table update costs), side by side on the
     same batches: the best of ``passes`` timed passes after a warm-up pass that traces every shape."""
@@ -200,19 +243,28 @@ def measure_sparse_updates(model_config: ModelConfig, vocabulary_size: int, max_
     from pipeline.model.transformer import build_model
 
     config = model_config if model_config.ngram_max > 1 else dataclasses.replace(model_config, ngram_max=3)
-    variants = {"AdamW (dense updates)": (keras.optimizers.AdamW, False),
-                "LazyAdamW (training.sparse_updates)": (LazyAdamW, False),
-                "n-gram table frozen": (keras.optimizers.AdamW, True)}
+    variants = {
+        "AdamW (dense updates)": (keras.optimizers.AdamW, False),
+        "LazyAdamW (training.sparse_updates)": (LazyAdamW, False),
+        "n-gram table frozen": (keras.optimizers.AdamW, True),
+    }
     steps = {}
     for name, (optimizer, frozen) in variants.items():
         keras.utils.set_random_seed(0)
         model = build_model(config, vocabulary_size, max_length, 2)
         model.get_layer("ngram_embedding").trainable = not frozen
-        model.compile(optimizer=optimizer(1e-4, weight_decay=0.01, clipnorm=1.0),
-                      loss="sparse_categorical_crossentropy", jit_compile=False)
-        step = lambda batch: model.train_on_batch(batch, np.zeros(len(batch), np.int32))  # noqa: E731
+        model.compile(
+            optimizer=optimizer(1e-4, weight_decay=0.01, clipnorm=1.0),
+            loss="sparse_categorical_crossentropy",
+            jit_compile=False,
+        )
+        step = lambda batch, model=model: model.train_on_batch(batch, np.zeros(len(batch), np.int32))  # noqa: E731
         seconds = [_timed_passes(step, batches) for _ in range(passes)]
         steps[name] = {"ms_per_step": 1000 * min(seconds) / len(batches), "parameters": model.count_params()}
     dense, lazy, frozen = (steps[name]["ms_per_step"] for name in variants)
-    return {"buckets": config.ngram_buckets, "steps": steps, "lazy_fraction_of_dense": lazy / dense,
-            "frozen_fraction_of_dense": frozen / dense}
+    return {
+        "buckets": config.ngram_buckets,
+        "steps": steps,
+        "lazy_fraction_of_dense": lazy / dense,
+        "frozen_fraction_of_dense": frozen / dense,
+    }

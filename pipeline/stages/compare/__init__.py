@@ -28,6 +28,7 @@ def run(config: Config, design: str = "main", force: bool = False) -> Path:
     """The comparison the config's compare section declares (``design`` ``position`` or ``tuned``: the
     experiments ``ablate-position`` and ``compare-tuned``); returns the Markdown report."""
     from pipeline.stages.compare.runner import run_comparison
+
     return run_comparison(config, design, force=force)
 
 

@@ -89,28 +89,40 @@ def tuned_design(config: Config, factors, declared: dict) -> Design:
     over those where they differ."""
     path = tuned_path(config)
     if not path.is_file():
-        raise MissingInputError(f"compare.tuned: no tuned config at {path}: run `make tune` first, or point "
-                                "compare.tuned at a config file")
+        raise MissingInputError(
+            f"compare.tuned: no tuned config at {path}: run `make tune` first, or point compare.tuned at a config file"
+        )
     tuned = load_config(path)
     fixed = main_design(config.compare).fixed
     default = config.with_settings(fixed)  # the default level: this config with the compare section's single levels
-    overlay = tuple((f"{section}.{key}", value) for section in TUNED_SECTIONS
-                    for key, value in dataclasses.asdict(getattr(tuned, section)).items()
-                    if key != "seed" and value != getattr(getattr(default, section), key))
+    overlay = tuple(
+        (f"{section}.{key}", value)
+        for section in TUNED_SECTIONS
+        for key, value in dataclasses.asdict(getattr(tuned, section)).items()
+        if key != "seed" and value != getattr(getattr(default, section), key)
+    )
     if not overlay:
         raise ConfigError(f"{path}: its {', '.join(TUNED_SECTIONS)} settings are this config's: nothing to compare")
     tuned_level = default.with_settings(overlay)
     shape = {f"model.{key}" for key in BACKBONE_KEYS if key != "dropout"} | {
-        f"tokenizer.{key}" for key in ("vocabulary_size", "lowercase", "min_frequency", "include_unlabeled",
-                                       "max_sequence_length")}  # what the backbone's weights are built for
+        f"tokenizer.{key}"
+        for key in ("vocabulary_size", "lowercase", "min_frequency", "include_unlabeled", "max_sequence_length")
+    }  # what the backbone's weights are built for
     backbone_changed = [key for key, _ in overlay if key in shape]
     if "pretrained" in (default.model.init, tuned_level.model.init) and backbone_changed:
-        raise ConfigError(f"{path}: the tuned level changes {', '.join(backbone_changed)}, which the masked-LM "
-                          "backbone is built for, and a level starts from it (model.init: pretrained); compare "
-                          "from scratch (compare.inits=[scratch]) or tune without those settings")
-    (_, (tuned_name, default_name)), = factors
-    return Design(factors, declared["report"], champion_pool=declared["champion_pool"], fixed=fixed,
-                  overlays=((tuned_name, overlay), (default_name, ())))
+        raise ConfigError(
+            f"{path}: the tuned level changes {', '.join(backbone_changed)}, which the masked-LM "
+            "backbone is built for, and a level starts from it (model.init: pretrained); compare "
+            "from scratch (compare.inits=[scratch]) or tune without those settings"
+        )
+    ((_, (tuned_name, default_name)),) = factors
+    return Design(
+        factors,
+        declared["report"],
+        champion_pool=declared["champion_pool"],
+        fixed=fixed,
+        overlays=((tuned_name, overlay), (default_name, ())),
+    )
 
 
 # --------------------------------------------------------------------------- variants and their names

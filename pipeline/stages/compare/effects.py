@@ -17,14 +17,19 @@ from pipeline.text.crops import CROP_SPLITS, word_bucket_names, word_buckets
 
 def correctness(candidates: list[Candidate]) -> dict[str, np.ndarray]:
     """Per candidate name, its runs' test correctness stacked in the order the runs come."""
-    return {name: np.stack([c.correct for c in candidates if c.name == name])
-            for name in dict.fromkeys(c.name for c in candidates)}
+    return {
+        name: np.stack([c.correct for c in candidates if c.name == name])
+        for name in dict.fromkeys(c.name for c in candidates)
+    }
 
 
 def mean_std(values: list[float]) -> dict[str, float | list[float]]:
     array = np.asarray(values, dtype=np.float64)
-    return {"mean": float(array.mean()), "std": float(array.std(ddof=1)) if len(array) > 1 else 0.0,
-            "values": [float(v) for v in array]}
+    return {
+        "mean": float(array.mean()),
+        "std": float(array.std(ddof=1)) if len(array) > 1 else 0.0,
+        "values": [float(v) for v in array],
+    }
 
 
 def summarize(candidates: list[Candidate]) -> dict[str, dict]:
@@ -42,8 +47,15 @@ def summarize(candidates: list[Candidate]) -> dict[str, dict]:
     return summary
 
 
-def main_effect(design: Design, index: int, correct: dict[str, np.ndarray], seeds: list[int], samples: int,
-                name_of=variant_name, scope: str = "Transformer alone") -> dict:
+def main_effect(
+    design: Design,
+    index: int,
+    correct: dict[str, np.ndarray],
+    seeds: list[int],
+    samples: int,
+    name_of=variant_name,
+    scope: str = "Transformer alone",
+) -> dict:
     """Factor ``index``'s A - B accuracy difference, matched on seed and on every other factor's level."""
     key, (a, b) = design.factors[index]
     rows_a, rows_b, labels = [], [], []
@@ -55,14 +67,21 @@ def main_effect(design: Design, index: int, correct: dict[str, np.ndarray], seed
         for row, seed in enumerate(seeds):
             rows_a.append(correct[name_of(variant)][row])
             rows_b.append(correct[partner][row])
-            labels.append({"seed": seed, **({"at": ", ".join(setting_text(k, v) for k, v in other.items())}
-                                            if other else {})})
-    return {"factor": key.rsplit(".", 1)[-1], "a": level_name(key, a), "b": level_name(key, b), "scope": scope,
-            **compare_pair(np.stack(rows_a), np.stack(rows_b), labels, samples)}
+            labels.append(
+                {"seed": seed, **({"at": ", ".join(setting_text(k, v) for k, v in other.items())} if other else {})}
+            )
+    return {
+        "factor": key.rsplit(".", 1)[-1],
+        "a": level_name(key, a),
+        "b": level_name(key, b),
+        "scope": scope,
+        **compare_pair(np.stack(rows_a), np.stack(rows_b), labels, samples),
+    }
 
 
-def versus(name_a: str, name_b: str, correct: dict[str, np.ndarray], seeds_a: list, seeds_b: list,
-           samples: int) -> dict:
+def versus(
+    name_a: str, name_b: str, correct: dict[str, np.ndarray], seeds_a: list, seeds_b: list, samples: int
+) -> dict:
     """Candidate A minus candidate B, matched on seed; a single-run candidate (NBSVM) pairs with every seed."""
     a, b = correct[name_a], correct[name_b]
     if len(b) == 1:
@@ -71,8 +90,13 @@ def versus(name_a: str, name_b: str, correct: dict[str, np.ndarray], seeds_a: li
         a, seeds = np.repeat(a, len(b), axis=0), seeds_b
     else:
         seeds = seeds_a
-    return {"factor": "candidate", "a": name_a, "b": name_b, "scope": "candidates",
-            **compare_pair(a, b, [{"seed": seed} for seed in seeds], samples)}
+    return {
+        "factor": "candidate",
+        "a": name_a,
+        "b": name_b,
+        "scope": "candidates",
+        **compare_pair(a, b, [{"seed": seed} for seed in seeds], samples),
+    }
 
 
 def interaction(design: Design, correct: dict[str, np.ndarray], samples: int) -> dict:
@@ -83,25 +107,41 @@ def interaction(design: Design, correct: dict[str, np.ndarray], samples: int) ->
     minus = correct[name(b1, a2)].astype(float) + correct[name(a1, b2)]
     bootstrap = paired_bootstrap_difference(plus, minus, samples=samples, seed=0)
     short = lambda key: key.rsplit(".", 1)[-1]  # noqa: E731
-    return {"description": f"({short(key1)} {level_name(key1, a1)} - {level_name(key1, b1)}) with "
-                           f"{short(key2)}={level_name(key2, a2)} minus the same with {short(key2)}={level_name(key2, b2)}",
-            "difference": bootstrap["difference"], "bootstrap": bootstrap,
-            "significant": bool(bootstrap["ci_low"] > 0 or bootstrap["ci_high"] < 0)}
+    return {
+        "description": f"({short(key1)} {level_name(key1, a1)} - {level_name(key1, b1)}) with "
+        f"{short(key2)}={level_name(key2, a2)} minus the same with {short(key2)}={level_name(key2, b2)}",
+        "difference": bootstrap["difference"],
+        "bootstrap": bootstrap,
+        "significant": bool(bootstrap["ci_low"] > 0 or bootstrap["ci_high"] < 0),
+    }
 
 
 def recommendation(summary: dict, candidates: list[str], tolerance: float) -> dict:
     """The candidate to deploy, as `make register` chooses (``metrics.champion_choice``, validation only): among the
     deployable kinds whose mean full-review validation accuracy is within ``tolerance`` of the best, the best mean
     accuracy on the validation sentence crops."""
-    scored = [name for name in candidates if "best_val_accuracy" in summary.get(name, {})
-              and KINDS[summary[name]["kind"]].deployable]
-    best = champion_choice({name: summary[name]["best_val_accuracy"]["mean"] for name in scored},
-                           {name: summary[name]["val_crop_accuracy"]["mean"] for name in scored
-                            if "val_crop_accuracy" in summary[name]}, tolerance)
-    entry = {"variant": best, "kind": summary[best]["kind"], "best_val_accuracy": summary[best]["best_val_accuracy"]["mean"],
-             "test_accuracy": summary[best]["test_accuracy"]["mean"], "tolerance": tolerance,
-             **{key: summary[best][key]["mean"] for key in ("val_crop_accuracy", "test_crop_accuracy")
-                if key in summary[best]}}
+    scored = [
+        name
+        for name in candidates
+        if "best_val_accuracy" in summary.get(name, {}) and KINDS[summary[name]["kind"]].deployable
+    ]
+    best = champion_choice(
+        {name: summary[name]["best_val_accuracy"]["mean"] for name in scored},
+        {name: summary[name]["val_crop_accuracy"]["mean"] for name in scored if "val_crop_accuracy" in summary[name]},
+        tolerance,
+    )
+    entry = {
+        "variant": best,
+        "kind": summary[best]["kind"],
+        "best_val_accuracy": summary[best]["best_val_accuracy"]["mean"],
+        "test_accuracy": summary[best]["test_accuracy"]["mean"],
+        "tolerance": tolerance,
+        **{
+            key: summary[best][key]["mean"]
+            for key in ("val_crop_accuracy", "test_crop_accuracy")
+            if key in summary[best]
+        },
+    }
     transformers = [name for name in scored if summary[name]["kind"] == "transformer"]
     if transformers:
         best_transformer = max(transformers, key=lambda name: summary[name]["best_val_accuracy"]["mean"])
@@ -121,12 +161,17 @@ def length_table(candidates: list[Candidate], test_words: np.ndarray) -> dict[st
     for name in dict.fromkeys(c.name for c in candidates):
         group = [c for c in candidates if c.name == name]
         correct = np.stack([c.correct for c in group]).mean(axis=0)
-        row = {bucket: accuracy_interval(correct[buckets == bucket]) for bucket in word_bucket_names()
-               if (buckets == bucket).any()}
-        if all(c.crops is not None for c in group):
+        row = {
+            bucket: accuracy_interval(correct[buckets == bucket])
+            for bucket in word_bucket_names()
+            if (buckets == bucket).any()
+        }
+        crops = [c.crops for c in group if c.crops is not None]
+        if len(crops) == len(group):
             for split in CROP_SPLITS:
-                on_split = np.stack([c.crops.loc[c.crops["split"] == split, "correct"].to_numpy(dtype=bool)
-                                     for c in group]).mean(axis=0)
+                on_split = np.stack(
+                    [frame.loc[frame["split"] == split, "correct"].to_numpy(dtype=bool) for frame in crops]
+                ).mean(axis=0)
                 row[f"{split} crops"] = accuracy_interval(on_split)
         table[name] = row
     return table

@@ -41,33 +41,42 @@ class EvaluatedRows:
     val_words: np.ndarray
     test_words: np.ndarray
     crop_words: dict[str, np.ndarray]
-    crop_labels: np.ndarray     # the validation crops'
-    crop_reviews: np.ndarray    # the validation crops' review rows
+    crop_labels: np.ndarray  # the validation crops'
+    crop_reviews: np.ndarray  # the validation crops' review rows
 
 
 @dataclass(frozen=True)
 class FusionChoice:
-    weight: float                  # the Transformer's weight (for texts longer than short_max_words when set)
-    short_weight: float            # for texts of at most short_max_words words (= weight without a limit)
-    short_max_words: int           # 0: one weight
+    weight: float  # the Transformer's weight (for texts longer than short_max_words when set)
+    short_weight: float  # for texts of at most short_max_words words (= weight without a limit)
+    short_max_words: int  # 0: one weight
     by_weight: dict[float, float]  # validation accuracy of every weight tried (the long texts' with a limit)
-    honest: float                  # cross-fitted validation accuracy of choosing the weight(s) this way
-    val: np.ndarray                # the fused validation probabilities (short texts cross-fitted)
+    honest: float  # cross-fitted validation accuracy of choosing the weight(s) this way
+    val: np.ndarray  # the fused validation probabilities (short texts cross-fitted)
     test: np.ndarray
-    crops: dict[str, np.ndarray]   # per crop split (validation crops of short texts cross-fitted)
+    crops: dict[str, np.ndarray]  # per crop split (validation crops of short texts cross-fitted)
 
 
 def one_weight(transformer: PartScores, lexical: PartScores, rows: EvaluatedRows, steps: int) -> FusionChoice:
     weight, by_weight, honest = best_fusion_weight(transformer.val, lexical.val, rows.val_labels, steps)
-    return FusionChoice(weight, weight, 0, by_weight, honest,
-                        fuse_probabilities(transformer.val, lexical.val, weight),
-                        fuse_probabilities(transformer.test, lexical.test, weight),
-                        {split: fuse_probabilities(transformer.crops[split], lexical.crops[split], weight)
-                         for split in transformer.crops})
+    return FusionChoice(
+        weight,
+        weight,
+        0,
+        by_weight,
+        honest,
+        fuse_probabilities(transformer.val, lexical.val, weight),
+        fuse_probabilities(transformer.test, lexical.test, weight),
+        {
+            split: fuse_probabilities(transformer.crops[split], lexical.crops[split], weight)
+            for split in transformer.crops
+        },
+    )
 
 
-def choose_fusion(transformer: PartScores, lexical: PartScores, rows: EvaluatedRows, steps: int,
-                  short_max_words: int = 0) -> FusionChoice:
+def choose_fusion(
+    transformer: PartScores, lexical: PartScores, rows: EvaluatedRows, steps: int, short_max_words: int = 0
+) -> FusionChoice:
     """The fusion's weight or weights and its probabilities on validation, test and the crops (module docstring)."""
     if not short_max_words:
         return one_weight(transformer, lexical, rows, steps)
@@ -75,24 +84,37 @@ def choose_fusion(transformer: PartScores, lexical: PartScores, rows: EvaluatedR
     short_crops = rows.crop_words["val"] <= short_max_words
     if min(long.sum(), (~long).sum() + short_crops.sum()) < MIN_ROWS:
         return one_weight(transformer, lexical, rows, steps)
-    weight, by_weight, honest_long = best_fusion_weight(transformer.val[long], lexical.val[long],
-                                                        rows.val_labels[long], steps)
+    weight, by_weight, honest_long = best_fusion_weight(
+        transformer.val[long], lexical.val[long], rows.val_labels[long], steps
+    )
     short_reviews = np.flatnonzero(~long)
     short_weight, honest_short = cross_fitted_fusion(
         np.concatenate([transformer.val[~long], transformer.crops["val"][short_crops]]),
         np.concatenate([lexical.val[~long], lexical.crops["val"][short_crops]]),
         np.concatenate([rows.val_labels[~long], rows.crop_labels[short_crops]]),
-        np.concatenate([short_reviews, rows.crop_reviews[short_crops]]), steps)
+        np.concatenate([short_reviews, rows.crop_reviews[short_crops]]),
+        steps,
+    )
 
     def by_length(t: np.ndarray, x: np.ndarray, words: np.ndarray) -> np.ndarray:
         return fuse_probabilities(t, x, np.where(words <= short_max_words, short_weight, weight))
 
     val = by_length(transformer.val, lexical.val, rows.val_words)
-    val[~long] = honest_short[:len(short_reviews)]
-    crops = {split: by_length(transformer.crops[split], lexical.crops[split], rows.crop_words[split])
-             for split in transformer.crops}
-    crops["val"][short_crops] = honest_short[len(short_reviews):]
+    val[~long] = honest_short[: len(short_reviews)]
+    crops = {
+        split: by_length(transformer.crops[split], lexical.crops[split], rows.crop_words[split])
+        for split in transformer.crops
+    }
+    crops["val"][short_crops] = honest_short[len(short_reviews) :]
     short_correct = (val[~long].argmax(axis=1) == rows.val_labels[~long]).sum()
     honest = float((honest_long * long.sum() + short_correct) / len(long))
-    return FusionChoice(weight, short_weight, short_max_words, by_weight, honest, val,
-                        by_length(transformer.test, lexical.test, rows.test_words), crops)
+    return FusionChoice(
+        weight,
+        short_weight,
+        short_max_words,
+        by_weight,
+        honest,
+        val,
+        by_length(transformer.test, lexical.test, rows.test_words),
+        crops,
+    )

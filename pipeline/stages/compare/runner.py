@@ -18,13 +18,15 @@ re-running after a crash continues where it stopped.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import mlflow
 import numpy as np
@@ -33,19 +35,17 @@ from pipeline.config import CompareConfig, Config
 from pipeline.core.catalog import require_output, stage_dir
 from pipeline.core.checkpoints import checkpoint_name
 from pipeline.core.errors import InputError
-from pipeline.core.files import manifest_hash, read_manifest
+from pipeline.core.files import manifest_hash, require_manifest
 from pipeline.core.logs import duration
 from pipeline.stages.compare import effects
-from pipeline.stages.compare.candidates import (
-    NBSVM,
-    Candidate,
-    fused_name,
+from pipeline.stages.compare.candidates import NBSVM, Candidate, fused_name
+from pipeline.stages.compare.designs import Design, design_for, level_name, variant_config, variant_name, variants
+from pipeline.stages.compare.producers import (
     fusion_candidate,
     nbsvm_candidate,
     tfidf_candidate,
     transformer_candidate,
 )
-from pipeline.stages.compare.designs import Design, design_for, level_name, variant_config, variant_name, variants
 from pipeline.stages.compare.report import parent_description, verdict, write_reports
 from pipeline.stages.evaluate.lengths import CROP_SEED
 from pipeline.stages.pretrain.masked_lm import pretrain
@@ -69,9 +69,12 @@ def comparison_key(config: Config, design_name: str, design: Design | None = Non
 
     The pseudo-label settings count only when a variant trains on pseudo labels."""
     tokenize_hash = manifest_hash(require_output(config, "tokenize"))[:8]
-    pseudo = (config.training.pseudo_labels or True in (config.compare.pseudo_labels or ())
-              or design is not None and any(variant_config(config, design, v, 0).training.pseudo_labels
-                                            for v in variants(design)))
+    pseudo = (
+        config.training.pseudo_labels
+        or True in (config.compare.pseudo_labels or ())
+        or design is not None
+        and any(variant_config(config, design, v, 0).training.pseudo_labels for v in variants(design))
+    )
     sections = ("model", "training", "compare", "pretrain", "baseline") + (("pseudo_label",) if pseudo else ())
     # compare.tuned names a file: the tuned level's settings count (below), not the file's name
     # nor does the champion rule's tolerance: it chooses among the runs, it makes none
@@ -86,8 +89,12 @@ def comparison_key(config: Config, design_name: str, design: Design | None = Non
 T = TypeVar("T")
 
 
-KIND_NAMES = {"transformer": ("Transformer run", "Transformer runs"), "nbsvm": ("NBSVM", "NBSVM"),
-              "fused": ("fusion", "fusions"), "tfidf": ("TF-IDF", "TF-IDF")}
+KIND_NAMES = {
+    "transformer": ("Transformer run", "Transformer runs"),
+    "nbsvm": ("NBSVM", "NBSVM"),
+    "fused": ("fusion", "fusions"),
+    "tfidf": ("TF-IDF", "TF-IDF"),
+}
 
 
 def time_left(finished: dict[str, list[float]], remaining: list[str]) -> tuple[float, dict[str, int]]:
@@ -113,17 +120,23 @@ def estimate_text(seconds: float, untimed: dict[str, int], names: dict[str, tupl
 class Progress:
     """One line as each candidate starts: its index of the total, the time so far and an estimate of what is left."""
 
-    kinds: list[str]                                   # every candidate's kind, in the order they run
+    kinds: list[str]  # every candidate's kind, in the order they run
     started: float = field(default_factory=time.perf_counter)
     finished: dict[str, list[float]] = field(default_factory=dict)
     names: dict[str, tuple[str, str]] = field(default_factory=lambda: dict(KIND_NAMES))  # kind: (one, several)
 
     def run(self, label: str, kind: str, work: Callable[[], T]) -> T:
         index = sum(len(times) for times in self.finished.values())
-        estimate = (estimate_text(*time_left(self.finished, self.kinds[index:]), self.names) if self.finished
-                    else "estimate after the first")
-        print(f"compare: [{index + 1}/{len(self.kinds)}] {label}: {duration(time.perf_counter() - self.started)} "
-              f"elapsed, {estimate}", flush=True)
+        estimate = (
+            estimate_text(*time_left(self.finished, self.kinds[index:]), self.names)
+            if self.finished
+            else "estimate after the first"
+        )
+        print(
+            f"compare: [{index + 1}/{len(self.kinds)}] {label}: {duration(time.perf_counter() - self.started)} "
+            f"elapsed, {estimate}",
+            flush=True,
+        )
         began = time.perf_counter()
         result = work()
         self.finished.setdefault(kind, []).append(time.perf_counter() - began)
@@ -150,8 +163,15 @@ class CandidatePool:
         return self.members + self.references
 
 
-def comparison_payload(config: Config, design_name: str, design: Design, pool: CandidatePool, parent_id: str,
-                       val_rows: int, test_words: np.ndarray) -> dict:
+def comparison_payload(
+    config: Config,
+    design_name: str,
+    design: Design,
+    pool: CandidatePool,
+    parent_id: str,
+    val_rows: int,
+    test_words: np.ndarray,
+) -> dict:
     """Everything the report says, from the candidates: summaries, effects, pairs of candidates, accuracy by length
     (``test_words``: each test review's words), the verdict."""
     names = [variant_name(v) for v in variants(design)]
@@ -163,40 +183,71 @@ def comparison_payload(config: Config, design_name: str, design: Design, pool: C
             raise InputError(f"run {candidate.run_id} was evaluated on different test rows; rerun `make evaluate`")
     correct = effects.correctness(everything)
     samples = config.compare.bootstrap_samples
-    main_effects = {k.rsplit(".", 1)[-1]: effects.main_effect(design, i, correct, seeds, samples)
-                    for i, (k, _) in enumerate(design.factors)}
-    fusion_effects = ({f"{k.rsplit('.', 1)[-1]} (fused)": effects.main_effect(
-        design, i, correct, seeds, samples, name_of=lambda v: fused_name(variant_name(v)), scope="inside the fusion")
-        for i, (k, _) in enumerate(design.factors)} if fused else {})
+    main_effects = {
+        k.rsplit(".", 1)[-1]: effects.main_effect(design, i, correct, seeds, samples)
+        for i, (k, _) in enumerate(design.factors)
+    }
+    fusion_effects = (
+        {
+            f"{k.rsplit('.', 1)[-1]} (fused)": effects.main_effect(
+                design,
+                i,
+                correct,
+                seeds,
+                samples,
+                name_of=lambda v: fused_name(variant_name(v)),
+                scope="inside the fusion",
+            )
+            for i, (k, _) in enumerate(design.factors)
+        }
+        if fused
+        else {}
+    )
     summary = effects.summarize(everything)
     candidates = list(dict.fromkeys(c.name for c in everything))
     seeds_of = {name: [c.seed for c in everything if c.name == name] for name in correct}
     best = effects.recommendation(summary, candidates, config.compare.champion_tolerance)
-    pairs = []
+    pairs: list[tuple[str, str]] = []
     if lexical:
         best_transformer = best.get("best_transformer")
         pairs = [(best_transformer, NBSVM)] if best_transformer else []
         if fused:
+            if not best_transformer:  # the fused runs are made of Transformer runs: one of them is the best
+                raise ValueError("fused candidates without a scored Transformer candidate to set them against")
             best_fused = max((fused_name(n) for n in names), key=lambda n: summary[n]["best_val_accuracy"]["mean"])
             pairs += [(best_fused, NBSVM), (best_fused, best_transformer)]
-    payload = {"design": design_name, "encoder": candidate_label(config.model.preset, "transformer"),
-               "preset": config.model.preset,
-               "factors": {k.rsplit(".", 1)[-1]: [level_name(k, v) for v in levels]
-                                                  for k, levels in design.factors},
-               "fixed": {k: level_name(k, v) for k, v in design.fixed},
-               "levels": {level: {k: v for k, v in settings} for level, settings in design.overlays if settings},
-               "variants": names, "candidates": candidates, "seeds": seeds, "parent_run_id": parent_id,
-               "test_rows": int(len(order)), "val_rows": int(val_rows),
-               "split_rule": read_manifest(stage_dir(config, "ingest")).get("split_rule", "stratified random"),
-               "summary": summary, "effects": main_effects, "fusion_effects": fusion_effects,
-               "versus": [effects.versus(a, b, correct, seeds_of[a], seeds_of[b], samples) for a, b in pairs],
-               "difference": next(iter(main_effects.values()), None),
-               "interaction": effects.interaction(design, correct, samples) if len(design.factors) == 2 else None,
-               "fusion_weights": [{"variant": f.name, "seed": f.seed,
-                                   "weight": float(mlflow.get_run(f.run_id).data.params[FUSION_WEIGHT_PARAM])}
-                                  for f in fused],
-               "lengths": effects.length_table(everything, test_words), "crop_seed": CROP_SEED,
-               "recommendation": best}
+    payload = {
+        "design": design_name,
+        "encoder": candidate_label(config.model.preset, "transformer"),
+        "preset": config.model.preset,
+        "factors": {k.rsplit(".", 1)[-1]: [level_name(k, v) for v in levels] for k, levels in design.factors},
+        "fixed": {k: level_name(k, v) for k, v in design.fixed},
+        "levels": {level: {k: v for k, v in settings} for level, settings in design.overlays if settings},
+        "variants": names,
+        "candidates": candidates,
+        "seeds": seeds,
+        "parent_run_id": parent_id,
+        "test_rows": int(len(order)),
+        "val_rows": int(val_rows),
+        "split_rule": require_manifest(stage_dir(config, "ingest")).get("split_rule", "stratified random"),
+        "summary": summary,
+        "effects": main_effects,
+        "fusion_effects": fusion_effects,
+        "versus": [effects.versus(a, b, correct, seeds_of[a], seeds_of[b], samples) for a, b in pairs],
+        "difference": next(iter(main_effects.values()), None),
+        "interaction": effects.interaction(design, correct, samples) if len(design.factors) == 2 else None,
+        "fusion_weights": [
+            {
+                "variant": f.name,
+                "seed": f.seed,
+                "weight": float(mlflow.get_run(f.run_id).data.params[FUSION_WEIGHT_PARAM]),
+            }
+            for f in fused
+        ],
+        "lengths": effects.length_table(everything, test_words),
+        "crop_seed": CROP_SEED,
+        "recommendation": best,
+    }
     payload["verdict"] = verdict(payload)
     return payload
 
@@ -206,13 +257,18 @@ def log_headline_metrics(payload: dict) -> None:
     accuracies."""
     if payload["difference"]:
         first = payload["difference"]
-        mlflow.log_metrics({"mean_accuracy_difference": first["mean_accuracy_difference"],
-                            "bootstrap_ci_low": first["bootstrap"]["ci_low"],
-                            "bootstrap_ci_high": first["bootstrap"]["ci_high"],
-                            "significant": float(first["significant"])})
+        mlflow.log_metrics(
+            {
+                "mean_accuracy_difference": first["mean_accuracy_difference"],
+                "bootstrap_ci_low": first["bootstrap"]["ci_low"],
+                "bootstrap_ci_high": first["bootstrap"]["ci_high"],
+                "significant": float(first["significant"]),
+            }
+        )
     best = payload["recommendation"]
-    mlflow.log_metrics({"recommended_val_accuracy": best["best_val_accuracy"],
-                        "recommended_test_accuracy": best["test_accuracy"]})
+    mlflow.log_metrics(
+        {"recommended_val_accuracy": best["best_val_accuracy"], "recommended_test_accuracy": best["test_accuracy"]}
+    )
 
 
 def candidate_label(preset: str | None, variant: str) -> str:
@@ -222,8 +278,9 @@ def candidate_label(preset: str | None, variant: str) -> str:
     return encoder if variant == "transformer" else f"{encoder} {variant}"
 
 
-def run_candidates(config: Config, design: Design, design_name: str, parent_id: str, frames, force: bool,
-                   started: float) -> CandidatePool:
+def run_candidates(
+    config: Config, design: Design, design_name: str, parent_id: str, frames, force: bool, started: float
+) -> CandidatePool:
     """Every candidate of the design, trained or fitted (or reused) in order under the parent run, with a progress
     line as each starts (:class:`Progress`)."""
     grid, seeds, with_lexical = variants(design), list(config.compare.seeds), design.champion_pool
@@ -231,29 +288,59 @@ def run_candidates(config: Config, design: Design, design_name: str, parent_id: 
     fusing = with_lexical and config.compare.fusion
     runs = [(variant, seed) for variant in grid for seed in seeds]
     encoder = candidate_label(config.model.preset, "transformer")
-    progress = Progress(["transformer"] * len(runs) + ["nbsvm"] * with_lexical + ["fused"] * (len(runs) * fusing)
-                        + ["tfidf"] * (with_lexical and config.compare.tfidf_baseline), started,
-                        names={**KIND_NAMES, "transformer": (f"{encoder} run", f"{encoder} runs")})
-    transformers = [progress.run(f"{candidate_label(config.model.preset, variant_name(variant))} seed {seed}",
-                                 "transformer",
-                                 lambda v=variant, s=seed: transformer_candidate(config, design, v, s, parent_id,
-                                                                                 design_name, force))
-                    for variant, seed in runs]
+    progress = Progress(
+        ["transformer"] * len(runs)
+        + ["nbsvm"] * with_lexical
+        + ["fused"] * (len(runs) * fusing)
+        + ["tfidf"] * (with_lexical and config.compare.tfidf_baseline),
+        started,
+        names={**KIND_NAMES, "transformer": (f"{encoder} run", f"{encoder} runs")},
+    )
+    transformers = [
+        progress.run(
+            f"{candidate_label(config.model.preset, variant_name(variant))} seed {seed}",
+            "transformer",
+            functools.partial(transformer_candidate, config, design, variant, seed, parent_id, design_name, force),
+        )
+        for variant, seed in runs
+    ]
     # the lexical models depend on the splits and their own settings only: comparisons that differ in seeds
     # or Transformer settings share them (and the fused runs of the Transformer runs they share)
     lexical_key = f"{ingest_sha256[:8]}-{config.section_hash('baseline')[:8]}"
-    lexical = (progress.run("NBSVM", "nbsvm", lambda: nbsvm_candidate(config, lexical_key, frames, labels,
-                                                                      ingest_sha256, force))
-               if with_lexical else None)
+    lexical = (
+        progress.run(
+            "NBSVM", "nbsvm", lambda: nbsvm_candidate(config, lexical_key, frames, labels, ingest_sha256, force)
+        )
+        if with_lexical
+        else None
+    )
     # a fusion's key: the lexical model's, the weights tried and a length-aware fusion's limit (none: as before it)
     fusion_key = f"{lexical_key}-w{config.compare.fusion_weights}" + (
-        f"-s{config.compare.short_fusion_words}" if config.compare.short_fusion_words else "")
-    fused = [progress.run(f"fusion of {child.name} seed {child.seed} with NBSVM", "fused",
-                          lambda c=child: fusion_candidate(config, fusion_key, c, lexical, frames, labels, force))
-             for child in (transformers if fusing else [])]
-    references = ([progress.run("TF-IDF reference", "tfidf", lambda: tfidf_candidate(
-        config, f"{ingest_sha256[:8]}-{config.data.seed}", frames, labels, force))]
-        if with_lexical and config.compare.tfidf_baseline else [])
+        f"-s{config.compare.short_fusion_words}" if config.compare.short_fusion_words else ""
+    )
+    fused: list[Candidate] = []
+    if fusing:
+        if lexical is None:  # fusing implies with_lexical
+            raise ValueError("compare.fusion without the NBSVM candidate to fuse with")
+        fused = [
+            progress.run(
+                f"fusion of {child.name} seed {child.seed} with NBSVM",
+                "fused",
+                functools.partial(fusion_candidate, config, fusion_key, child, lexical, frames, labels, force),
+            )
+            for child in transformers
+        ]
+    references = (
+        [
+            progress.run(
+                "TF-IDF reference",
+                "tfidf",
+                lambda: tfidf_candidate(config, f"{ingest_sha256[:8]}-{config.data.seed}", frames, labels, force),
+            )
+        ]
+        if with_lexical and config.compare.tfidf_baseline
+        else []
+    )
     return CandidatePool(transformers, lexical, fused, references)
 
 
@@ -287,8 +374,9 @@ def run_comparison(config: Config, design_name: str = "main", force: bool = Fals
             mlflow.log_params({k: v for k, v in flat_params(config).items() if k not in varied})
         pool = run_candidates(config, design, design_name, parent_id, frames, force, started)
         transformers, references = pool.transformers, pool.references
-        payload = comparison_payload(config, design_name, design, pool, parent_id, len(frames.val),
-                                     word_counts(frames.test["text"].tolist()))
+        payload = comparison_payload(
+            config, design_name, design, pool, parent_id, len(frames.val), word_counts(frames.test["text"].tolist())
+        )
         json_path, md_path, png_path = write_reports(payload, config.reports_dir, design.report_name)
         for path in (json_path, md_path, png_path):
             mlflow.log_artifact(str(path), "comparison")
@@ -296,12 +384,16 @@ def run_comparison(config: Config, design_name: str = "main", force: bool = Fals
         set_members({member.run_id: member.name for member in pool.members})  # last: a finished comparison
         log_headline_metrics(payload)
     best = payload["recommendation"]
-    effects_text = "; ".join(f"{e['factor']} {e['a']} - {e['b']} = {e['mean_accuracy_difference'] * 100:+.2f} points "
-                             f"({'significant' if e['significant'] else 'not significant'})"
-                             for e in payload["effects"].values())
-    print(f"compare: {len(transformers)} Transformer runs, {len(pool.members) - len(transformers)} lexical and fused "
-          f"candidates and {len(references)} reference on {payload['test_rows']:,} test reviews; "
-          f"{effects_text or 'no factor varied'}; deploy {best['variant']} (val {best['best_val_accuracy']:.4f}, test "
-          f"{best['test_accuracy']:.4f}); wrote {md_path}, {json_path.name}, {png_path.name} in "
-          f"{duration(time.perf_counter() - started)} ({len(pool.everything)} candidates)")
+    effects_text = "; ".join(
+        f"{e['factor']} {e['a']} - {e['b']} = {e['mean_accuracy_difference'] * 100:+.2f} points "
+        f"({'significant' if e['significant'] else 'not significant'})"
+        for e in payload["effects"].values()
+    )
+    print(
+        f"compare: {len(transformers)} Transformer runs, {len(pool.members) - len(transformers)} lexical and fused "
+        f"candidates and {len(references)} reference on {payload['test_rows']:,} test reviews; "
+        f"{effects_text or 'no factor varied'}; deploy {best['variant']} (val {best['best_val_accuracy']:.4f}, test "
+        f"{best['test_accuracy']:.4f}); wrote {md_path}, {json_path.name}, {png_path.name} in "
+        f"{duration(time.perf_counter() - started)} ({len(pool.everything)} candidates)"
+    )
     return md_path

@@ -22,6 +22,7 @@ from pipeline.config import Config
 def run(config: Config, run: str = "latest", force: bool = False) -> Path:
     """Evaluate a run on the test split; returns ``reports/<run_id>``. Skips runs already evaluated."""
     from pipeline.stages.evaluate.scorecard import evaluate_run
+
     return evaluate_run(config, run=run, force=force).out_dir
 
 

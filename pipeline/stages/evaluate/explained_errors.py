@@ -44,7 +44,9 @@ def part_explanations(classifier, texts: list[str]) -> list[tuple[str, list[Expl
         return parts
     if kind == "transformer":
         return [("Transformer", transformer_words(classifier, texts))]
-    return [("NBSVM", lexical_words(classifier, texts))]
+    if kind == "lexical":
+        return [("NBSVM", lexical_words(classifier, texts))]
+    raise InputError(f"a {kind} model has no word explanations")
 
 
 def transformer_words(transformer, texts: list[str]) -> list[Explanation]:
@@ -68,37 +70,43 @@ def highlighted(words: tuple[tuple[str, float], ...]) -> str:
     return " ".join(spans)
 
 
-def errors_page(title: str, errors: pd.DataFrame, texts: list[str],
-                parts: list[tuple[str, list[Explanation]]]) -> str:
+def errors_page(title: str, errors: pd.DataFrame, texts: list[str], parts: list[tuple[str, list[Explanation]]]) -> str:
     """The page for ``errors`` (rows of ``errors.csv``) and their full ``texts``, explained by ``parts``."""
     rows = []
     for index, (_, error) in enumerate(errors.iterrows()):
         blocks = []
         for name, explanations in parts:
             explanation = explanations[index]
-            blocks.append(f"<p><b>{html.escape(name)}</b> ({len(explanation.words)} tokens read): log-odds "
-                          f"{explanation.log_odds:+.2f}; "
-                          f"most: <code>{html.escape(explanation_text(explanation.items))}</code></p>"
-                          f"<p class=\"words\">{highlighted(explanation.words)}</p>")
-        rows.append(f"<section><h2>{index + 1}. labelled {html.escape(str(error['label_name']))}, predicted "
-                    f"{html.escape(str(error['predicted_label']))} with confidence {error['confidence']:.3f}</h2>"
-                    f"<p class=\"source\">{html.escape(str(error['source_file']))}, {len(texts[index].split())} words"
-                    f"</p>{''.join(blocks)}</section>")
+            blocks.append(
+                f"<p><b>{html.escape(name)}</b> ({len(explanation.words)} tokens read): log-odds "
+                f"{explanation.log_odds:+.2f}; "
+                f"most: <code>{html.escape(explanation_text(explanation.items))}</code></p>"
+                f'<p class="words">{highlighted(explanation.words)}</p>'
+            )
+        rows.append(
+            f"<section><h2>{index + 1}. labelled {html.escape(str(error['label_name']))}, predicted "
+            f"{html.escape(str(error['predicted_label']))} with confidence {error['confidence']:.3f}</h2>"
+            f'<p class="source">{html.escape(str(error["source_file"]))}, {len(texts[index].split())} words'
+            f"</p>{''.join(blocks)}</section>"
+        )
     body = "".join(rows) or "<p>No errors on the test split.</p>"
-    return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\">"
-            f"<title>Most confident errors: {html.escape(title)}</title><style>"
-            "body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.7}"
-            "h2{font-size:1.05em;margin-top:2em}.source{color:#666;font-size:.9em}.words span{padding:0 1px}"
-            "</style></head><body>"
-            f"<h1>Most confident errors: {html.escape(title)}</h1><p>Each word's background: green pushed the score "
-            "towards <i>positive</i> (for more than two classes: towards the predicted class), red away from it; the "
-            "stronger, the more (relative to the review's largest; the value on hover). Transformer: integrated "
-            "gradients from the all-[PAD] review; NBSVM: its exact n-gram weights, shared among each n-gram's words."
-            f"</p>{body}</body></html>")
+    return (
+        '<!DOCTYPE html><html><head><meta charset="utf-8">'
+        f"<title>Most confident errors: {html.escape(title)}</title><style>"
+        "body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.7}"
+        "h2{font-size:1.05em;margin-top:2em}.source{color:#666;font-size:.9em}.words span{padding:0 1px}"
+        "</style></head><body>"
+        f"<h1>Most confident errors: {html.escape(title)}</h1><p>Each word's background: green pushed the score "
+        "towards <i>positive</i> (for more than two classes: towards the predicted class), red away from it; the "
+        "stronger, the more (relative to the review's largest; the value on hover). Transformer: integrated "
+        "gradients from the all-[PAD] review; NBSVM: its exact n-gram weights, shared among each n-gram's words."
+        f"</p>{body}</body></html>"
+    )
 
 
-def write_errors_page(classifier, title: str, test: pd.DataFrame, errors: pd.DataFrame, path: Path,
-                      limit: int = EXPLAINED_ERRORS) -> Path:
+def write_errors_page(
+    classifier, title: str, test: pd.DataFrame, errors: pd.DataFrame, path: Path, limit: int = EXPLAINED_ERRORS
+) -> Path:
     """Explain the first ``limit`` rows of ``errors`` (``most_confident_errors``; its index that of ``test``) and
     write the page to ``path``."""
     shown = errors.head(limit)
@@ -109,4 +117,3 @@ def write_errors_page(classifier, title: str, test: pd.DataFrame, errors: pd.Dat
         parts, title = [], f"{title} (no word explanations: {error})"
     atomic_write_text(path, errors_page(title, shown, texts, parts))
     return path
-

@@ -22,12 +22,13 @@ from pipeline.metrics import accuracy_by_group, accuracy_interval
 from pipeline.text.crops import CROP_SPLITS, crop_set, word_bucket_names, word_buckets, word_counts
 from pipeline.tracking import VALIDATED_MIN_WORDS
 
-CROP_SEED = 2011                # the crops every candidate is scored on (Maas et al. 2011, the dataset's year)
-VALIDATED_PERCENTILE = 1.0      # validated_min_words: this percentile of the validation texts' word counts
+CROP_SEED = 2011  # the crops every candidate is scored on (Maas et al. 2011, the dataset's year)
+VALIDATED_PERCENTILE = 1.0  # validated_min_words: this percentile of the validation texts' word counts
 
 
-def length_bucket_accuracy(correct: np.ndarray, token_counts: np.ndarray, max_tokens: int,
-                           truncates: bool = True) -> pd.DataFrame:
+def length_bucket_accuracy(
+    correct: np.ndarray, token_counts: np.ndarray, max_tokens: int, truncates: bool = True
+) -> pd.DataFrame:
     """Accuracy per review-length bucket (tokens before truncation), marking truncated buckets.
 
     Buckets are relative to the cut-off: up to 1/4, 1/2 and all of ``max_tokens`` (whole
@@ -41,8 +42,14 @@ def length_bucket_accuracy(correct: np.ndarray, token_counts: np.ndarray, max_to
         in_bucket = (token_counts > low) & (token_counts <= high)
         if in_bucket.any():
             name = f"{low + 1}-{high}" if high < 10**9 else f">{low}"
-            rows.append({"bucket": name, "reviews": int(in_bucket.sum()), "accuracy": float(correct[in_bucket].mean()),
-                         "truncated": bool(truncates and low >= max_tokens)})
+            rows.append(
+                {
+                    "bucket": name,
+                    "reviews": int(in_bucket.sum()),
+                    "accuracy": float(correct[in_bucket].mean()),
+                    "truncated": bool(truncates and low >= max_tokens),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -56,8 +63,9 @@ def validation_crops(val: pd.DataFrame) -> pd.DataFrame:
     return crop_set({"val": val}, CROP_SEED)["val"]
 
 
-def crop_predictions(crops: dict[str, pd.DataFrame], probabilities: dict[str, np.ndarray],
-                     names: list[str]) -> pd.DataFrame:
+def crop_predictions(
+    crops: dict[str, pd.DataFrame], probabilities: dict[str, np.ndarray], names: list[str]
+) -> pd.DataFrame:
     """The crops' predictions (``prediction_frame`` columns, plus ``split``, ``review``: the review's row in its split,
     and ``words``), validation then test."""
     frames = []
@@ -79,16 +87,25 @@ def length_report(test: pd.DataFrame, val: pd.DataFrame, correct: np.ndarray, cr
     ``metrics`` holds what is logged to the run."""
     words = word_counts(test["text"].tolist())
     by_words = accuracy_by_group(correct, word_buckets(words), word_bucket_names())
-    on_crops = {split: accuracy_interval(crops.loc[crops["split"] == split, "correct"].to_numpy())
-                for split in CROP_SPLITS}
-    validation_words = np.concatenate([word_counts(val["text"].tolist()),
-                                       crops.loc[crops["split"] == "val", "words"].to_numpy()])
+    on_crops = {
+        split: accuracy_interval(crops.loc[crops["split"] == split, "correct"].to_numpy()) for split in CROP_SPLITS
+    }
+    validation_words = np.concatenate(
+        [word_counts(val["text"].tolist()), crops.loc[crops["split"] == "val", "words"].to_numpy()]
+    )
     validated = int(np.percentile(validation_words, VALIDATED_PERCENTILE)) if len(validation_words) else 0
-    metrics = {"test_crop_accuracy": on_crops["test"]["accuracy"], "val_crop_accuracy": on_crops["val"]["accuracy"],
-               VALIDATED_MIN_WORDS: float(validated),
-               **{f"test_accuracy_words_{metric_suffix(row['bucket'])}": row["accuracy"] for row in by_words}}
-    return {"accuracy_by_words": by_words, "sentence_crops": {**on_crops, "seed": CROP_SEED},
-            "validated_min_words": validated, "metrics": metrics}
+    metrics = {
+        "test_crop_accuracy": on_crops["test"]["accuracy"],
+        "val_crop_accuracy": on_crops["val"]["accuracy"],
+        VALIDATED_MIN_WORDS: float(validated),
+        **{f"test_accuracy_words_{metric_suffix(row['bucket'])}": row["accuracy"] for row in by_words},
+    }
+    return {
+        "accuracy_by_words": by_words,
+        "sentence_crops": {**on_crops, "seed": CROP_SEED},
+        "validated_min_words": validated,
+        "metrics": metrics,
+    }
 
 
 def plot_length_buckets(buckets: pd.DataFrame, path: Path) -> Path:
@@ -98,10 +115,15 @@ def plot_length_buckets(buckets: pd.DataFrame, path: Path) -> Path:
     colors = ["tab:orange" if truncated else "tab:blue" for truncated in buckets["truncated"]]
     bars = axis.bar(buckets["bucket"], buckets["accuracy"], color=colors)
     for bar, count in zip(bars, buckets["reviews"]):
-        axis.annotate(f"n={count}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                      ha="center", va="bottom", fontsize=8)
-    axis.set(xlabel="review length in tokens (orange: truncated)", ylabel="accuracy",
-             ylim=(max(0.0, buckets["accuracy"].min() - 0.1), 1.0), title="Accuracy by review length (test)")
+        axis.annotate(
+            f"n={count}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8
+        )
+    axis.set(
+        xlabel="review length in tokens (orange: truncated)",
+        ylabel="accuracy",
+        ylim=(max(0.0, buckets["accuracy"].min() - 0.1), 1.0),
+        title="Accuracy by review length (test)",
+    )
     return save_figure(figure, path)
 
 
@@ -112,13 +134,16 @@ def plot_word_buckets(report: dict, path: Path) -> Path:
     rows = [(f"{row['bucket']} words", row, "tab:blue") for row in report["accuracy_by_words"]]
     rows.append(("sentence crops\n(noisy labels)", report["sentence_crops"]["test"], "tab:orange"))
     figure, axis = new_figure(7.5, 4)
-    for x, (label, row, colour) in enumerate(rows):
+    for x, (_label, row, colour) in enumerate(rows):
         axis.bar(x, row["accuracy"], color=colour)
         below, above = max(0.0, row["accuracy"] - row["ci_low"]), max(0.0, row["ci_high"] - row["accuracy"])
         axis.errorbar(x, row["accuracy"], yerr=[[below], [above]], color="black", capsize=4)
         axis.annotate(f"n={row['rows']:,}", (x, row["ci_high"]), ha="center", va="bottom", fontsize=8)
     axis.set_xticks(range(len(rows)), [label for label, _, _ in rows], fontsize=8)
     lowest = min(row["ci_low"] for _, row, _ in rows)
-    axis.set(ylabel="accuracy (95% Wilson interval)", ylim=(max(0.0, lowest - 0.1), 1.02),
-             title="Accuracy by length in words (test reviews) and on one sentence crop per test review")
+    axis.set(
+        ylabel="accuracy (95% Wilson interval)",
+        ylim=(max(0.0, lowest - 0.1), 1.02),
+        title="Accuracy by length in words (test reviews) and on one sentence crop per test review",
+    )
     return save_figure(figure, path)

@@ -57,15 +57,16 @@ ATTENTION_EXAMPLES = (
     "Not bad at all, although the middle drags a little.",
 )
 ERROR_EXAMPLES = 50
-ANNOUNCED_ROWS = 5_000     # scoring this many test reviews or more is announced first
-ANNOUNCED_SECONDS = 30.0   # and when they took this long, the time the rest should take
+ANNOUNCED_ROWS = 5_000  # scoring this many test reviews or more is announced first
+ANNOUNCED_SECONDS = 30.0  # and when they took this long, the time the rest should take
 
 
 # --------------------------------------------------------------------------- pure helpers
 
 
-def most_confident_errors(frame: pd.DataFrame, predictions: pd.DataFrame, names: list[str],
-                          limit: int = ERROR_EXAMPLES) -> pd.DataFrame:
+def most_confident_errors(
+    frame: pd.DataFrame, predictions: pd.DataFrame, names: list[str], limit: int = ERROR_EXAMPLES
+) -> pd.DataFrame:
     """The ``limit`` wrong predictions made with the highest confidence."""
     wrong = predictions[~predictions["correct"]].sort_values("confidence", ascending=False, kind="stable").head(limit)
     errors = frame.loc[wrong.index, ["review_id", "source_file", "label"]].copy()
@@ -88,8 +89,9 @@ def plot_confusion_matrix(labels, predicted, names: list[str], path: Path) -> Pa
 
     size = max(4.5, 0.6 * len(names) + 3)
     figure, axis = new_figure(size + 0.5, size)
-    ConfusionMatrixDisplay.from_predictions(labels, predicted, labels=list(range(len(names))),
-                                            display_labels=names, ax=axis, colorbar=False)
+    ConfusionMatrixDisplay.from_predictions(
+        labels, predicted, labels=list(range(len(names))), display_labels=names, ax=axis, colorbar=False
+    )
     axis.set_title("Confusion matrix (test)")
     return save_figure(figure, path)
 
@@ -107,8 +109,13 @@ def plot_roc(labels, probabilities, names: list[str], path: Path) -> Path:
     else:
         for index, name in enumerate(names):
             if len(np.unique(np.asarray(labels) == index)) == 2:
-                RocCurveDisplay.from_predictions(np.asarray(labels) == index, probabilities[:, index], ax=axis,
-                                                 name=f"{name} vs rest", plot_chance_level=index == 0)
+                RocCurveDisplay.from_predictions(
+                    np.asarray(labels) == index,
+                    probabilities[:, index],
+                    ax=axis,
+                    name=f"{name} vs rest",
+                    plot_chance_level=index == 0,
+                )
     axis.set_title("ROC curve (test)")
     return save_figure(figure, path)
 
@@ -125,8 +132,9 @@ def plot_reliability(labels, probabilities, names: list[str], path: Path) -> Pat
         axis.set_title("Reliability diagram (test)")
     else:
         predicted, confidence = predicted_and_confidence(probabilities)
-        CalibrationDisplay.from_predictions(predicted == np.asarray(labels), confidence, n_bins=15, ax=axis,
-                                            name="top-label confidence")
+        CalibrationDisplay.from_predictions(
+            predicted == np.asarray(labels), confidence, n_bins=15, ax=axis, name="top-label confidence"
+        )
         axis.set_title("Reliability of the predicted class (test)")
     return save_figure(figure, path)
 
@@ -164,8 +172,7 @@ def run_behaviour_tests(classifier: PipelineModel, title: str, out_dir: Path) ->
     """
     if not {behaviour.NEGATIVE, behaviour.POSITIVE} <= set(classifier.labels):
         return {}
-    results = behaviour.evaluate_suite(
-        behaviour.build_suite(), classifier.probabilities, classifier.labels)
+    results = behaviour.evaluate_suite(behaviour.build_suite(), classifier.probabilities, classifier.labels)
     atomic_write_text(out_dir / "behaviour.csv", results.to_csv(index=False))
     atomic_write_text(out_dir / "behaviour.md", behaviour.markdown_report(results, title))
     rates = behaviour.pass_rates(results)
@@ -177,8 +184,8 @@ def run_behaviour_tests(classifier: PipelineModel, title: str, out_dir: Path) ->
 
 @dataclass(frozen=True)
 class Evaluation:
-    payload: dict                  # what metrics.json holds
-    predictions: pd.DataFrame      # test predictions, one row per test review in order
+    payload: dict  # what metrics.json holds
+    predictions: pd.DataFrame  # test predictions, one row per test review in order
     val_predictions: pd.DataFrame  # validation predictions
     plots: list[Path]
     crop_predictions: pd.DataFrame  # one sentence crop per validation and test review (``lengths.crop_predictions``)
@@ -217,15 +224,21 @@ class SplitScores:
 
     test: np.ndarray
     val: np.ndarray
-    crops: dict[str, pd.DataFrame]       # the crops scored (``lengths.crop_frames``)
+    crops: dict[str, pd.DataFrame]  # the crops scored (``lengths.crop_frames``)
     crop_probabilities: dict[str, np.ndarray]
     token_counts: np.ndarray | None
     max_tokens: int | None
     reads_windows: bool = False
 
 
-def score_splits(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFrame, lengths: ReviewLengths | None,
-                 given: GivenProbabilities | None, say=print) -> SplitScores:
+def score_splits(
+    classifier: PipelineModel,
+    test: pd.DataFrame,
+    val: pd.DataFrame,
+    lengths: ReviewLengths | None,
+    given: GivenProbabilities | None,
+    say=print,
+) -> SplitScores:
     """Score what an evaluation reads, or take ``given``'s probabilities; a Transformer's test reviews are encoded
     once for both its scores and their token counts. Scoring a large split says so, and how long the rest should
     take once the test reviews are scored (a pretrained encoder's evaluation took 10 minutes on 2 CPU cores)."""
@@ -235,8 +248,10 @@ def score_splits(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFram
     crop_rows = sum(len(frame) for frame in crops.values())
     rest = len(val) + crop_rows
     if given is None and len(test) >= ANNOUNCED_ROWS:
-        say(f"evaluate: scoring {len(test):,} test reviews, then {len(val):,} validation reviews and "
-            f"{crop_rows:,} sentence crops")
+        say(
+            f"evaluate: scoring {len(test):,} test reviews, then {len(val):,} validation reviews and "
+            f"{crop_rows:,} sentence crops"
+        )
     started = time.perf_counter()
     transformer = transformer_of(classifier)
     reads_windows = False
@@ -251,18 +266,31 @@ def score_splits(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFram
     seconds = time.perf_counter() - started
     if given is None and seconds >= ANNOUNCED_SECONDS:
         rate = len(test) / seconds
-        say(f"evaluate: {len(test):,} test reviews in {duration(seconds)} ({rate:,.0f} a second); the "
-            f"{rest:,} validation reviews and crops left should take at most {duration(rest / rate)}")
+        say(
+            f"evaluate: {len(test):,} test reviews in {duration(seconds)} ({rate:,.0f} a second); the "
+            f"{rest:,} validation reviews and crops left should take at most {duration(rest / rate)}"
+        )
     val_probabilities = given.val if given else classifier.probabilities(val["text"].tolist())
-    crop_probabilities = given.crops if given else {split: classifier.probabilities(frame["text"].tolist())
-                                                    for split, frame in crops.items()}
-    return SplitScores(probabilities, val_probabilities, crops, crop_probabilities, token_counts, max_tokens,
-                       reads_windows)
+    crop_probabilities = (
+        given.crops
+        if given
+        else {split: classifier.probabilities(frame["text"].tolist()) for split, frame in crops.items()}
+    )
+    return SplitScores(
+        probabilities, val_probabilities, crops, crop_probabilities, token_counts, max_tokens, reads_windows
+    )
 
 
-def evaluate_model(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFrame, out_dir: Path, title: str,
-                   lengths: ReviewLengths | None = None, pooling: str | None = None,
-                   given: GivenProbabilities | None = None) -> Evaluation:
+def evaluate_model(
+    classifier: PipelineModel,
+    test: pd.DataFrame,
+    val: pd.DataFrame,
+    out_dir: Path,
+    title: str,
+    lengths: ReviewLengths | None = None,
+    pooling: str | None = None,
+    given: GivenProbabilities | None = None,
+) -> Evaluation:
     """Score ``test`` and ``val`` (ingest's frames) and one sentence crop of each of their reviews with
     ``classifier`` and write the evaluation to ``out_dir``.
 
@@ -281,14 +309,20 @@ def evaluate_model(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFr
     by_length = length_report(test, val, predictions["correct"].to_numpy(), crops)
     out_dir.mkdir(parents=True, exist_ok=True)
     buckets = pd.DataFrame()
-    plots = [plot_confusion_matrix(labels, predictions["predicted"], names, out_dir / "confusion_matrix.png"),
-             plot_roc(labels, scores.test, names, out_dir / "roc_curve.png"),
-             plot_reliability(labels, scores.test, names, out_dir / "reliability.png"),
-             plot_word_buckets(by_length, out_dir / "accuracy_by_words.png")]
+    plots = [
+        plot_confusion_matrix(labels, predictions["predicted"], names, out_dir / "confusion_matrix.png"),
+        plot_roc(labels, scores.test, names, out_dir / "roc_curve.png"),
+        plot_reliability(labels, scores.test, names, out_dir / "reliability.png"),
+        plot_word_buckets(by_length, out_dir / "accuracy_by_words.png"),
+    ]
     if scores.token_counts is not None and scores.max_tokens is not None:
         predictions["token_count"] = np.asarray(scores.token_counts)
-        buckets = length_bucket_accuracy(predictions["correct"].to_numpy(), np.asarray(scores.token_counts),
-                                         scores.max_tokens, truncates=not scores.reads_windows)
+        buckets = length_bucket_accuracy(
+            predictions["correct"].to_numpy(),
+            np.asarray(scores.token_counts),
+            scores.max_tokens,
+            truncates=not scores.reads_windows,
+        )
         plots.append(plot_length_buckets(buckets, out_dir / "accuracy_by_length.png"))
     transformer = transformer_of(classifier)
     if transformer is not None and pooling is not None:
@@ -300,12 +334,19 @@ def evaluate_model(classifier: PipelineModel, test: pd.DataFrame, val: pd.DataFr
     atomic_write_parquet(predictions, out_dir / TEST_PREDICTIONS_FILE)
     atomic_write_parquet(val_predictions, out_dir / VAL_PREDICTIONS_FILE)
     atomic_write_parquet(crops, out_dir / CROP_PREDICTIONS_FILE)
-    payload = {"title": title, "model_kind": classifier.kind, "test_rows": len(test), "val_rows": len(val),
-               "labels": names, "metrics": {f"test_{k}": v for k, v in metrics.items()},
-               "val_metrics": {f"val_{k}": v for k, v in val_metrics.items()},
-               "accuracy_by_length": buckets.to_dict(orient="records"), "behaviour": behaviour_rates,
-               **{key: by_length[key] for key in ("accuracy_by_words", "sentence_crops", "validated_min_words")},
-               "length_metrics": by_length["metrics"]}
+    payload = {
+        "title": title,
+        "model_kind": classifier.kind,
+        "test_rows": len(test),
+        "val_rows": len(val),
+        "labels": names,
+        "metrics": {f"test_{k}": v for k, v in metrics.items()},
+        "val_metrics": {f"val_{k}": v for k, v in val_metrics.items()},
+        "accuracy_by_length": buckets.to_dict(orient="records"),
+        "behaviour": behaviour_rates,
+        **{key: by_length[key] for key in ("accuracy_by_words", "sentence_crops", "validated_min_words")},
+        "length_metrics": by_length["metrics"],
+    }
     if pooling is not None:
         payload["pooling"] = pooling
     atomic_write_json(out_dir / METRICS_FILE, payload)
@@ -321,8 +362,16 @@ def log_evaluation(evaluation: Evaluation, out_dir: Path) -> None:
         mlflow.log_metric(f"test_accuracy_len_{row['bucket'].replace('>', 'gt')}", row["accuracy"])
     for path in evaluation.plots:
         mlflow.log_artifact(str(path), "evaluation")
-    for name in ("errors.csv", ERRORS_PAGE, METRICS_FILE, TEST_PREDICTIONS_FILE, VAL_PREDICTIONS_FILE, CROP_PREDICTIONS_FILE,
-                 "behaviour.md", "behaviour.csv"):
+    for name in (
+        "errors.csv",
+        ERRORS_PAGE,
+        METRICS_FILE,
+        TEST_PREDICTIONS_FILE,
+        VAL_PREDICTIONS_FILE,
+        CROP_PREDICTIONS_FILE,
+        "behaviour.md",
+        "behaviour.csv",
+    ):
         if (out_dir / name).is_file():
             mlflow.log_artifact(str(out_dir / name), "evaluation")
 
@@ -345,7 +394,7 @@ class EvaluatedRun:
     metrics: dict[str, float]
 
     @classmethod
-    def of(cls, run_id: str, out_dir: Path) -> "EvaluatedRun":
+    def of(cls, run_id: str, out_dir: Path) -> EvaluatedRun:
         return cls(run_id, out_dir, dict(mlflow.tracking.MlflowClient().get_run(run_id).data.metrics))
 
     def predictions(self, split: str = "test") -> pd.DataFrame:
@@ -363,8 +412,10 @@ def evaluate_run(config: Config, run: str = "latest", force: bool = False) -> Ev
     setup_tracking(config.tracking)
     run_id = latest_training_run_id(config.tracking) if run == "latest" else run
     out_dir = config.reports_dir / run_id
-    done = all((out_dir / name).is_file() for name in (METRICS_FILE, TEST_PREDICTIONS_FILE, VAL_PREDICTIONS_FILE,
-                                                       CROP_PREDICTIONS_FILE))
+    done = all(
+        (out_dir / name).is_file()
+        for name in (METRICS_FILE, TEST_PREDICTIONS_FILE, VAL_PREDICTIONS_FILE, CROP_PREDICTIONS_FILE)
+    )
     if done and not force and "test_accuracy" in mlflow.get_run(run_id).data.metrics:
         print(f"evaluate: up to date, run {run_id} already evaluated ({out_dir}/{METRICS_FILE})")
         return EvaluatedRun.of(run_id, out_dir)
@@ -378,14 +429,18 @@ def evaluate_run(config: Config, run: str = "latest", force: bool = False) -> Ev
         token_counts = None  # tokenized from another ingestion
     max_tokens = config.tokenizer.max_sequence_length - 1
     title = f"run {run_id} ({classifier.kind}" + (f", {pooling} pooling)" if pooling else ")")
-    evaluation = evaluate_model(classifier, test, val, out_dir, title, ReviewLengths(token_counts, max_tokens),
-                                pooling=pooling)
+    evaluation = evaluate_model(
+        classifier, test, val, out_dir, title, ReviewLengths(token_counts, max_tokens), pooling=pooling
+    )
     with mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None):
         log_evaluation(evaluation, out_dir)
     metrics = evaluation.payload["metrics"]
-    print(f"evaluate: read {len(test):,} test and {len(val):,} validation reviews from {ingest_dir}/; run {run_id} "
-          f"({classifier.kind}{', ' + pooling if pooling else ''}): test_accuracy {metrics['test_accuracy']:.4f}, "
-          f"f1 {metrics['test_f1']:.4f}, roc_auc {metrics['test_roc_auc']:.4f}, ece {metrics['test_ece']:.4f}, "
-          f"on sentence crops {evaluation.payload['length_metrics']['test_crop_accuracy']:.4f}; "
-          f"{behaviour_summary(evaluation.payload['behaviour'])}; wrote {out_dir}/ in {time.perf_counter() - started:.0f}s")
+    print(
+        f"evaluate: read {len(test):,} test and {len(val):,} validation reviews from {ingest_dir}/; run {run_id} "
+        f"({classifier.kind}{', ' + pooling if pooling else ''}): test_accuracy {metrics['test_accuracy']:.4f}, "
+        f"f1 {metrics['test_f1']:.4f}, roc_auc {metrics['test_roc_auc']:.4f}, ece {metrics['test_ece']:.4f}, "
+        f"on sentence crops {evaluation.payload['length_metrics']['test_crop_accuracy']:.4f}; "
+        f"{behaviour_summary(evaluation.payload['behaviour'])}; wrote {out_dir}/ "
+        f"in {time.perf_counter() - started:.0f}s"
+    )
     return EvaluatedRun.of(run_id, out_dir)

@@ -37,8 +37,10 @@ def run(config: Config, model_uri: str | None = None, check_rows: int | None = D
     from pipeline.stages.ingest.outputs import read_split
     from pipeline.tracking import champion_uri, setup_tracking
 
-    require_tensorflow("make export (a TensorFlow SavedModel)", "export on the default backend (a model trained on "
-                       "any backend loads there)")
+    require_tensorflow(
+        "make export (a TensorFlow SavedModel)",
+        "export on the default backend (a model trained on any backend loads there)",
+    )
     if check_rows is not None and check_rows < 0:
         raise ConfigError(f"--check-rows must be 0 or more (the test reviews to check), got {check_rows}")
     started = time.perf_counter()
@@ -57,15 +59,29 @@ def run(config: Config, model_uri: str | None = None, check_rows: int | None = D
         # logged before it replaces the previous export: a failed MLflow call leaves saved_model/, export.json and
         # the manifest all describing the previous model
         exported_uri = publish(config.reports_dir, staging, run_id, name, version)
-    atomic_write_json(folder / EXPORT_SETTINGS_FILE, {
-        "model_uri": model_uri, "run_id": run_id, "registered_model": name, "version": version,
-        "model_kind": classifier.kind, "labels": classifier.labels, "signature": SIGNATURE, "input": INPUT,
-        "saved_model_bytes": size, "logged_as": exported_uri, "check": check.as_dict()})
+    atomic_write_json(
+        folder / EXPORT_SETTINGS_FILE,
+        {
+            "model_uri": model_uri,
+            "run_id": run_id,
+            "registered_model": name,
+            "version": version,
+            "model_kind": classifier.kind,
+            "labels": classifier.labels,
+            "signature": SIGNATURE,
+            "input": INPUT,
+            "saved_model_bytes": size,
+            "logged_as": exported_uri,
+            "check": check.as_dict(),
+        },
+    )
     write_export_manifest(folder, model_uri, check_rows)
     logged = f", logged as {exported_uri}" if exported_uri else ""
-    print(f"export: read {model_uri} ({classifier.kind}) and {len(texts):,} test reviews; wrote "
-          f"{folder / SAVED_MODEL_DIR} ({size / 1e6:.1f} MB){logged}; "
-          f"{check.summary()}; {time.perf_counter() - started:.0f}s")
+    print(
+        f"export: read {model_uri} ({classifier.kind}) and {len(texts):,} test reviews; wrote "
+        f"{folder / SAVED_MODEL_DIR} ({size / 1e6:.1f} MB){logged}; "
+        f"{check.summary()}; {time.perf_counter() - started:.0f}s"
+    )
     return folder / SAVED_MODEL_DIR
 
 

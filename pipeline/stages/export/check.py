@@ -8,8 +8,8 @@ would send (``surrogatepass``), which are not valid UTF-8.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -28,11 +28,11 @@ class IdentityCheck:
 
     rows: int
     scored_rows: int
-    max_abs_difference: float      # over every class probability of every scored row
+    max_abs_difference: float  # over every class probability of every scored row
     differing_labels: int
     differing_errors: int
-    graph_seconds: float           # the SavedModel's time for all rows, in batches of BATCH
-    pyfunc_seconds: float          # the pyfunc model's (what make score runs), same batches
+    graph_seconds: float  # the SavedModel's time for all rows, in batches of BATCH
+    pyfunc_seconds: float  # the pyfunc model's (what make score runs), same batches
 
     @property
     def passed(self) -> bool:
@@ -40,9 +40,11 @@ class IdentityCheck:
 
     def summary(self) -> str:
         verdict = "passed" if self.passed else "FAILED"
-        return (f"identity check {verdict} on {self.rows:,} rows ({self.scored_rows:,} scored): max |difference| "
-                f"{self.max_abs_difference:.2e} (tolerance {TOLERANCE:g}), {self.differing_labels} labels and "
-                f"{self.differing_errors} score_errors differ")
+        return (
+            f"identity check {verdict} on {self.rows:,} rows ({self.scored_rows:,} scored): max |difference| "
+            f"{self.max_abs_difference:.2e} (tolerance {TOLERANCE:g}), {self.differing_labels} labels and "
+            f"{self.differing_errors} score_errors differ"
+        )
 
     def as_dict(self) -> dict:
         return {**asdict(self), "passed": self.passed, "tolerance": TOLERANCE}
@@ -72,15 +74,14 @@ def score_both(signature, classifier, texts: list[str]) -> tuple[pd.DataFrame, p
 
     graph, reference, graph_seconds, pyfunc_seconds = [], [], 0.0, 0.0
     for start in range(0, len(texts), BATCH):
-        batch = texts[start:start + BATCH]
+        batch = texts[start : start + BATCH]
         started = time.perf_counter()
         graph.append(graph_frame(signature(text=tf.constant(as_bytes(batch), dtype=tf.string)), classifier.labels))
         graph_seconds += time.perf_counter() - started
         started = time.perf_counter()
         reference.append(classifier.predict(None, pd.DataFrame({"text": pd.Series(batch, dtype=object)})))
         pyfunc_seconds += time.perf_counter() - started
-    return (pd.concat(graph, ignore_index=True), pd.concat(reference, ignore_index=True), graph_seconds,
-            pyfunc_seconds)
+    return (pd.concat(graph, ignore_index=True), pd.concat(reference, ignore_index=True), graph_seconds, pyfunc_seconds)
 
 
 def identity_check(signature, classifier, texts: Sequence[str]) -> IdentityCheck:
@@ -89,12 +90,19 @@ def identity_check(signature, classifier, texts: Sequence[str]) -> IdentityCheck
     graph, reference, graph_seconds, pyfunc_seconds = score_both(signature, classifier, texts)
     scored = (reference["score_error"] == "").to_numpy()
     both = scored & (graph["score_error"] == "").to_numpy()
-    difference = np.abs(from_probability_columns(graph[both], classifier.labels)
-                        - from_probability_columns(reference[both], classifier.labels))
+    difference = np.abs(
+        from_probability_columns(graph[both], classifier.labels)
+        - from_probability_columns(reference[both], classifier.labels)
+    )
     max_difference = float(difference.max()) if difference.size else 0.0
     if (both != scored).any():
         max_difference = float("inf")  # a row one side scored and the other refused
-    return IdentityCheck(rows=len(texts), scored_rows=int(scored.sum()), max_abs_difference=max_difference,
-                         differing_labels=int((graph["predicted_label"] != reference["predicted_label"]).sum()),
-                         differing_errors=int((graph["score_error"] != reference["score_error"]).sum()),
-                         graph_seconds=graph_seconds, pyfunc_seconds=pyfunc_seconds)
+    return IdentityCheck(
+        rows=len(texts),
+        scored_rows=int(scored.sum()),
+        max_abs_difference=max_difference,
+        differing_labels=int((graph["predicted_label"] != reference["predicted_label"]).sum()),
+        differing_errors=int((graph["score_error"] != reference["score_error"]).sum()),
+        graph_seconds=graph_seconds,
+        pyfunc_seconds=pyfunc_seconds,
+    )

@@ -40,7 +40,8 @@ def lexical_module(lexical: LexicalWeights, num_classes: int):
             super().__init__(name="nbsvm")
             keys = tf.constant(lexical.features, dtype=tf.string)
             self.table = tf.lookup.StaticHashTable(
-                tf.lookup.KeyValueTensorInitializer(keys, tf.range(len(lexical.features), dtype=tf.int64)), -1)
+                tf.lookup.KeyValueTensorInitializer(keys, tf.range(len(lexical.features), dtype=tf.int64)), -1
+            )
             self.weights = tf.Variable(lexical.weights, trainable=False, name="weights")
             self.intercepts = tf.Variable(lexical.intercepts, trainable=False, name="intercepts")
 
@@ -58,16 +59,19 @@ def lexical_module(lexical: LexicalWeights, num_classes: int):
             width = tf.constant(len(lexical.features), tf.int64)
             present, _ = tf.unique(tf.boolean_mask(rows * width + columns.flat_values, found))  # binary counts
             texts_count = tf.cast(columns.nrows(), tf.int64)
-            logits = tf.math.unsorted_segment_sum(tf.gather(self.weights, present % width), present // width,
-                                                  texts_count) + self.intercepts
+            logits = (
+                tf.math.unsorted_segment_sum(tf.gather(self.weights, present % width), present // width, texts_count)
+                + self.intercepts
+            )
             scores = tf.sigmoid(logits)
             if len(lexical.classes) == 2:
                 scores = tf.concat([1.0 - scores, scores], axis=1)
             else:
                 scores = scores / tf.maximum(tf.reduce_sum(scores, axis=1, keepdims=True), 1e-12)
             scores = tf.cast(scores, tf.float32)  # LexicalClassifier stores float32, the absent classes 0
-            return tf.transpose(tf.scatter_nd(lexical.classes[:, None], tf.transpose(scores),
-                                              [num_classes, texts_count]))
+            return tf.transpose(
+                tf.scatter_nd(lexical.classes[:, None], tf.transpose(scores), [num_classes, texts_count])
+            )
 
     return Lexical()
 
@@ -91,8 +95,9 @@ def transformer_function(classifier: SentimentClassifier, num_classes: int):
 
     def probabilities(texts):
         tokens = text_tokenizer.tokenizer(texts)
-        ids = padded_rows(tokens, s.max_sequence_length, s.truncation, s.head_tokens, text_tokenizer.start_id,
-                          text_tokenizer.end_id)
+        ids = padded_rows(
+            tokens, s.max_sequence_length, s.truncation, s.head_tokens, text_tokenizer.start_id, text_tokenizer.end_id
+        )
         rows = class_probabilities(forward_pass(model, ids), num_classes)
         if not classifier.reads_windows:
             return rows
@@ -111,11 +116,13 @@ def row_weights(classifier: FusedClassifier, texts):
         return tf.fill([tf.shape(texts)[0], 1], tf.constant(classifier.weight, tf.float64))
     space = whitespace_class()
     spaced = tf.strings.regex_replace(tf.strings.regex_replace(texts, f"{space}+", " "), "^ | $", "")
-    words = tf.where(tf.equal(spaced, ""), tf.zeros_like(texts, tf.int64),
-                     tf.strings.split(spaced, sep=" ").row_lengths())
+    words = tf.where(
+        tf.equal(spaced, ""), tf.zeros_like(texts, tf.int64), tf.strings.split(spaced, sep=" ").row_lengths()
+    )
     short = words <= classifier.short_max_words
-    return tf.expand_dims(tf.where(short, tf.constant(classifier.short_weight, tf.float64),
-                                   tf.constant(classifier.weight, tf.float64)), 1)
+    return tf.expand_dims(
+        tf.where(short, tf.constant(classifier.short_weight, tf.float64), tf.constant(classifier.weight, tf.float64)), 1
+    )
 
 
 def fuse(transformer, lexical, weight):
@@ -127,8 +134,9 @@ def fuse(transformer, lexical, weight):
     if transformer.shape[-1] == 2:
         transformer = tf.stack([1.0 - transformer[:, 1], transformer[:, 1]], axis=1)
         lexical = tf.stack([1.0 - lexical[:, 1], lexical[:, 1]], axis=1)
-    logits = (weight * tf.math.log(tf.clip_by_value(transformer, FUSION_EPS, 1.0))
-              + (1.0 - weight) * tf.math.log(tf.clip_by_value(lexical, FUSION_EPS, 1.0)))
+    logits = weight * tf.math.log(tf.clip_by_value(transformer, FUSION_EPS, 1.0)) + (1.0 - weight) * tf.math.log(
+        tf.clip_by_value(lexical, FUSION_EPS, 1.0)
+    )
     return tf.cast(tf.nn.softmax(logits, axis=1), tf.float32)
 
 
@@ -141,7 +149,9 @@ def scoring_parts(classifier: PipelineModel) -> tuple[list, object]:
         lexical = lexical_module(nbsvm_weights(classifier.lexical, "export's graph"), k)
         return [lexical], lexical
     if isinstance(classifier, FusedClassifier):
-        weights, tracked, parts = (classifier.weight, classifier.short_weight), [], []
+        weights = (classifier.weight, classifier.short_weight)
+        tracked: list = []
+        parts: list[object] = []
         if max(weights) > 0:  # as the pyfunc model, a part with weight 0 is not run
             part_tracked, transformer = scoring_parts(classifier.transformer)
             tracked, parts = tracked + part_tracked, parts + [transformer]
@@ -187,7 +197,10 @@ def write_saved_model(classifier: PipelineModel, folder: Path) -> Path:
     archive = keras.export.ExportArchive()
     for resource in tracked:
         archive.track(resource)
-    archive.add_endpoint(SIGNATURE, serving_function(classifier, probabilities),
-                         input_signature=[tf.TensorSpec([None], tf.string, name=INPUT)])
+    archive.add_endpoint(
+        SIGNATURE,
+        serving_function(classifier, probabilities),
+        input_signature=[tf.TensorSpec([None], tf.string, name=INPUT)],
+    )
     archive.write_out(str(folder), verbose=False)
     return folder

@@ -22,12 +22,15 @@ def model_source(model_uri: str) -> tuple[str | None, str | None, str | None]:
     try:
         return model_reference(model_uri)
     except (ValueError, mlflow.exceptions.MlflowException) as error:
-        raise InputError(f"--model {model_uri}: not a registered version (models:/NAME@ALIAS or models:/NAME/VERSION): "
-                         f"{str(error).splitlines()[0]}") from None
+        raise InputError(
+            f"--model {model_uri}: not a registered version (models:/NAME@ALIAS or models:/NAME/VERSION): "
+            f"{str(error).splitlines()[0]}"
+        ) from None
 
 
-def publish(reports_dir: Path, saved_model: Path, run_id: str | None, name: str | None,
-            version: str | None) -> str | None:
+def publish(
+    reports_dir: Path, saved_model: Path, run_id: str | None, name: str | None, version: str | None
+) -> str | None:
     """Log the SavedModel on the model's run, tag the registered version with its URI and refresh the version's
     model card; returns the URI (None for a model folder, which has no run)."""
     if run_id is None:
@@ -41,6 +44,8 @@ def publish(reports_dir: Path, saved_model: Path, run_id: str | None, name: str 
     client.log_artifacts(run_id, str(saved_model), EXPORT_ARTIFACTS)
     exported_uri = f"runs:/{run_id}/{EXPORT_ARTIFACTS}"
     if name is not None:
+        if version is None:  # model_reference names both or neither
+            raise ValueError(f"registered model {name!r} without a version")
         client.set_model_version_tag(name, version, VERSION_EXPORT_TAG, exported_uri)
         refresh_model_card(reports_dir, name, version)
     return exported_uri
@@ -49,7 +54,11 @@ def publish(reports_dir: Path, saved_model: Path, run_id: str | None, name: str 
 def write_export_manifest(folder: Path, model_uri: str, check_rows: int | None) -> None:
     from pipeline.core.files import build_manifest, sha256_file, write_manifest
 
-    outputs = {str(path.relative_to(folder)): sha256_file(path)
-               for path in sorted((folder / SAVED_MODEL_DIR).rglob("*")) if path.is_file()}
-    write_manifest(folder, build_manifest("export", "", {"model": model_uri}, {"check_rows": check_rows},
-                                          outputs=outputs))
+    outputs = {
+        str(path.relative_to(folder)): sha256_file(path)
+        for path in sorted((folder / SAVED_MODEL_DIR).rglob("*"))
+        if path.is_file()
+    }
+    write_manifest(
+        folder, build_manifest("export", "", {"model": model_uri}, {"check_rows": check_rows}, outputs=outputs)
+    )

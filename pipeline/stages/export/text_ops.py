@@ -35,10 +35,11 @@ def text_errors(texts):
 
     space = whitespace_class()
     digits = "\\p{Nd}"
-    number = (f"{space}*[-+]?({digits}+\\.?{digits}*|\\.{digits}+)([eE][-+]?{digits}+)?{space}*")
+    number = f"{space}*[-+]?({digits}+\\.?{digits}*|\\.{digits}+)([eE][-+]?{digits}+)?{space}*"
     # valid UTF-8 is what survives decoding with replacement unchanged (surrogates encoded as bytes do not)
-    valid = tf.equal(tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace",
-                                                  replacement_char=0xFFFD), texts)
+    valid = tf.equal(
+        tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD), texts
+    )
     errors = tf.where(valid, "", NOT_UNICODE)
     errors = tf.where(tf.strings.regex_full_match(texts, number), NUMBER_TEXT, errors)
     errors = tf.where(tf.strings.regex_full_match(texts, f"{space}*"), WHITESPACE_TEXT, errors)
@@ -56,8 +57,7 @@ def clean_texts(texts):
     return tf.strings.regex_replace(texts, f"^{space}+|{space}+$", "")
 
 
-def padded_rows(tokens, max_sequence_length: int, truncation: str, head_tokens: int, start_id: int,
-                end_id: int | None):
+def padded_rows(tokens, max_sequence_length: int, truncation: str, head_tokens: int, start_id: int, end_id: int | None):
     """``pad_rows`` of ragged ``tokens`` ``[N, None]``: int32 ``[N, width]``, where ``width`` is the longest row's
     (start and end tokens included): trailing padding changes no probability (the padding mask), so it is cut."""
     import tensorflow as tf

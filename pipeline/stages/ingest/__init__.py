@@ -2,7 +2,8 @@
 
 Reads the aclImdb archive or folder, or ``data.path`` tables, and the unlabeled reviews; writes
 ``data/ingest/`` (``{train,val,test}.parquet``, ``unlabeled.parquet``, ``labels.json``, a manifest).
-The work, and its files in full: ``pipeline.stages.ingest.splits`` (the archive itself: ``pipeline.stages.ingest.imdb``).
+The work, and its files in full: ``pipeline.stages.ingest.splits`` (the archive itself:
+``pipeline.stages.ingest.imdb``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pipeline.config import Config
 
 def run(config: Config, force: bool = False) -> Path:
     from pipeline.stages.ingest.splits import ingest
+
     return ingest(config, force=force)
 
 

@@ -21,9 +21,9 @@ import tarfile
 import urllib.error
 import urllib.request
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Iterable, Iterator
 
 import pandas as pd
 from tqdm.auto import tqdm
@@ -49,7 +49,6 @@ _FILE_NAME_RE = re.compile(r"^(\d+)_(\d+)\.txt$")
 _MAX_REPORTED_NAMES = 10
 
 
-
 def decode_review(data: bytes) -> tuple[str, bool]:
     """Decode UTF-8; undecodable bytes become U+FFFD. Returns (text, had_bad_bytes)."""
     try:
@@ -68,9 +67,7 @@ def check_member_path(name: str, source: str) -> None:
     """Raise ValueError for a member path that would land outside an extraction folder."""
     path = PurePosixPath(name)
     if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name) or ".." in path.parts:
-        raise InputError(
-            f"{source}: refusing archive member {name!r}: its path would escape the destination folder"
-        )
+        raise InputError(f"{source}: refusing archive member {name!r}: its path would escape the destination folder")
 
 
 @dataclass
@@ -101,7 +98,9 @@ def collect_reviews(members: Iterable[tuple[str, bytes | None]], source: str) ->
             continue
         urls = _URLS_RE.match(name)
         if urls:
-            report.movies[f"{urls.group(1)}/{urls.group(2)}"] = [movie_of(line) for line in decode_review(data)[0].splitlines()]
+            report.movies[f"{urls.group(1)}/{urls.group(2)}"] = [
+                movie_of(line) for line in decode_review(data)[0].splitlines()
+            ]
             continue
         match = _MEMBER_RE.match(name)
         if not match:
@@ -207,6 +206,7 @@ _UNLABELED_RE = re.compile(r"^(?:aclImdb/)?train/unsup/[^/]+\.txt$")
 
 def read_unlabeled_texts(path: Path, limit: int | None = None) -> list[str]:
     """Cleaned texts of ``train/unsup/*.txt`` from an aclImdb archive or folder (for pretraining)."""
+    members: Iterator[tuple[str, bytes | None]]
     if path.is_dir():
         folder = dataset_root(path) / "train" / "unsup"
         if not folder.is_dir():
@@ -216,7 +216,7 @@ def read_unlabeled_texts(path: Path, limit: int | None = None) -> list[str]:
         members = iter_archive(path, wanted=_UNLABELED_RE)
     else:
         raise MissingInputError(f"unlabeled corpus not found: {path}")
-    texts = []
+    texts: list[str] = []
     for _name, data in tqdm(members, desc=f"reading {path.name}", unit=" files", mininterval=1.0):
         if limit is not None and len(texts) >= limit:
             break
@@ -283,8 +283,13 @@ def names_a_source(data: DataConfig, data_dir: Path, environ: dict[str, str] | N
     """Whether this run names an archive or folder to read (``data.archive``, ``$IMDB_ARCHIVE``, ``data/raw/``, the
     unlabeled reviews' settings): without one, an up-to-date ingestion is kept as it is (its source remembered)."""
     environ = dict(os.environ) if environ is None else environ
-    return bool(data.archive or environ.get(ARCHIVE_ENV_VAR) or data.unlabeled_archive
-                or environ.get(UNLABELED_ENV_VAR) or (Path(data_dir) / "raw" / CANONICAL_ARCHIVE_NAME).exists())
+    return bool(
+        data.archive
+        or environ.get(ARCHIVE_ENV_VAR)
+        or data.unlabeled_archive
+        or environ.get(UNLABELED_ENV_VAR)
+        or (Path(data_dir) / "raw" / CANONICAL_ARCHIVE_NAME).exists()
+    )
 
 
 def resolve_source(data: DataConfig, data_dir: Path, environ: dict[str, str] | None = None) -> Path:
@@ -322,9 +327,9 @@ def dataset_root(path: Path) -> Path:
     return path / "aclImdb" if (path / "aclImdb").is_dir() else path
 
 
-
 def resolve_unlabeled_source(data: DataConfig, environ: dict[str, str] | None = None) -> Path | None:
-    """The unlabeled reviews named by ``data.unlabeled_archive`` or ``$IMDB_UNSUP_ARCHIVE``; None when neither is set."""
+    """The unlabeled reviews named by ``data.unlabeled_archive`` or ``$IMDB_UNSUP_ARCHIVE``; None when neither is
+    set."""
     environ = dict(os.environ) if environ is None else environ
     explicit = data.unlabeled_archive or environ.get(UNLABELED_ENV_VAR)
     if not explicit:

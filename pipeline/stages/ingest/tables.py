@@ -18,7 +18,7 @@ import pandas as pd
 from sklearn.model_selection import train_test_split
 
 from pipeline.config import DataConfig
-from pipeline.core.errors import InputError, MissingInputError
+from pipeline.core.errors import ConfigError, InputError, MissingInputError
 
 SUFFIXES = {".csv": ",", ".tsv": "\t", ".parquet": None}
 SPLIT_VALUES = ("train", "val", "test")
@@ -83,8 +83,10 @@ def combine_tables(tables: list[tuple[str, pd.DataFrame]], config: DataConfig) -
     reference_name, reference = tables[0]
     for name, frame in tables[1:]:
         if list(frame.columns) != list(reference.columns):
-            raise InputError(f"{name} has columns {list(frame.columns)} but {reference_name} has "
-                             f"{list(reference.columns)}: all files must have the same columns")
+            raise InputError(
+                f"{name} has columns {list(frame.columns)} but {reference_name} has "
+                f"{list(reference.columns)}: all files must have the same columns"
+            )
     needed = [config.text_column, config.label_column] + [c for c in (config.split_column, config.group_column) if c]
     for column in needed:
         if column not in reference.columns:
@@ -92,10 +94,15 @@ def combine_tables(tables: list[tuple[str, pd.DataFrame]], config: DataConfig) -
     drops = DropReport()
     rows = []
     for name, frame in tables:
-        for number, (text, label, split, group) in enumerate(zip(
-                frame[config.text_column], frame[config.label_column],
+        for number, (text, label, split, group) in enumerate(
+            zip(
+                frame[config.text_column],
+                frame[config.label_column],
                 frame[config.split_column] if config.split_column else [None] * len(frame),
-                frame[config.group_column] if config.group_column else [None] * len(frame)), start=1):
+                frame[config.group_column] if config.group_column else [None] * len(frame),
+            ),
+            start=1,
+        ):
             where = f"{name} row {number}"
             if _blank(text):
                 drops.add(where, f"empty {config.text_column}")
@@ -106,17 +113,27 @@ def combine_tables(tables: list[tuple[str, pd.DataFrame]], config: DataConfig) -
             if split is not None:
                 split = str(split).strip().lower()
                 if split not in SPLIT_VALUES:
-                    raise InputError(f"{where}: column {config.split_column!r} has {split!r}; "
-                                     f"allowed values are {list(SPLIT_VALUES)}")
+                    raise InputError(
+                        f"{where}: column {config.split_column!r} has {split!r}; "
+                        f"allowed values are {list(SPLIT_VALUES)}"
+                    )
             if config.group_column and _blank(group):
                 raise InputError(f"{where}: empty {config.group_column!r} (data.group_column): every row needs a group")
-            rows.append((str(text).strip(), str(label).strip(), split, None if group is None else str(group).strip(),
-                         f"{name}:{number}"))
+            rows.append(
+                (
+                    str(text).strip(),
+                    str(label).strip(),
+                    split,
+                    None if group is None else str(group).strip(),
+                    f"{name}:{number}",
+                )
+            )
     return pd.DataFrame(rows, columns=["text", "label_name", "split", "group", "source_file"]), drops
 
 
-def held_out_split(frame: pd.DataFrame, fraction: float, seed: int, label_column: str = "label_name",
-                   groups: pd.Series | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def held_out_split(
+    frame: pd.DataFrame, fraction: float, seed: int, label_column: str = "label_name", groups: pd.Series | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(kept, held out): about ``fraction`` of the rows held out, seeded, stratified by label where it can be.
 
     With ``groups`` every group lands on one side (scikit-learn's ``StratifiedGroupKFold``, one fold held
@@ -127,8 +144,10 @@ def held_out_split(frame: pd.DataFrame, fraction: float, seed: int, label_column
 
         folds = max(2, round(1 / fraction))
         if groups.nunique() < folds:
-            raise InputError(f"{groups.nunique()} groups cannot be split {folds} ways for a held-out fraction of "
-                             f"{fraction}: use more groups or a larger fraction")
+            raise InputError(
+                f"{groups.nunique()} groups cannot be split {folds} ways for a held-out fraction of "
+                f"{fraction}: use more groups or a larger fraction"
+            )
         splitter = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=seed)
         kept, held_out = next(splitter.split(frame, frame[label_column], groups))
         return frame.iloc[np.sort(kept)], frame.iloc[np.sort(held_out)]
@@ -146,7 +165,8 @@ def split_rule(config: DataConfig) -> str:
     """How ``split_table`` draws the splits, for the manifest and the reports."""
     if config.split_column:
         return f"split column {config.split_column!r}" + (
-            f"; validation from train by whole {config.group_column!r} groups" if config.group_column else "")
+            f"; validation from train by whole {config.group_column!r} groups" if config.group_column else ""
+        )
     if config.group_column:
         return f"whole {config.group_column!r} groups, stratified by label, seeded"
     return "stratified by label, seeded"
@@ -157,8 +177,9 @@ def split_table(frame: pd.DataFrame, config: DataConfig) -> dict[str, pd.DataFra
     if config.split_column:
         splits = {name: frame[frame["split"] == name] for name in SPLIT_VALUES}
         if splits["val"].empty and not splits["train"].empty:
-            splits["train"], splits["val"] = _split(splits["train"], config.validation_fraction, config.seed,
-                                                    bool(config.group_column))
+            splits["train"], splits["val"] = _split(
+                splits["train"], config.validation_fraction, config.seed, bool(config.group_column)
+            )
     else:
         rest, test = _split(frame, config.test_fraction, config.seed, bool(config.group_column))
         train, val = _split(rest, config.validation_fraction, config.seed, bool(config.group_column))
@@ -173,8 +194,9 @@ def label_set(splits: dict[str, pd.DataFrame], label_column: str) -> list[str]:
     """Sorted labels of the train split; errors for a single class or unseen val/test labels."""
     labels = sort_labels(splits["train"]["label_name"])
     if len(labels) < 2:
-        raise InputError(f"column {label_column!r} has a single class in the train split ({labels}); "
-                         "a classifier needs at least two")
+        raise InputError(
+            f"column {label_column!r} has a single class in the train split ({labels}); a classifier needs at least two"
+        )
     for name in ("val", "test"):
         unseen = splits[name][~splits[name]["label_name"].isin(labels)]
         if len(unseen):
@@ -185,6 +207,8 @@ def label_set(splits: dict[str, pd.DataFrame], label_column: str) -> list[str]:
 
 def load_table_splits(config: DataConfig) -> tuple[dict[str, pd.DataFrame], list[str], DropReport, list[Path]]:
     """Read ``config.path`` and return (splits with integer ``label``, label names, drops, files)."""
+    if config.path is None:
+        raise ConfigError("data.source 'table' needs data.path (a CSV, TSV or Parquet file, a glob or a folder)")
     files = find_table_files(config.path)
     frame, drops = combine_tables([(str(f), read_table(f)) for f in files], config)
     if frame.empty:

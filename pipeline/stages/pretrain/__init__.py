@@ -1,7 +1,8 @@
 """``make pretrain``: masked-language modelling of the encoder on the train split and unlabeled reviews.
 
 Reads ``data/tokenize/`` (train and unlabeled ids only); writes ``data/pretrain/`` (the backbone's weights
-and spec, the loss curve, a manifest) and one MLflow run. The work, and its files in full: ``pipeline.stages.pretrain.masked_lm``.
+and spec, the loss curve, a manifest) and one MLflow run. The work, and its files in full:
+``pipeline.stages.pretrain.masked_lm``.
 """
 
 from __future__ import annotations

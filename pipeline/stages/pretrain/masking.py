@@ -33,12 +33,23 @@ def mask_generator(vocabulary_size: int, width: int, rate: float):
     import keras_hub
 
     return keras_hub.layers.MaskedLMMaskGenerator(
-        vocabulary_size=vocabulary_size, mask_selection_rate=rate, mask_token_id=MASK_ID,
-        mask_selection_length=mask_selection_length(width, rate), unselectable_token_ids=[PAD_ID, CLS_ID, SEP_ID])
+        vocabulary_size=vocabulary_size,
+        mask_selection_rate=rate,
+        mask_token_id=MASK_ID,
+        mask_selection_length=mask_selection_length(width, rate),
+        unselectable_token_ids=[PAD_ID, CLS_ID, SEP_ID],
+    )
 
 
-def masked_lm_dataset(ids: np.ndarray, batch_size: int, vocabulary_size: int, seed: int, rate: float,
-                      shard: tuple[int, int] = (0, 1), length_multiple: int = TRAINING_LENGTH_MULTIPLE):
+def masked_lm_dataset(
+    ids: np.ndarray,
+    batch_size: int,
+    vocabulary_size: int,
+    seed: int,
+    rate: float,
+    shard: tuple[int, int] = (0, 1),
+    length_multiple: int = TRAINING_LENGTH_MULTIPLE,
+):
     """Endless ``({"token_ids", "mask_positions"}, mask_ids, mask_weights)`` batches, length-bucketed,
     a new order every pass over ``ids``.
 
@@ -58,11 +69,16 @@ def masked_lm_dataset(ids: np.ndarray, batch_size: int, vocabulary_size: int, se
                 width = batch_width(lengths[rows].max(), length_multiple, ids.shape[1])
                 generator = generators.setdefault(width, mask_generator(vocabulary_size, width, rate))
                 masked = generator(ids[rows, :width])
-                yield ({"token_ids": masked["token_ids"], "mask_positions": masked["mask_positions"]},
-                       masked["mask_ids"], masked["mask_weights"])
+                yield (
+                    {"token_ids": masked["token_ids"], "mask_positions": masked["mask_positions"]},
+                    masked["mask_ids"],
+                    masked["mask_weights"],
+                )
 
-    signature = ({"token_ids": tf.TensorSpec((None, None), tf.int32),
-                  "mask_positions": tf.TensorSpec((None, None), tf.int32)},
-                 tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None, None), tf.float32))
+    signature = (
+        {"token_ids": tf.TensorSpec((None, None), tf.int32), "mask_positions": tf.TensorSpec((None, None), tf.int32)},
+        tf.TensorSpec((None, None), tf.int32),
+        tf.TensorSpec((None, None), tf.float32),
+    )
     dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
     return (already_sharded(dataset) if count > 1 else dataset).prefetch(2)

@@ -41,7 +41,8 @@ def load_backbone(directory: Path, check_only: bool = False) -> tuple[dict[str, 
 
 
 def resolve_pretrained(config: Config) -> Path:
-    """The folder holding the pretrained backbone: ``model.pretrained`` (folder or ``runs:/`` URI) or ``data/pretrain``."""
+    """The folder holding the pretrained backbone: ``model.pretrained`` (folder or ``runs:/`` URI) or
+    ``data/pretrain``."""
     source = config.model.pretrained
     if not source:
         return require_output(config, "pretrain")
@@ -63,7 +64,7 @@ def resolve_pretrained(config: Config) -> Path:
 
 def check_vocabulary(spec: dict, vocabulary_sha256: str, source: str) -> None:
     if spec.get("vocabulary_sha256") != vocabulary_sha256:
-        raise InputError(f"{source}: pretrained on a different vocabulary (sha256 {str(spec.get('vocabulary_sha256'))[:12]}, "
-                         f"this tokenizer {vocabulary_sha256[:12]}); rerun `make pretrain` after `make tokenize`")
-
-
+        raise InputError(
+            f"{source}: pretrained on a different vocabulary (sha256 {str(spec.get('vocabulary_sha256'))[:12]}, "
+            f"this tokenizer {vocabulary_sha256[:12]}); rerun `make pretrain` after `make tokenize`"
+        )

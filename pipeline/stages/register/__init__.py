@@ -20,6 +20,7 @@ from pipeline.config import Config
 def run(config: Config, force: bool = False) -> str:
     """Register the champion (``pipeline.stages.register.champion``); returns ``models:/<name>@champion``."""
     from pipeline.stages.register.champion import register_champion
+
     return register_champion(config, force=force)
 
 

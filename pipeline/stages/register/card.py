@@ -32,7 +32,7 @@ from pipeline.tracking import (
 )
 
 CARD_SAMPLES = 500  # bootstrap resamples of the test set for the card's intervals
-WEAK_PASS_RATE = 0.8   # behaviour capabilities below this pass rate are named as limitations
+WEAK_PASS_RATE = 0.8  # behaviour capabilities below this pass rate are named as limitations
 
 
 def transformer_lines(params: dict, tags: dict, prefix: str = "") -> list[str]:
@@ -40,38 +40,57 @@ def transformer_lines(params: dict, tags: dict, prefix: str = "") -> list[str]:
     pretrained = tags.get(PRETRAINED_FROM_TAG)
     if get("model.preset") not in (None, "None"):
         licence = tags.get(CHECKPOINT_LICENCE_TAG, "not recorded")
-        return [f"- {prefix}Transformer encoder: the pretrained KerasHub preset `{get('model.preset')}`, fine-tuned "
-                f"(Keras 3 / KerasHub), **{get('model.pooling')} pooling**, {get('parameters')} parameters.",
-                f"- Checkpoint: {tags.get(CHECKPOINT_SOURCE_TAG, 'not recorded')}; licence: **{licence}**. A model "
-                f"fine-tuned from it is a derivative of its weights: its licence files are logged with the training "
-                f"run (`{CHECKPOINT_ARTIFACTS}/`).",
-                f"- Tokenizer: the preset's own, {get('vocabulary_size')} tokens; reviews are cut to "
-                f"**{get('tokenizer.max_sequence_length')} tokens** ({get('tokenizer.truncation')} truncation)."]
-    return [f"- {prefix}Transformer encoder (Keras 3 / KerasHub): {get('model.num_layers')} block(s), width "
-            f"{get('model.hidden_dim')}, {get('model.num_heads')} heads, feed-forward {get('model.intermediate_dim')}, "
-            f"{get('model.position')} positions, **{get('model.pooling')} pooling**, {get('parameters')} parameters; "
-            f"initialisation {get('model.init')}"
-            + (f" (masked-LM pretrained backbone from MLflow run `{pretrained}`)" if pretrained else "")
-            + (f", token embedding {get('model.token_embedding')}" if get("model.token_embedding") else "") + ".",
-            f"- Tokenizer: WordPiece, {get('vocabulary_size')} tokens learned on the training texts; reviews are "
-            f"cut to **{get('tokenizer.max_sequence_length')} tokens** ({get('tokenizer.truncation')} truncation)"
-            + (" for training; a longer review is scored as that row and **windows covering all of it**, their "
-               "log-probabilities averaged." if get("model.long_reviews") == "windows" else ".")]
+        return [
+            f"- {prefix}Transformer encoder: the pretrained KerasHub preset `{get('model.preset')}`, fine-tuned "
+            f"(Keras 3 / KerasHub), **{get('model.pooling')} pooling**, {get('parameters')} parameters.",
+            f"- Checkpoint: {tags.get(CHECKPOINT_SOURCE_TAG, 'not recorded')}; licence: **{licence}**. A model "
+            f"fine-tuned from it is a derivative of its weights: its licence files are logged with the training "
+            f"run (`{CHECKPOINT_ARTIFACTS}/`).",
+            f"- Tokenizer: the preset's own, {get('vocabulary_size')} tokens; reviews are cut to "
+            f"**{get('tokenizer.max_sequence_length')} tokens** ({get('tokenizer.truncation')} truncation).",
+        ]
+    return [
+        f"- {prefix}Transformer encoder (Keras 3 / KerasHub): {get('model.num_layers')} block(s), width "
+        f"{get('model.hidden_dim')}, {get('model.num_heads')} heads, feed-forward {get('model.intermediate_dim')}, "
+        f"{get('model.position')} positions, **{get('model.pooling')} pooling**, {get('parameters')} parameters; "
+        f"initialisation {get('model.init')}"
+        + (f" (masked-LM pretrained backbone from MLflow run `{pretrained}`)" if pretrained else "")
+        + (f", token embedding {get('model.token_embedding')}" if get("model.token_embedding") else "")
+        + ".",
+        f"- Tokenizer: WordPiece, {get('vocabulary_size')} tokens learned on the training texts; reviews are "
+        f"cut to **{get('tokenizer.max_sequence_length')} tokens** ({get('tokenizer.truncation')} truncation)"
+        + (
+            " for training; a longer review is scored as that row and **windows covering all of it**, their "
+            "log-probabilities averaged."
+            if get("model.long_reviews") == "windows"
+            else "."
+        ),
+    ]
 
 
 def lexical_lines(params: dict, prefix: str = "") -> list[str]:
     get = params.get
-    return [f"- {prefix}NBSVM: binary {get('nbsvm.ngram_range', '1,3').replace(',', '-')}-gram counts "
-            f"({get('nbsvm.vocabulary')} n-grams), scaled by the naive-Bayes log-count ratio, liblinear logistic "
-            f"regression with C={get('nbsvm.C')} (chosen on validation from {get('nbsvm.C_grid')}). It reads the "
-            "whole review, however long."
-            + (f" Trained on the reviews and {get('nbsvm.crops_per_review')} random 1-2-sentence crops of each, the "
-               f"crops with soft labels ({get('nbsvm.crop_label_weight')} on the review's label, the rest a "
-               "cross-fitted NBSVM's probability)." if int(get("nbsvm.crops_per_review") or 0) else "")
-            + (f" Also {get('nbsvm.unlabeled_crops_per_review')} crops of each of "
-               f"{int(get('nbsvm.unlabeled_reviews')):,} unlabeled reviews, each labelled with the class an NBSVM of "
-               "the train reviews gives its whole review (mixed the same way with its probability on the crop)."
-               if int(get("nbsvm.unlabeled_reviews") or 0) else "")]
+    unlabeled_reviews = int(get("nbsvm.unlabeled_reviews") or 0)
+    return [
+        f"- {prefix}NBSVM: binary {get('nbsvm.ngram_range', '1,3').replace(',', '-')}-gram counts "
+        f"({get('nbsvm.vocabulary')} n-grams), scaled by the naive-Bayes log-count ratio, liblinear logistic "
+        f"regression with C={get('nbsvm.C')} (chosen on validation from {get('nbsvm.C_grid')}). It reads the "
+        "whole review, however long."
+        + (
+            f" Trained on the reviews and {get('nbsvm.crops_per_review')} random 1-2-sentence crops of each, the "
+            f"crops with soft labels ({get('nbsvm.crop_label_weight')} on the review's label, the rest a "
+            "cross-fitted NBSVM's probability)."
+            if int(get("nbsvm.crops_per_review") or 0)
+            else ""
+        )
+        + (
+            f" Also {get('nbsvm.unlabeled_crops_per_review')} crops of each of "
+            f"{unlabeled_reviews:,} unlabeled reviews, each labelled with the class an NBSVM of "
+            "the train reviews gives its whole review (mixed the same way with its probability on the crop)."
+            if unlabeled_reviews
+            else ""
+        )
+    ]
 
 
 def model_lines(run, client) -> tuple[str, list[str], dict]:
@@ -84,12 +103,18 @@ def model_lines(run, client) -> tuple[str, list[str], dict]:
         transformer = client.get_run(params[FUSION_TRANSFORMER_RUN_PARAM])
         lexical = client.get_run(params[FUSION_LEXICAL_RUN_PARAM])
         weight = float(params[FUSION_WEIGHT_PARAM])
-        short = (f"; texts of at most {params[FUSION_SHORT_WORDS_PARAM]} words get their own, "
-                 f"**{float(params[FUSION_SHORT_WEIGHT_PARAM]):g}** (chosen on the short validation reviews and "
-                 "sentence crops)" if FUSION_SHORT_WEIGHT_PARAM in params else "")
-        lines = [f"- A fused model in one artifact: the weighted average of two models' logits, **{weight:g} on the "
-                 f"Transformer** and {1 - weight:g} on NBSVM (the weight chosen on validation){short}. Runs "
-                 f"`{transformer.info.run_id}` and `{lexical.info.run_id}`."]
+        short = (
+            f"; texts of at most {params[FUSION_SHORT_WORDS_PARAM]} words get their own, "
+            f"**{float(params[FUSION_SHORT_WEIGHT_PARAM]):g}** (chosen on the short validation reviews and "
+            "sentence crops)"
+            if FUSION_SHORT_WEIGHT_PARAM in params
+            else ""
+        )
+        lines = [
+            f"- A fused model in one artifact: the weighted average of two models' logits, **{weight:g} on the "
+            f"Transformer** and {1 - weight:g} on NBSVM (the weight chosen on validation){short}. Runs "
+            f"`{transformer.info.run_id}` and `{lexical.info.run_id}`."
+        ]
         lines += transformer_lines(transformer.data.params, transformer.data.tags, "Part one: ")
         lines += lexical_lines(lexical.data.params, "Part two: ")
         return kind, lines, transformer.data.params
@@ -106,15 +131,23 @@ def metric_with_interval(test: dict, intervals: dict, key: str) -> str:
 def validation_rows(evaluation: dict, run) -> int | None:
     """The validation rows: from the evaluation, else from the run's logged validation dataset, else None."""
     return evaluation.get("val_rows") or next(
-        (json.loads(d.dataset.profile).get("num_rows") for d in run.inputs.dataset_inputs
-         if any(t.key == "mlflow.data.context" and t.value == "validation" for t in d.tags)), None)
+        (
+            json.loads(d.dataset.profile).get("num_rows")
+            for d in run.inputs.dataset_inputs
+            if any(t.key == "mlflow.data.context" and t.value == "validation" for t in d.tags)
+        ),
+        None,
+    )
 
 
 def data_source(params: dict) -> str:
     """Where the reviews came from: a configured path, or the IMDB dataset and its download URL."""
     get = params.get
-    return get("data.path") if get("data.source") not in (None, "imdb") else (
-        f"IMDB Large Movie Review Dataset ({get('data.download_url') or 'aclImdb v1'})")
+    return (
+        str(get("data.path"))
+        if get("data.source") not in (None, "imdb")
+        else (f"IMDB Large Movie Review Dataset ({get('data.download_url') or 'aclImdb v1'})")
+    )
 
 
 def training_rows(params: dict, run) -> str:
@@ -123,8 +156,10 @@ def training_rows(params: dict, run) -> str:
     train_rows = get("train_rows") or run.data.params.get("train_rows")
     distilled = int(get("pseudo_label_rows") or 0)
     if train_rows and distilled:  # distillation's rows are unlabeled reviews with the teacher's probabilities
-        return (f"{int(train_rows) - distilled:,} labelled training reviews plus {distilled:,} unlabeled ones "
-                f"with the {get('pseudo_label.teacher') or 'NBSVM'} teacher's probabilities (distillation), ")
+        return (
+            f"{int(train_rows) - distilled:,} labelled training reviews plus {distilled:,} unlabeled ones "
+            f"with the {get('pseudo_label.teacher') or 'NBSVM'} teacher's probabilities (distillation), "
+        )
     return f"{f'{int(train_rows):,}' if train_rows else '?'} training reviews, "
 
 
@@ -132,9 +167,13 @@ def behaviour_lines(rates: dict[str, float]) -> list[str]:
     """The behaviour-test pass rates as a table, or why there are none."""
     if not rates:
         return ["Not run (the labels are not negative/positive)."]
-    return ["CheckList-style tests on sentences the project writes (failures: run artifact "
-            "`evaluation/behaviour.md`).", "", "| capability | pass rate |", "| --- | --- |",
-            *(f"| {capability} | {rate:.0%} |" for capability, rate in rates.items())]
+    return [
+        "CheckList-style tests on sentences the project writes (failures: run artifact `evaluation/behaviour.md`).",
+        "",
+        "| capability | pass rate |",
+        "| --- | --- |",
+        *(f"| {capability} | {rate:.0%} |" for capability, rate in rates.items()),
+    ]
 
 
 def length_lines(evaluation: dict) -> list[str]:
@@ -144,56 +183,89 @@ def length_lines(evaluation: dict) -> list[str]:
     if not crops:
         return []
     rows = [(f"{row['bucket']} words", row) for row in evaluation["accuracy_by_words"]]
-    rows += [(f"sentence crops of the {name} reviews", crops[split]) for split, name in (("val", "validation"),
-                                                                                          ("test", "test"))]
-    return ["", "## Accuracy by length", "",
-            "Test reviews by length in words, and one random crop of one or two consecutive sentences of every "
-            f"validation and test review (seeds {crops['seed']} and {crops['seed'] + 1}), labelled with its review's label: short texts with "
-            "noisy labels (a positive review has negative sentences), a proxy for one-sentence reviews. The model "
-            "was chosen on the validation reviews and their crops; the shortest text it was validated on has "
-            f"**{evaluation['validated_min_words']} words** (1st percentile), and `make score` counts the rows "
-            "shorter than that.", "", "| texts | rows | accuracy (95% Wilson interval) |", "| --- | --- | --- |",
-            *(f"| {label} | {row['rows']:,} | {row['accuracy']:.4f} ({row['ci_low']:.4f} to {row['ci_high']:.4f}) |"
-              for label, row in rows)]
+    rows += [
+        (f"sentence crops of the {name} reviews", crops[split])
+        for split, name in (("val", "validation"), ("test", "test"))
+    ]
+    return [
+        "",
+        "## Accuracy by length",
+        "",
+        "Test reviews by length in words, and one random crop of one or two consecutive sentences of every "
+        f"validation and test review (seeds {crops['seed']} and {crops['seed'] + 1}), "
+        "labelled with its review's label: short texts with "
+        "noisy labels (a positive review has negative sentences), a proxy for one-sentence reviews. The model "
+        "was chosen on the validation reviews and their crops; the shortest text it was validated on has "
+        f"**{evaluation['validated_min_words']} words** (1st percentile), and `make score` counts the rows "
+        "shorter than that.",
+        "",
+        "| texts | rows | accuracy (95% Wilson interval) |",
+        "| --- | --- | --- |",
+        *(
+            f"| {label} | {row['rows']:,} | {row['accuracy']:.4f} ({row['ci_low']:.4f} to {row['ci_high']:.4f}) |"
+            for label, row in rows
+        ),
+    ]
 
 
 def short_text_limit(evaluation: dict) -> str:
     """The limit on short texts, from the measurements when the evaluation has them."""
     crops = evaluation.get("sentence_crops")
     if not crops:
-        return ("- English only; trained on IMDB movie reviews. Other languages, domains or very short texts are "
-                "out of scope and untested.")
-    return (f"- English only; trained on IMDB movie reviews. Other languages and domains are out of scope and "
-            f"untested. Short texts are weaker: {crops['test']['accuracy']:.1%} on one- or two-sentence crops of test "
-            f"reviews (noisy labels) against {evaluation['metrics']['test_accuracy']:.1%} on whole reviews; texts "
-            f"under {evaluation['validated_min_words']} words are below what the model was validated on.")
+        return (
+            "- English only; trained on IMDB movie reviews. Other languages, domains or very short texts are "
+            "out of scope and untested."
+        )
+    return (
+        f"- English only; trained on IMDB movie reviews. Other languages and domains are out of scope and "
+        f"untested. Short texts are weaker: {crops['test']['accuracy']:.1%} on one- or two-sentence crops of test "
+        f"reviews (noisy labels) against {evaluation['metrics']['test_accuracy']:.1%} on whole reviews; texts "
+        f"under {evaluation['validated_min_words']} words are below what the model was validated on."
+    )
 
 
 def choice_sentence(metrics: dict, candidates: int, comparison_id: str) -> str:
     """How the version was chosen, by the rule its comparison used."""
     if "val_crop_accuracy" not in metrics:
-        return (f"chosen as the candidate with the highest mean validation accuracy among {candidates} model runs "
-                f"of comparison `{comparison_id}` (this run: {metrics.get('best_val_accuracy', float('nan')):.4f}).")
-    return (f"chosen among {candidates} model runs of comparison `{comparison_id}`: of the candidates within "
-            "`compare.champion_tolerance` of the best mean validation accuracy, the best on the validation sentence "
-            f"crops (this run: {metrics.get('best_val_accuracy', float('nan')):.4f} on validation reviews, "
-            f"{metrics['val_crop_accuracy']:.4f} on their crops).")
+        return (
+            f"chosen as the candidate with the highest mean validation accuracy among {candidates} model runs "
+            f"of comparison `{comparison_id}` (this run: {metrics.get('best_val_accuracy', float('nan')):.4f})."
+        )
+    return (
+        f"chosen among {candidates} model runs of comparison `{comparison_id}`: of the candidates within "
+        "`compare.champion_tolerance` of the best mean validation accuracy, the best on the validation sentence "
+        f"crops (this run: {metrics.get('best_val_accuracy', float('nan')):.4f} on validation reviews, "
+        f"{metrics['val_crop_accuracy']:.4f} on their crops)."
+    )
 
 
 def use_and_limit_lines(params: dict, kind: str, weak: list[str], evaluation: dict) -> list[str]:
     """Intended use and limits: how a long review is read (for a model with a Transformer), scope and short texts,
     and the ``weak`` behaviour capabilities."""
     get = params.get
-    lines = ["", "## Intended use and limits", "",
-             "- Intended use: scoring the overall sentiment of English reviews of films (and similar reviews) in "
-             "bulk, with `make score`, `make serve` or Spark; the probability is calibrated as above.",
-             *([f"- Reviews longer than {get('tokenizer.max_sequence_length')} tokens are "
-                + ("read whole by the Transformer, as their first and last tokens and windows of consecutive tokens "
-                   "covering every one, the windows' answers averaged." if get("model.long_reviews") == "windows" else
-                   "cut for the Transformer: text in the cut part does not count"
-                   + (" for that part of the model." if kind == "fusion" else "."))] if kind != "lexical" else []),
-             short_text_limit(evaluation),
-             "- Not for decisions about people. Missing, blank or numeric texts get no score (a `score_error`)."]
+    lines = [
+        "",
+        "## Intended use and limits",
+        "",
+        "- Intended use: scoring the overall sentiment of English reviews of films (and similar reviews) in "
+        "bulk, with `make score`, `make serve` or Spark; the probability is calibrated as above.",
+        *(
+            [
+                f"- Reviews longer than {get('tokenizer.max_sequence_length')} tokens are "
+                + (
+                    "read whole by the Transformer, as their first and last tokens and windows of consecutive tokens "
+                    "covering every one, the windows' answers averaged."
+                    if get("model.long_reviews") == "windows"
+                    else "cut for the Transformer: text in the cut part does not count"
+                    + (" for that part of the model." if kind == "fusion" else ".")
+                )
+            ]
+            if kind != "lexical"
+            else []
+        ),
+        short_text_limit(evaluation),
+        "- Not for decisions about people. Missing, blank or numeric texts get no score (a `score_error`).",
+    ]
     if weak:
         lines.append(f"- Weak capabilities (pass rate under {WEAK_PASS_RATE:.0%}): {', '.join(weak)}.")
     return lines
@@ -202,15 +274,28 @@ def use_and_limit_lines(params: dict, kind: str, weak: list[str], evaluation: di
 def deployment_lines(version_tags: dict) -> list[str]:
     """How to deploy the version: its pinned environment, and its exported graph when ``make export`` wrote one."""
     exported = version_tags.get(VERSION_EXPORT_TAG)
-    return ["", "## Deployment", "",
-            "- MLflow model (`make score`, `make serve`, Spark): its `requirements.txt` pins every package's version.",
-            f"- TensorFlow SavedModel, raw text in, the same answers (`make export`): `{exported}`; it needs "
-            "TensorFlow and tensorflow-text only (TF Serving: docs/export.md)." if exported else
-            "- No TensorFlow SavedModel exported yet: `make export` writes one (docs/export.md)."]
+    return [
+        "",
+        "## Deployment",
+        "",
+        "- MLflow model (`make score`, `make serve`, Spark): its `requirements.txt` pins every package's version.",
+        f"- TensorFlow SavedModel, raw text in, the same answers (`make export`): `{exported}`; it needs "
+        "TensorFlow and tensorflow-text only (TF Serving: docs/export.md)."
+        if exported
+        else "- No TensorFlow SavedModel exported yet: `make export` writes one (docs/export.md).",
+    ]
 
 
-def model_card(name: str, version: str, run, evaluation: dict, intervals: dict, candidates: int,
-               comparison_id: str, version_tags: dict | None = None) -> str:
+def model_card(
+    name: str,
+    version: str,
+    run,
+    evaluation: dict,
+    intervals: dict,
+    candidates: int,
+    comparison_id: str,
+    version_tags: dict | None = None,
+) -> str:
     """The model card (Markdown) of a registered version, from its run, that run's evaluation and the version's
     tags."""
     client = mlflow.tracking.MlflowClient()
@@ -221,27 +306,44 @@ def model_card(name: str, version: str, run, evaluation: dict, intervals: dict, 
     validation = validation_rows(evaluation, run)
     found = evaluation.get("behaviour") or {}
     rates = {c: found[c] for c in behaviour.CAPABILITIES if c in found}
-    lines = [f"# Model card: {name} version {version}", "",
-             f"Sentiment classifier for English movie reviews: labels {', '.join(evaluation['labels'])}. "
-             f"MLflow run `{run.info.run_id}` ({run.data.tags.get(VARIANT_TAG, kind)}), "
-             + choice_sentence(metrics, candidates, comparison_id), "",
-             "## Model", "", *description,
-             "", "## Data", "",
-             f"- Source: {data_source(transformer_params)}.",
-             f"- Splits: {training_rows(transformer_params, run)}"
-             f"{f'{validation:,}' if validation is not None else '?'} "
-             f"validation reviews (model selection and early stopping), {n_test:,} test reviews (only for the "
-             "numbers below; never for choosing a model).",
-             "", f"## Test metrics ({n_test:,} reviews; bootstrap 95% intervals, {CARD_SAMPLES} resamples)", "",
-             *(f"- {label} {metric_with_interval(test, intervals, key)}"
-               for label, key in (("accuracy", "accuracy"), ("F1", "f1"), ("ROC AUC", "roc_auc"))),
-             f"- log loss {test['test_log_loss']:.4f}",
-             "", "## Calibration", "",
-             f"- expected calibration error {test['test_ece']:.4f}"
-             + (f", Brier score {test['test_brier']:.4f}" if "test_brier" in test else "")
-             + "; reliability diagram: run artifact `evaluation/reliability.png`.",
-             *length_lines(evaluation),
-             "", "## Behaviour tests", "", *behaviour_lines(rates)]
+    lines = [
+        f"# Model card: {name} version {version}",
+        "",
+        f"Sentiment classifier for English movie reviews: labels {', '.join(evaluation['labels'])}. "
+        f"MLflow run `{run.info.run_id}` ({run.data.tags.get(VARIANT_TAG, kind)}), "
+        + choice_sentence(metrics, candidates, comparison_id),
+        "",
+        "## Model",
+        "",
+        *description,
+        "",
+        "## Data",
+        "",
+        f"- Source: {data_source(transformer_params)}.",
+        f"- Splits: {training_rows(transformer_params, run)}"
+        f"{f'{validation:,}' if validation is not None else '?'} "
+        f"validation reviews (model selection and early stopping), {n_test:,} test reviews (only for the "
+        "numbers below; never for choosing a model).",
+        "",
+        f"## Test metrics ({n_test:,} reviews; bootstrap 95% intervals, {CARD_SAMPLES} resamples)",
+        "",
+        *(
+            f"- {label} {metric_with_interval(test, intervals, key)}"
+            for label, key in (("accuracy", "accuracy"), ("F1", "f1"), ("ROC AUC", "roc_auc"))
+        ),
+        f"- log loss {test['test_log_loss']:.4f}",
+        "",
+        "## Calibration",
+        "",
+        f"- expected calibration error {test['test_ece']:.4f}"
+        + (f", Brier score {test['test_brier']:.4f}" if "test_brier" in test else "")
+        + "; reliability diagram: run artifact `evaluation/reliability.png`.",
+        *length_lines(evaluation),
+        "",
+        "## Behaviour tests",
+        "",
+        *behaviour_lines(rates),
+    ]
     weak = [c for c, rate in rates.items() if rate < WEAK_PASS_RATE]
     lines += use_and_limit_lines(transformer_params, kind, weak, evaluation) + deployment_lines(version_tags or {})
     return "\n".join(lines) + "\n"
@@ -251,9 +353,14 @@ def run_evaluation(run_id: str) -> tuple[dict, pd.DataFrame]:
     """The run's ``evaluation/metrics.json`` and test predictions, from its MLflow artifacts."""
     with tempfile.TemporaryDirectory() as folder:
         try:
-            files = {name: Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=f"evaluation/{name}",
-                                                                    dst_path=folder))
-                     for name in (METRICS_FILE, TEST_PREDICTIONS_FILE)}
+            files = {
+                name: Path(
+                    mlflow.artifacts.download_artifacts(
+                        run_id=run_id, artifact_path=f"evaluation/{name}", dst_path=folder
+                    )
+                )
+                for name in (METRICS_FILE, TEST_PREDICTIONS_FILE)
+            }
         except (mlflow.exceptions.MlflowException, OSError):
             raise PipelineError(f"run {run_id} has no evaluation artifacts: run `make evaluate RUN={run_id}`") from None
         return json.loads(files[METRICS_FILE].read_text()), pd.read_parquet(files[TEST_PREDICTIONS_FILE])
@@ -263,12 +370,19 @@ def write_model_card(reports_dir: Path, name: str, version: str, run, candidates
     """Set the version's description to its model card and write ``reports/<run_id>/model_card.md``."""
     evaluation, predictions = run_evaluation(run.info.run_id)
     probabilities = from_probability_columns(predictions, evaluation["labels"])
-    intervals = bootstrap_intervals(predictions["label"].to_numpy(), probabilities, evaluation["labels"],
-                                    samples=CARD_SAMPLES)
+    intervals = bootstrap_intervals(
+        predictions["label"].to_numpy(), probabilities, evaluation["labels"], samples=CARD_SAMPLES
+    )
     client = mlflow.tracking.MlflowClient()
-    card = model_card(name, version, run, evaluation, intervals, candidates, comparison_id,
-                      client.get_model_version(name, version).tags)
+    card = model_card(
+        name,
+        version,
+        run,
+        evaluation,
+        intervals,
+        candidates,
+        comparison_id,
+        client.get_model_version(name, version).tags,
+    )
     client.update_model_version(name, version, description=card)
     return atomic_write_text(Path(reports_dir) / run.info.run_id / "model_card.md", card)
-
-

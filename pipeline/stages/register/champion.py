@@ -10,7 +10,7 @@ import mlflow
 import numpy as np
 
 from pipeline.config import Config
-from pipeline.core.errors import PipelineError
+from pipeline.core.errors import InputError, PipelineError
 from pipeline.core.logs import printed_to_log
 from pipeline.metrics import champion_choice
 from pipeline.stages.register.card import write_model_card
@@ -27,7 +27,7 @@ from pipeline.tracking import (
 )
 
 
-def best_run(runs: list, candidates: dict[str, str] | None = None, tolerance: float = 0.0) -> "mlflow.entities.Run":
+def best_run(runs: list, candidates: dict[str, str] | None = None, tolerance: float = 0.0) -> mlflow.entities.Run:
     """The champion: the candidate ``metrics.champion_choice`` picks from its runs' (its seeds') mean validation
     accuracy and mean validation sentence-crop accuracy (within ``tolerance`` of the best validation accuracy, the
     best on the crops), and of its runs the one with the highest validation accuracy (ties: the earliest started).
@@ -48,9 +48,15 @@ def best_run(runs: list, candidates: dict[str, str] | None = None, tolerance: fl
     def mean(group: list, key: str) -> float:
         return float(np.mean([r.data.metrics[key] for r in group]))
 
-    best_group = champion_choice({name: mean(group, "best_val_accuracy") for name, group in groups.items()},
-                                 {name: mean(group, "val_crop_accuracy") for name, group in groups.items()
-                                  if all("val_crop_accuracy" in r.data.metrics for r in group)}, tolerance)
+    best_group = champion_choice(
+        {name: mean(group, "best_val_accuracy") for name, group in groups.items()},
+        {
+            name: mean(group, "val_crop_accuracy")
+            for name, group in groups.items()
+            if all("val_crop_accuracy" in r.data.metrics for r in group)
+        },
+        tolerance,
+    )
     return max(groups[best_group], key=lambda run: (run.data.metrics["best_val_accuracy"], -run.info.start_time))
 
 
@@ -69,18 +75,23 @@ def register_champion(config: Config, force: bool = False) -> str:
         current = None
     if not force and current is not None and current.run_id == best.info.run_id:
         card = write_model_card(config.reports_dir, name, current.version, best, len(members), comparison.info.run_id)
-        print(f"register: up to date, {uri} is already version {current.version} (run {best.info.run_id}); "
-              f"refreshed its model card {card}")
+        print(
+            f"register: up to date, {uri} is already version {current.version} (run {best.info.run_id}); "
+            f"refreshed its model card {card}"
+        )
         return uri
     with printed_to_log():  # MLflow prints its "Successfully registered" and "Created version" notices
         version = mlflow.register_model(f"runs:/{best.info.run_id}/model", name)
     client.set_registered_model_alias(name, CHAMPION_ALIAS, version.version)
     tag_champion_version(name, version.version, best, comparison.info.run_id)
     card = write_model_card(config.reports_dir, name, version.version, best, len(members), comparison.info.run_id)
-    print(f"register: read {len(members)} runs of comparison {comparison.info.run_id}; {uri} -> version "
-          f"{version.version} (run {best.info.run_id}, {best.data.tags.get(VARIANT_TAG, 'transformer')}, "
-          f"best_val_accuracy {best.data.metrics['best_val_accuracy']:.4f}, "
-          f"val_crop_accuracy {best.data.metrics.get('val_crop_accuracy', float('nan')):.4f}); wrote its model card {card}")
+    print(
+        f"register: read {len(members)} runs of comparison {comparison.info.run_id}; {uri} -> version "
+        f"{version.version} (run {best.info.run_id}, {best.data.tags.get(VARIANT_TAG, 'transformer')}, "
+        f"best_val_accuracy {best.data.metrics['best_val_accuracy']:.4f}, "
+        f"val_crop_accuracy {best.data.metrics.get('val_crop_accuracy', float('nan')):.4f}); "
+        f"wrote its model card {card}"
+    )
     return uri
 
 
@@ -91,5 +102,6 @@ def refresh_model_card(reports_dir: Path, name: str, version: str) -> Path:
     model_version = client.get_model_version(name, version)
     comparison_id = model_version.tags.get(VERSION_COMPARISON_TAG, "")
     candidates = len(comparison_members(client.get_run(comparison_id))) if comparison_id else 0
-    return write_model_card(reports_dir, name, version, client.get_run(model_version.run_id), candidates,
-                            comparison_id)
+    if model_version.run_id is None:
+        raise InputError(f"registered model {name} version {version} names no MLflow run to write its card from")
+    return write_model_card(reports_dir, name, version, client.get_run(model_version.run_id), candidates, comparison_id)

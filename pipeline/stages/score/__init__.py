@@ -24,8 +24,14 @@ ENGINES = ("local", "spark")
 SPARK_ONLY = ("overwrite", "keep_row_index", "output_format")
 
 
-def run(config: Config, input_path: str | Path, output_path: str | Path, model_uri: str | None = None,
-        engine: str = "local", **options) -> dict:
+def run(
+    config: Config,
+    input_path: str | Path,
+    output_path: str | Path,
+    model_uri: str | None = None,
+    engine: str = "local",
+    **options,
+) -> dict:
     """Score ``input_path`` into ``output_path`` with ``engine``; returns the engine's summary. ``explain_top`` (in
     ``options``, default 0): explain every scored row with that many words or n-grams."""
     if engine == "spark":
@@ -52,6 +58,11 @@ def main(config: Config, args) -> None:
     if args.engine == "spark":
         options.update(overwrite=args.overwrite, keep_row_index=args.keep_row_index, output_format=args.output_format)
     else:
-        options.update(encoding=args.encoding, chunk_size=args.chunk_size, overwrite=args.overwrite,
-                       keep_row_index=args.keep_row_index, output_format=args.output_format)
+        options.update(
+            encoding=args.encoding,
+            chunk_size=args.chunk_size,
+            overwrite=args.overwrite,
+            keep_row_index=args.keep_row_index,
+            output_format=args.output_format,
+        )
     run(config, args.input, args.output, model_uri=args.model, engine=args.engine, **options)

@@ -1,6 +1,7 @@
 """Scoring a CSV in this process: a probability, a label and an error column added to every row.
 
-The local engine of ``make score`` (``pipeline/stages/score/__init__.py``; ``pipeline.stages.score.spark`` is the other).
+The local engine of ``make score`` (``pipeline/stages/score/__init__.py``; ``pipeline.stages.score.spark`` is the
+other).
 
 Reads:  a CSV of reviews (``--input``; any columns, text in ``--text-column``) and a model:
         ``models:/<name>@<alias>`` (default ``models:/<registered name>@champion``),
@@ -61,15 +62,16 @@ EXPLAIN_CHUNK = 256  # rows read at a time when explaining
 class PreparedChunk:
     """A chunk checked and prepared (tokenized, n-grams counted), ready for the model."""
 
-    chunk: pd.DataFrame       # the input rows, undecodable bytes shown as U+FFFD
-    errors: list[str]         # per row: why it cannot be scored, or ""
-    scorable: list[int]       # positions of the rows to score
-    features: object          # what the model's ``prepare`` made of them (token ids, n-gram counts, both)
+    chunk: pd.DataFrame  # the input rows, undecodable bytes shown as U+FFFD
+    errors: list[str]  # per row: why it cannot be scored, or ""
+    scorable: list[int]  # positions of the rows to score
+    features: object  # what the model's ``prepare`` made of them (token ids, n-gram counts, both)
     words: np.ndarray | None = None  # the scorable rows' word counts
 
 
-def prepare_chunk(chunk: pd.DataFrame, text_column: str, classifier: PipelineModel, first_row: int,
-                  encoding: str) -> PreparedChunk:
+def prepare_chunk(
+    chunk: pd.DataFrame, text_column: str, classifier: PipelineModel, first_row: int, encoding: str
+) -> PreparedChunk:
     """Check every row's text and prepare the scorable ones (the part that can run ahead of the model).
 
     Values are Python strings (object dtype): Arrow-backed strings cannot hold the surrogate
@@ -86,8 +88,13 @@ def prepare_chunk(chunk: pd.DataFrame, text_column: str, classifier: PipelineMod
     for column in chunk.columns:  # surrogate-escaped bytes cannot be written as UTF-8
         if has_undecodable(clean[column]):
             clean[column] = clean[column].map(lambda v: _UNDECODABLE_RE.sub("\ufffd", v) if isinstance(v, str) else v)
-    return PreparedChunk(clean, errors, scorable, classifier.prepare([texts[i] for i in scorable]),
-                         word_counts([texts[i] for i in scorable]))
+    return PreparedChunk(
+        clean,
+        errors,
+        scorable,
+        classifier.prepare([texts[i] for i in scorable]),
+        word_counts([texts[i] for i in scorable]),
+    )
 
 
 def has_undecodable(values) -> bool:
@@ -115,8 +122,9 @@ def finish_chunk(prepared: PreparedChunk, classifier: PipelineModel, explain_top
     chunk = prepared.chunk
     scored = output_frame(classifier.score(prepared.features), classifier.labels, prepared.errors)
     if explain_top:
-        scored[EXPLANATION_COLUMN] = explanation_column(classifier.explanations(prepared.features, explain_top),
-                                                        prepared.errors)
+        scored[EXPLANATION_COLUMN] = explanation_column(
+            classifier.explanations(prepared.features, explain_top), prepared.errors
+        )
     scored.index = chunk.index
     out = chunk.copy()
     for column in scored.columns:  # rows with an error: empty probability and label cells
@@ -160,13 +168,15 @@ def header_columns(input_path: Path, output_path: Path, text_column: str, encodi
         raise InputError(f"{input_path}: cannot read as CSV: {exc}") from None
     columns = list(header.columns)
     if text_column not in columns:
-        raise InputError(f"{input_path}: no column {text_column!r}; columns are {columns} "
-                         "(use --text-column / TEXT_COLUMN=)")
+        raise InputError(
+            f"{input_path}: no column {text_column!r}; columns are {columns} (use --text-column / TEXT_COLUMN=)"
+        )
     return columns
 
 
-def write_scored_chunks(out, chunks, classifier: PipelineModel, progress, input_path: Path,
-                        notes: RowNotes = RowNotes()) -> dict[str, int]:
+def write_scored_chunks(
+    out, chunks, classifier: PipelineModel, progress, input_path: Path, notes: RowNotes = RowNotes()
+) -> dict[str, int]:
     """Write each prepared chunk of ``chunks``, scored, to ``out`` (the header with the first); returns the row, error
     and positive counts, and of the scored rows those shorter than ``notes.min_words`` words (``scored`` filled in by
     the caller)."""
@@ -199,23 +209,52 @@ class ReadProgress:
         self.bar.update(max(0, min(self.source.tell(), self.bar.total) - self.bar.n))
 
 
-def write_scored_csv(input_path: Path, output_path: Path, classifier: PipelineModel, output_header: list[str],
-                     text_column: str, encoding: str, chunk_size: int, notes: RowNotes = RowNotes()) -> dict[str, int]:
+def write_scored_csv(
+    input_path: Path,
+    output_path: Path,
+    classifier: PipelineModel,
+    output_header: list[str],
+    text_column: str,
+    encoding: str,
+    chunk_size: int,
+    notes: RowNotes = RowNotes(),
+) -> dict[str, int]:
     """Stream ``input_path`` through the model into a temporary file beside ``output_path``, renamed into place once
     complete (removed on any error); returns the counts. An input without rows gets ``output_header`` alone."""
     output_path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp_name = tempfile.mkstemp(prefix=f".{output_path.name}.", suffix=".tmp", dir=output_path.parent)
     try:
         os.fchmod(handle, new_file_mode())  # the mode open(path, "w") gives, not mkstemp's 0o600
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as out, open(input_path, "rb") as source, \
-                tqdm(total=input_path.stat().st_size, unit="B", unit_scale=True, desc=f"scoring {input_path.name}",
-                     mininterval=0.5) as bar:
+        with (
+            os.fdopen(handle, "w", encoding="utf-8", newline="") as out,
+            open(input_path, "rb") as source,
+            tqdm(
+                total=input_path.stat().st_size,
+                unit="B",
+                unit_scale=True,
+                desc=f"scoring {input_path.name}",
+                mininterval=0.5,
+            ) as bar,
+        ):
             # skip_blank_lines=False: in a one-column CSV a whitespace-only review is a line of spaces, still a row
-            reader = pd.read_csv(source, dtype=object, keep_default_na=False, na_filter=False, chunksize=chunk_size,
-                                 skip_blank_lines=False,
-                                 encoding=encoding, encoding_errors="surrogateescape")
-            counts = write_scored_chunks(out, prepared_chunks(reader, text_column, classifier, encoding), classifier,
-                                         ReadProgress(bar, source), input_path, notes)
+            reader = pd.read_csv(
+                source,
+                dtype=object,
+                keep_default_na=False,
+                na_filter=False,
+                chunksize=chunk_size,
+                skip_blank_lines=False,
+                encoding=encoding,
+                encoding_errors="surrogateescape",
+            )
+            counts = write_scored_chunks(
+                out,
+                prepared_chunks(reader, text_column, classifier, encoding),
+                classifier,
+                ReadProgress(bar, source),
+                input_path,
+                notes,
+            )
             if counts["rows"] == 0:
                 pd.DataFrame(columns=output_header).to_csv(out, index=False)
         os.replace(tmp_name, output_path)
@@ -225,10 +264,16 @@ def write_scored_csv(input_path: Path, output_path: Path, classifier: PipelineMo
     return counts
 
 
-def score_csv(tracking: TrackingConfig, input_path: str | Path, output_path: str | Path,
-              model_uri: str | None = None,
-              text_column: str = "text", encoding: str = "utf-8-sig", chunk_size: int = 2048,
-              explain_top: int = 0) -> dict[str, float]:
+def score_csv(
+    tracking: TrackingConfig,
+    input_path: str | Path,
+    output_path: str | Path,
+    model_uri: str | None = None,
+    text_column: str = "text",
+    encoding: str = "utf-8-sig",
+    chunk_size: int = 2048,
+    explain_top: int = 0,
+) -> dict[str, float]:
     """Score ``input_path`` into ``output_path``; returns the summary counts. With ``explain_top`` every scored row
     also gets that many words or n-grams behind its score (``explanation``), read in chunks of at most
     ``EXPLAIN_CHUNK`` rows so the progress bar moves (integrated gradients cost many forward passes a row)."""
@@ -248,22 +293,31 @@ def score_csv(tracking: TrackingConfig, input_path: str | Path, output_path: str
     added = output_columns(classifier.labels, explain)
     clashes = [c for c in added if c in columns]
     if clashes:
-        raise InputError(f"{input_path}: already has output column(s) {clashes}; "
-                         "rename them or score the original file")
+        raise InputError(
+            f"{input_path}: already has output column(s) {clashes}; rename them or score the original file"
+        )
     min_words = int(model_run_metric(model_uri, VALIDATED_MIN_WORDS) or 0)  # 0: not known (a model folder)
-    counts = write_scored_csv(input_path, output_path, classifier, columns + added, text_column, encoding,
-                              min(chunk_size, EXPLAIN_CHUNK) if explain else chunk_size,
-                              RowNotes(min_words, explain_top))
+    counts = write_scored_csv(
+        input_path,
+        output_path,
+        classifier,
+        columns + added,
+        text_column,
+        encoding,
+        min(chunk_size, EXPLAIN_CHUNK) if explain else chunk_size,
+        RowNotes(min_words, explain_top),
+    )
     counts["scored"] = counts["rows"] - counts["errors"]
     seconds = time.perf_counter() - started
     streaming = counts["rows"] / max(seconds - load_seconds, 1e-9)
     positives = f", positives {counts['positives']:,}" if len(classifier.labels) == 2 else ""
-    short = (f", {counts['short']:,} shorter than the {min_words} words the model was validated on"
-             if min_words else "")
+    short = f", {counts['short']:,} shorter than the {min_words} words the model was validated on" if min_words else ""
     explained = f" and explained ({EXPLANATION_COLUMN}: top {explain_top})" if explain else ""
-    print(f"score: read {counts['rows']:,} rows from {input_path}; scored{explained} {counts['scored']:,}{short}, "
-          f"errors {counts['errors']:,}{positives}; wrote {output_path} with {model_uri} "
-          f"in {seconds:.1f}s ({counts['rows'] / max(seconds, 1e-9):,.0f} rows/s; {streaming:,.0f} rows/s after the "
-          f"{load_seconds:.1f}s model load; start-up before reading {startup_seconds:.1f}s: interpreter, imports, "
-          f"model load)")
+    print(
+        f"score: read {counts['rows']:,} rows from {input_path}; scored{explained} {counts['scored']:,}{short}, "
+        f"errors {counts['errors']:,}{positives}; wrote {output_path} with {model_uri} "
+        f"in {seconds:.1f}s ({counts['rows'] / max(seconds, 1e-9):,.0f} rows/s; {streaming:,.0f} rows/s after the "
+        f"{load_seconds:.1f}s model load; start-up before reading {startup_seconds:.1f}s: interpreter, imports, "
+        f"model load)"
+    )
     return {**counts, "seconds": seconds, "load_seconds": load_seconds, "startup_seconds": startup_seconds}

@@ -49,8 +49,11 @@ def resolve_inputs(pattern: str) -> tuple[list[Path], str]:
     if path.is_file():
         files = [path]
     elif path.is_dir():
-        files = sorted(f for f in path.rglob("*") if f.is_file() and f.suffix.lower() in FORMATS
-                       and not f.name.startswith(("_", ".")))
+        files = sorted(
+            f
+            for f in path.rglob("*")
+            if f.is_file() and f.suffix.lower() in FORMATS and not f.name.startswith(("_", "."))
+        )
         if not files:
             raise MissingInputError(f"{pattern}: folder holds no .csv or .parquet files")
     else:
@@ -71,17 +74,22 @@ def input_columns(files: list[Path], file_format: str) -> list[str]:
     import pandas as pd
     import pyarrow.parquet as pq
 
-    columns = None
+    columns: list[str] | None = None
     for path in files:
         try:
-            names = (pq.read_schema(path).names if file_format == "parquet"
-                     else list(pd.read_csv(path, nrows=0, encoding="utf-8-sig").columns))
+            names = (
+                pq.read_schema(path).names
+                if file_format == "parquet"
+                else list(pd.read_csv(path, nrows=0, encoding="utf-8-sig").columns)
+            )
         except Exception as exc:  # pyarrow and pandas raise several types for a file they cannot read
             raise InputError(f"{path}: cannot read as {file_format}: {exc}") from None
         if columns is None:
             columns = names
         elif names != columns:
             raise InputError(f"{path}: columns {names} differ from {files[0]}'s {columns}")
+    if columns is None:
+        raise InputError("no input files to read the columns of")
     return columns
 
 
@@ -97,16 +105,22 @@ def output_schema(model_uri: str, explain: bool = False) -> list[tuple[str, str]
             signature = mlflow.models.get_model_info(model_uri).signature
     except (mlflow.exceptions.MlflowException, OSError) as exc:
         raise InputError(f"cannot load model {model_uri!r}: {exc}") from None
-    outputs = [(spec.name, "double" if getattr(spec.type, "name", "") in ("double", "float") else "string")
-               for spec in (signature.outputs.inputs if signature and signature.outputs else [])]
+    outputs = [
+        (spec.name, "double" if getattr(spec.type, "name", "") in ("double", "float") else "string")
+        for spec in (signature.outputs.inputs if signature and signature.outputs else [])
+    ]
     if ERROR_COLUMN not in [name for name, _ in outputs]:
-        raise InputError(f"model {model_uri!r} was logged before unscorable rows got a {ERROR_COLUMN!r} column; "
-                         "retrain it (`make train` or `make compare`) to score it with Spark")
+        raise InputError(
+            f"model {model_uri!r} was logged before unscorable rows got a {ERROR_COLUMN!r} column; "
+            "retrain it (`make train` or `make compare`) to score it with Spark"
+        )
     if explain:
         params = [spec.name for spec in (signature.params.params if signature.params else [])]
         if "explain" not in params:
-            raise InputError(f"model {model_uri!r} was logged before explanations were a request option; retrain it "
-                             "(`make train` or `make compare`), or explain it with the local engine")
+            raise InputError(
+                f"model {model_uri!r} was logged before explanations were a request option; retrain it "
+                "(`make train` or `make compare`), or explain it with the local engine"
+            )
         outputs.append((EXPLANATION_COLUMN, "string"))
     return outputs
 
@@ -118,8 +132,10 @@ def require_java() -> str:
     java_home = os.environ.get("JAVA_HOME")
     java = shutil.which("java") or (str(Path(java_home) / "bin" / "java") if java_home else None)
     if not java or not Path(java).exists():
-        raise PipelineError("Spark needs Java 17 or newer and none was found: install a JDK "
-                            "(e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME")
+        raise PipelineError(
+            "Spark needs Java 17 or newer and none was found: install a JDK "
+            "(e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+        )
     return java
 
 
@@ -133,9 +149,12 @@ def spark_session(spark: SparkConfig):
     if spark.master.startswith("local"):  # without it the workers lack pandas and the pipeline
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # (a cluster sets spark.pyspark.python itself)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = (SparkSession.builder.master(spark.master).appName("imdb-sentiment-score")
-               .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(spark.batch_rows))
-               .config("spark.ui.showConsoleProgress", "true"))
+    builder = (
+        SparkSession.builder.master(spark.master)
+        .appName("imdb-sentiment-score")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(spark.batch_rows))
+        .config("spark.ui.showConsoleProgress", "true")
+    )
     for key, value in spark.settings().items():
         builder = builder.config(key.strip(), value.strip())
     return builder.getOrCreate()
@@ -144,8 +163,9 @@ def spark_session(spark: SparkConfig):
 def read_frame(spark, files: list[Path], file_format: str):
     paths = [str(f) for f in files]
     if file_format == "csv":  # every value as text, quoted fields may span lines (as pandas reads them)
-        return spark.read.csv(paths, header=True, inferSchema=False, multiLine=True, escape='"',
-                              encoding="UTF-8", mode="FAILFAST")
+        return spark.read.csv(
+            paths, header=True, inferSchema=False, multiLine=True, escape='"', encoding="UTF-8", mode="FAILFAST"
+        )
     return spark.read.parquet(*paths)
 
 
@@ -160,8 +180,9 @@ def replace_folder(tmp: Path, output: Path) -> None:
         shutil.rmtree(backup, ignore_errors=True)
 
 
-def checked_inputs(input_pattern: str, output: Path, text_column: str,
-                   overwrite: bool) -> tuple[list[Path], str, list[str]]:
+def checked_inputs(
+    input_pattern: str, output: Path, text_column: str, overwrite: bool
+) -> tuple[list[Path], str, list[str]]:
     """The input files, their format and columns, once the output and the text column are checked (without Spark)."""
     files, file_format = resolve_inputs(str(input_pattern))
     if output.exists() and not overwrite:
@@ -174,8 +195,16 @@ def checked_inputs(input_pattern: str, output: Path, text_column: str,
     return files, file_format, columns
 
 
-def scored_frame(spark, frame, model_uri: str, added: list[tuple[str, str]], columns: list[str], text_column: str,
-                 keep_row_index: bool, explain_top: int = 0):
+def scored_frame(
+    spark,
+    frame,
+    model_uri: str,
+    added: list[tuple[str, str]],
+    columns: list[str],
+    text_column: str,
+    keep_row_index: bool,
+    explain_top: int = 0,
+):
     """``frame``'s input ``columns`` (and ``row_index`` if kept), then the ``added`` columns the model at
     ``model_uri`` gives each text (asked for explanations of ``explain_top`` items when that is not 0)."""
     import mlflow
@@ -183,8 +212,7 @@ def scored_frame(spark, frame, model_uri: str, added: list[tuple[str, str]], col
 
     struct = ", ".join(f"`{name}` {kind}" for name, kind in added)
     params = {"explain": True, "explain_top": explain_top} if explain_top else None
-    udf = mlflow.pyfunc.spark_udf(spark, model_uri, result_type=f"struct<{struct}>", env_manager="local",
-                                  params=params)
+    udf = mlflow.pyfunc.spark_udf(spark, model_uri, result_type=f"struct<{struct}>", env_manager="local", params=params)
     scored = frame.withColumn(SCORE_STRUCT, udf(F.col(f"`{text_column}`")))
     outputs = []
     for name, kind in added:  # NaN (no score) becomes null: an empty cell in CSV, null in Parquet and SQL
@@ -220,17 +248,28 @@ def count_rows(spark, output: Path, output_format: str) -> tuple[int, int]:
     """The rows and the rows with a ``score_error`` in the written ``output`` folder, in one pass over it."""
     from pyspark.sql import functions as F
 
-    written = (spark.read.parquet(str(output)) if output_format == "parquet"
-               else spark.read.csv(str(output), header=True, multiLine=True, escape='"'))
-    counted = written.agg(F.count(F.lit(1)).alias("rows"),  # one pass over the output for both counts
-                          F.sum((F.col(ERROR_COLUMN).isNotNull() & (F.col(ERROR_COLUMN) != "")).cast("long"))
-                          .alias("errors")).first()
+    written = (
+        spark.read.parquet(str(output))
+        if output_format == "parquet"
+        else spark.read.csv(str(output), header=True, multiLine=True, escape='"')
+    )
+    counted = written.agg(
+        F.count(F.lit(1)).alias("rows"),  # one pass over the output for both counts
+        F.sum((F.col(ERROR_COLUMN).isNotNull() & (F.col(ERROR_COLUMN) != "")).cast("long")).alias("errors"),
+    ).first()
     return int(counted["rows"]), int(counted["errors"] or 0)
 
 
-def score_table(config: Config, input_pattern: str, output_path: str | Path, model_uri: str | None = None,
-                text_column: str = "text", overwrite: bool = False, keep_row_index: bool = False,
-                explain_top: int = 0) -> dict[str, float]:
+def score_table(
+    config: Config,
+    input_pattern: str,
+    output_path: str | Path,
+    model_uri: str | None = None,
+    text_column: str = "text",
+    overwrite: bool = False,
+    keep_row_index: bool = False,
+    explain_top: int = 0,
+) -> dict[str, float]:
     """Score every input file with Spark into the ``output_path`` folder as ``spark.output_format`` part files (with
     ``explain_top``, an ``explanation`` column of that many items too); returns the summary counts."""
     from pipeline.tracking import champion_uri, setup_tracking
@@ -255,9 +294,16 @@ def score_table(config: Config, input_pattern: str, output_path: str | Path, mod
     write_folder(result, output, output_format, input_pattern)
     rows, errors = count_rows(spark, output, output_format)
     seconds = time.perf_counter() - started
-    print(f"score (spark {config.spark.master}): read {rows:,} rows from {len(files)} {file_format} file(s) "
-          f"({input_pattern}); scored {rows - errors:,}, errors {errors:,}; wrote {output}/ ({output_format} parts) "
-          f"with {model_uri} in {seconds:.1f}s ({rows / max(seconds, 1e-9):,.0f} rows/s; Spark start-up "
-          f"{session_seconds:.1f}s)")
-    return {"rows": rows, "errors": errors, "scored": rows - errors, "seconds": seconds,
-            "startup_seconds": session_seconds}
+    print(
+        f"score (spark {config.spark.master}): read {rows:,} rows from {len(files)} {file_format} file(s) "
+        f"({input_pattern}); scored {rows - errors:,}, errors {errors:,}; wrote {output}/ ({output_format} parts) "
+        f"with {model_uri} in {seconds:.1f}s ({rows / max(seconds, 1e-9):,.0f} rows/s; Spark start-up "
+        f"{session_seconds:.1f}s)"
+    )
+    return {
+        "rows": rows,
+        "errors": errors,
+        "scored": rows - errors,
+        "seconds": seconds,
+        "startup_seconds": session_seconds,
+    }

@@ -26,9 +26,11 @@ def main(config: Config, args) -> None:
 
     model_uri = check_model_uri(args.model or champion_uri(config.tracking))
     environment = serve_environment(tracking_uri(config.tracking))
-    print(f"serve: {model_uri} from {tracking_uri(config.tracking)} at http://127.0.0.1:{args.port}/invocations "
-          f"(Ctrl-C to stop); try:\n  {curl_line(args.port)}\nand with the words behind each score:\n  "
-          f"{curl_line(args.port, explain=True)}")
+    print(
+        f"serve: {model_uri} from {tracking_uri(config.tracking)} at http://127.0.0.1:{args.port}/invocations "
+        f"(Ctrl-C to stop); try:\n  {curl_line(args.port)}\nand with the words behind each score:\n  "
+        f"{curl_line(args.port, explain=True)}"
+    )
     sys.stdout.flush()
     with contextlib.suppress(KeyboardInterrupt):
         completed = subprocess.run(serve_command(model_uri, args.port), env=environment, check=False)

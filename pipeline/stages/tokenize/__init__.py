@@ -13,6 +13,7 @@ from pipeline.config import Config
 
 def run(config: Config, force: bool = False) -> Path:
     from pipeline.stages.tokenize.vocabulary import tokenize
+
     return tokenize(config, force=force)
 
 

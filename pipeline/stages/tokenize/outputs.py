@@ -15,15 +15,14 @@ import pandas as pd
 
 from pipeline.core.catalog import ids_file, labels_file, token_counts_file
 from pipeline.core.errors import InputError
-from pipeline.core.files import manifest_hash, read_manifest
+from pipeline.core.files import manifest_hash, require_manifest
 from pipeline.stages.ingest.outputs import read_split
 from pipeline.text.conventions import load_labels
 
 
 def load_split(directory: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
     """(ids, labels) of one tokenized split, memory-mapped."""
-    return (np.load(directory / ids_file(split), mmap_mode="r"),
-            np.load(directory / labels_file(split), mmap_mode="r"))
+    return (np.load(directory / ids_file(split), mmap_mode="r"), np.load(directory / labels_file(split), mmap_mode="r"))
 
 
 @dataclass(frozen=True)
@@ -34,8 +33,8 @@ class IngestedRows:
     train: pd.DataFrame
     val: pd.DataFrame
     test: pd.DataFrame
-    labels: list[str]                    # the label names, in class-index order
-    ingest_manifest_sha256: str          # the ingestion both stages' outputs come from
+    labels: list[str]  # the label names, in class-index order
+    ingest_manifest_sha256: str  # the ingestion both stages' outputs come from
     test_token_counts: np.ndarray | None  # the test reviews' untruncated token counts, when tokenize wrote them
 
 
@@ -43,12 +42,20 @@ def read_ingested_rows(ingest_dir: Path, tokenize_dir: Path) -> IngestedRows:
     """The ingested splits behind ``tokenize_dir``'s ids; an error naming both stages when the ingest folder has
     changed since tokenization (a model would be trained, or fused with one trained, on other splits)."""
     ingest_sha256 = manifest_hash(ingest_dir)
-    tokenized_from = read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"]
+    tokenized_from = require_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"]
     if tokenized_from != ingest_sha256:
-        raise InputError(f"{tokenize_dir}/ was tokenized from another ingestion ({tokenized_from[:12]}) than "
-                         f"{ingest_dir}/ ({ingest_sha256[:12]}): the Transformers and the lexical "
-                         "models would be trained on different splits; rerun `make tokenize`")
+        raise InputError(
+            f"{tokenize_dir}/ was tokenized from another ingestion ({tokenized_from[:12]}) than "
+            f"{ingest_dir}/ ({ingest_sha256[:12]}): the Transformers and the lexical "
+            "models would be trained on different splits; rerun `make tokenize`"
+        )
     counts = tokenize_dir / token_counts_file("test")
-    return IngestedRows(*(read_split(ingest_dir, split) for split in ("train", "val", "test")),
-                        labels=load_labels(ingest_dir), ingest_manifest_sha256=ingest_sha256,
-                        test_token_counts=np.load(counts) if counts.is_file() else None)
+    train, val, test = (read_split(ingest_dir, split) for split in ("train", "val", "test"))
+    return IngestedRows(
+        train,
+        val,
+        test,
+        labels=load_labels(ingest_dir),
+        ingest_manifest_sha256=ingest_sha256,
+        test_token_counts=np.load(counts) if counts.is_file() else None,
+    )

@@ -14,8 +14,8 @@ from __future__ import annotations
 import collections
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -67,21 +67,29 @@ def learn_vocabulary(texts: Sequence[str], config: TokenizerConfig) -> list[str]
     dataset = tf.data.Dataset.from_tensor_slices(list(texts)).batch(1000)
     if config.min_frequency <= 1:
         vocabulary = keras_hub.tokenizers.compute_word_piece_vocabulary(
-            dataset, config.vocabulary_size, lowercase=config.lowercase,
+            dataset,
+            config.vocabulary_size,
+            lowercase=config.lowercase,
             reserved_tokens=list(RESERVED_TOKENS),
         )
     else:
         from keras_hub.src.tokenizers.word_piece_tokenizer import pretokenize
         from keras_hub.src.tokenizers.word_piece_tokenizer_trainer import learner
 
-        words = dataset.map(lambda batch: pretokenize(batch, config.lowercase, False, True, True),
-                            num_parallel_calls=tf.data.AUTOTUNE)
+        words = dataset.map(
+            lambda batch: pretokenize(batch, config.lowercase, False, True, True), num_parallel_calls=tf.data.AUTOTUNE
+        )
         counts = learner.count_words(words)
         frequent = collections.Counter({w: c for w, c in counts.items() if c >= config.min_frequency})
         if not frequent:
             raise InputError(f"no word occurs at least tokenizer.min_frequency={config.min_frequency} times")
-        vocabulary = learner.learn(frequent, vocab_size=config.vocabulary_size,
-                                   reserved_tokens=list(RESERVED_TOKENS), include_joiner_token=True, joiner="##")
+        vocabulary = learner.learn(
+            frequent,
+            vocab_size=config.vocabulary_size,
+            reserved_tokens=list(RESERVED_TOKENS),
+            include_joiner_token=True,
+            joiner="##",
+        )
     return list(vocabulary[: config.vocabulary_size])
 
 
@@ -94,8 +102,7 @@ def plot_token_lengths(counts: dict[str, np.ndarray], cutoff: int, path: Path) -
     for name, values in counts.items():
         axis.hist(np.minimum(values, bins[-1]), bins=bins, histtype="step", density=True, label=name)
     axis.axvline(cutoff, color="black", linestyle="--", label=f"cut-off ({cutoff} tokens + [CLS])")
-    axis.set(xlabel="WordPiece tokens per review (before truncation)", ylabel="density",
-             title="Token lengths")
+    axis.set(xlabel="WordPiece tokens per review (before truncation)", ylabel="density", title="Token lengths")
     axis.legend()
     save_figure(figure, path)
 
@@ -103,8 +110,9 @@ def plot_token_lengths(counts: dict[str, np.ndarray], cutoff: int, path: Path) -
 # --------------------------------------------------------------------------- stage entry point
 
 
-def write_encoded_splits(text_tokenizer: TextTokenizer, frames: dict[str, pd.DataFrame], max_tokens: int,
-                         staging: Path) -> tuple[dict[str, dict], dict[str, np.ndarray]]:
+def write_encoded_splits(
+    text_tokenizer: TextTokenizer, frames: dict[str, pd.DataFrame], max_tokens: int, staging: Path
+) -> tuple[dict[str, dict], dict[str, np.ndarray]]:
     """Write every split's token ids, labels (not for the unlabeled reviews) and token counts into ``staging``;
     returns the manifest's statistics by split (unknown-token rate, fraction longer than ``max_tokens``, length
     percentiles) and the token counts by split."""
@@ -132,7 +140,9 @@ def tokenize(config: Config, force: bool = False) -> Path:
     if config.model.preset is not None:  # the preset's own tokenizer and vocabulary
         inputs = {"ingest_manifest_sha256": inputs["ingest_manifest_sha256"], "preset": config.model.preset}
     config_hash = config.section_hash("tokenizer")
-    outputs = [VOCABULARY_FILE, TOKENIZER_SETTINGS_FILE, LABELS_FILE] + [f(s) for s in SPLITS for f in (ids_file, labels_file)]
+    outputs = [VOCABULARY_FILE, TOKENIZER_SETTINGS_FILE, LABELS_FILE] + [
+        f(s) for s in SPLITS for f in (ids_file, labels_file)
+    ]
     if not force and is_up_to_date(out_dir, config_hash, inputs, outputs):
         print(f"tokenize: up to date, nothing to do ({out_dir}/ with config {config_hash})")
         return out_dir
@@ -150,12 +160,16 @@ def tokenize(config: Config, force: bool = False) -> Path:
     if config.tokenizer.include_unlabeled and UNLABELED in frames:
         corpus += list(frames[UNLABELED]["text"])
     learn_started = time.perf_counter()
+    text_tokenizer: TextTokenizer
     if preset is not None:
         print(f"tokenize: the {preset.vocabulary_size:,}-token tokenizer of preset {config.model.preset}", flush=True)
         text_tokenizer, corpus = preset, []
     else:
-        print(f"tokenize: learning a {config.tokenizer.vocabulary_size:,}-token WordPiece vocabulary "
-              f"from {len(corpus):,} texts ...", flush=True)
+        print(
+            f"tokenize: learning a {config.tokenizer.vocabulary_size:,}-token WordPiece vocabulary "
+            f"from {len(corpus):,} texts ...",
+            flush=True,
+        )
         text_tokenizer = WordPieceTextTokenizer(learn_vocabulary(corpus, config.tokenizer), settings)
     learn_seconds = time.perf_counter() - learn_started
 
@@ -166,7 +180,10 @@ def tokenize(config: Config, force: bool = False) -> Path:
         stats, counts_by_split = write_encoded_splits(text_tokenizer, frames, max_tokens, staging)
         plot_token_lengths(counts_by_split, max_tokens, staging / TOKEN_LENGTHS_PLOT)
         manifest = build_manifest(
-            STAGE, config_hash, inputs, config.to_dict()["tokenizer"],
+            STAGE,
+            config_hash,
+            inputs,
+            config.to_dict()["tokenizer"],
             vocabulary_size=text_tokenizer.vocabulary_size,
             vocabulary_sha256=sha256_file(staging / VOCABULARY_FILE),
             rows={split: len(frame) for split, frame in frames.items()},
@@ -175,13 +192,15 @@ def tokenize(config: Config, force: bool = False) -> Path:
             **stats,
         )
         write_manifest(staging, manifest)
-    rates = ", ".join(f"{s} {stats['unknown_token_rate'][s]:.2%} unk / {stats['truncated_fraction'][s]:.1%} truncated"
-                      for s in frames)
-    print(f"tokenize: read {sum(len(f) for f in frames.values()):,} reviews from {ingest_dir}/; wrote "
-          f"{text_tokenizer.vocabulary_size:,}-token vocabulary and ids to {out_dir}/ ({rates}) "
-          f"in {time.perf_counter() - started:.1f}s")
+    rates = ", ".join(
+        f"{s} {stats['unknown_token_rate'][s]:.2%} unk / {stats['truncated_fraction'][s]:.1%} truncated" for s in frames
+    )
+    print(
+        f"tokenize: read {sum(len(f) for f in frames.values()):,} reviews from {ingest_dir}/; wrote "
+        f"{text_tokenizer.vocabulary_size:,}-token vocabulary and ids to {out_dir}/ ({rates}) "
+        f"in {time.perf_counter() - started:.1f}s"
+    )
     return out_dir
-
 
 
 def own_tokenization(config: Config, base: Config) -> Config:

@@ -19,6 +19,7 @@ from pipeline.config import Config
 def run(config: Config, force: bool = False) -> Path:
     """Train one model; returns its run folder (``data/train/<run folder>/``)."""
     from pipeline.stages.train.fit_and_log import train_model
+
     return train_model(config, force=force).run_dir
 
 

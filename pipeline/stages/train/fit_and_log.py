@@ -2,8 +2,8 @@
 
 Reads:  ``data/tokenize/`` (ids, labels, vocabulary, manifest) and ``data/ingest/`` (logged as
         the run's datasets).
-Writes: ``data/train/<pooling>-<position>[-pretrained]-seed<seed>-<config hash>-<tokenize hash>/`` holding ``model.keras``,
-        the tokenizer files, ``history.json``, ``training_curves.png`` and ``manifest.json``
+Writes: ``data/train/<pooling>-<position>[-pretrained]-seed<seed>-<config hash>-<tokenize hash>/`` holding
+        ``model.keras``, the tokenizer files, ``history.json``, ``training_curves.png`` and ``manifest.json``
         (with the MLflow run id); the same run in MLflow with params, tags, per-epoch
         metrics, the curves, the dataset inputs and a pyfunc model scoring raw strings.
 
@@ -19,9 +19,9 @@ import contextlib
 import os
 import shutil
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import keras
 import mlflow
@@ -49,7 +49,7 @@ from pipeline.core.files import (
     build_manifest,
     is_up_to_date,
     manifest_hash,
-    read_manifest,
+    require_manifest,
     sha256_file,
     write_manifest,
 )
@@ -57,7 +57,9 @@ from pipeline.model.adversarial import classifier_of
 from pipeline.model.assembly import Device, StartingWeights, assemble_classifier, uses_preset
 from pipeline.model.classifiers import SentimentClassifier
 from pipeline.model.fit import FitResult, TrainingData, balanced_class_weights, compile_model, fit
+from pipeline.model.logged_model import log_pipeline_model
 from pipeline.runtime.backend import (
+    DistributionStrategy,
     check_training_settings,
     choose_jax_hardware,
     device_names,
@@ -83,14 +85,12 @@ from pipeline.tracking import (
     PSEUDO_LABELS_FROM_TAG,
     TRAIN_STAGE,
     flat_params,
-    log_pipeline_model,
     setup_tracking,
     standard_tags,
 )
 
 STAGE = TRAIN_STAGE
 RUN_ID_FILE = "mlflow_run_id.txt"
-EXAMPLE_TEXTS = ["A wonderful, moving film.", "Dull and far too long."]  # the logged model's input example
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -127,8 +127,14 @@ class TrainedRun:
     train_rows: np.ndarray
 
     @classmethod
-    def of(cls, run_dir: Path, config: Config, train_rows: np.ndarray) -> "TrainedRun":
-        return cls(read_manifest(run_dir)["mlflow_run_id"], run_dir, config, train_rows)
+    def of(cls, run_dir: Path, config: Config, train_rows: np.ndarray) -> TrainedRun:
+        return cls(require_manifest(run_dir)["mlflow_run_id"], run_dir, config, train_rows)
+
+    def logged_run_id(self) -> str:
+        """The MLflow run; an error on a cluster's non-chief worker, which logs none."""
+        if self.run_id is None:
+            raise ValueError(f"{self.run_dir}: trained by a cluster's non-chief worker, which has no MLflow run")
+        return self.run_id
 
 
 def kept_train_rows(training: TrainingConfig, train_rows: int) -> np.ndarray:
@@ -141,14 +147,15 @@ def kept_train_rows(training: TrainingConfig, train_rows: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Hardware:
-    strategy: object            # a tf.distribute.Strategy, or pipeline.runtime.backend.OneProgram off TensorFlow
-    policy: str                 # Keras dtype policy
-    device: str                 # what is used, for people
-    devices: tuple[str, ...]    # every device TensorFlow sees
+    strategy: DistributionStrategy  # a tf.distribute.Strategy, or pipeline.runtime.backend.OneProgram off TensorFlow
+    policy: str  # Keras dtype policy
+    device: str  # what is used, for people
+    devices: tuple[str, ...]  # every device TensorFlow sees
 
 
-def run_directory(config: Config, tokenize_dir: Path, pretrained_dir: Path | None = None
-                  ) -> tuple[Path, str, dict[str, str]]:
+def run_directory(
+    config: Config, tokenize_dir: Path, pretrained_dir: Path | None = None
+) -> tuple[Path, str, dict[str, str]]:
     inputs = {"tokenize_manifest_sha256": manifest_hash(tokenize_dir)}
     if config.training.pseudo_labels:  # the labels themselves: a rerun that writes the same ones changes nothing
         inputs["pseudo_labels_sha256"] = sha256_file(require_output(config, "pseudo-label") / PSEUDO_LABELS_FILE)
@@ -187,8 +194,9 @@ def prepare_hardware(config: Config) -> Hardware:
     return Hardware(strategy, policy, device, devices)
 
 
-def load_training_data(config: Config, tokenize_dir: Path, replicas: int, shard: tuple[int, int] = (0, 1)
-                       ) -> TrainingData:
+def load_training_data(
+    config: Config, tokenize_dir: Path, replicas: int, shard: tuple[int, int] = (0, 1)
+) -> TrainingData:
     """The tokenized train and validation splits as shuffled/batched datasets (``shard``: see ``make_dataset``)."""
     labels = load_labels(tokenize_dir)
     train_ids, train_labels = load_split(tokenize_dir, "train")
@@ -199,37 +207,51 @@ def load_training_data(config: Config, tokenize_dir: Path, replicas: int, shard:
     pseudo_rows, pseudo_run_id = 0, None
     if config.training.pseudo_labels:
         pseudo_ids, pseudo_labels, pseudo_manifest = load_pseudo_labels(
-            require_output(config, "pseudo-label"), tokenize_dir, len(labels), config.pseudo_label.soft)
+            require_output(config, "pseudo-label"), tokenize_dir, len(labels), config.pseudo_label.soft
+        )
         if pseudo_labels.ndim == 2:  # soft targets: every row a probability vector, gold rows one-hot
             train_labels, val_labels = one_hot(train_labels, len(labels)), one_hot(val_labels, len(labels))
         if config.pseudo_label.crops_per_review:  # sentence crops of the train reviews, soft (or hard) targets
             texts, targets = load_training_crops(require_output(config, "pseudo-label"), len(labels))
             pseudo_ids = np.concatenate([pseudo_ids, load_text_tokenizer(tokenize_dir).encode(texts)])
-            pseudo_labels = np.concatenate([pseudo_labels, targets if pseudo_labels.ndim == 2
-                                            else targets.argmax(axis=1).astype(pseudo_labels.dtype)])
+            pseudo_labels = np.concatenate(
+                [
+                    pseudo_labels,
+                    targets if pseudo_labels.ndim == 2 else targets.argmax(axis=1).astype(pseudo_labels.dtype),
+                ]
+            )
         train_ids = np.concatenate([np.asarray(train_ids), pseudo_ids])
         train_labels = np.concatenate([np.asarray(train_labels, dtype=pseudo_labels.dtype), pseudo_labels])
         pseudo_rows, pseudo_run_id = len(pseudo_labels), pseudo_manifest.get("mlflow_run_id")
     batch_size = config.training.batch_size * replicas
     return TrainingData(
-        text_tokenizer=load_text_tokenizer(tokenize_dir), labels=labels, train_rows=len(train_ids),
+        text_tokenizer=load_text_tokenizer(tokenize_dir),
+        labels=labels,
+        train_rows=len(train_ids),
         val_rows=len(val_ids),
-        pseudo_label_rows=pseudo_rows, pseudo_label_run_id=pseudo_run_id,
-        train=make_dataset(train_ids, train_labels, batch_size, config.training.seed, config.training.length_multiple,
-                           shard=shard),
-        val=make_dataset(val_ids, val_labels, batch_size * 4, length_multiple=config.training.length_multiple,
-                         shard=shard),
+        pseudo_label_rows=pseudo_rows,
+        pseudo_label_run_id=pseudo_run_id,
+        train=make_dataset(
+            train_ids, train_labels, batch_size, config.training.seed, config.training.length_multiple, shard=shard
+        ),
+        val=make_dataset(
+            val_ids, val_labels, batch_size * 4, length_multiple=config.training.length_multiple, shard=shard
+        ),
         steps_per_epoch=-(-len(train_ids) // batch_size),
-        class_weight=(balanced_class_weights(train_labels if train_labels.ndim == 1 else train_labels.argmax(axis=1),
-                                             len(labels)) if config.training.class_weights else None),
+        class_weight=(
+            balanced_class_weights(train_labels if train_labels.ndim == 1 else train_labels.argmax(axis=1), len(labels))
+            if config.training.class_weights
+            else None
+        ),
         soft_targets=train_labels.ndim == 2,
         tokens_per_epoch=int((np.asarray(train_ids) != PAD_ID).sum()),
         padding=padding_fractions(train_ids, batch_size, config.training.seed, config.training.length_multiple),
     )
 
 
-def starting_weights(config: Config, data: TrainingData, tokenize_dir: Path,
-                     pretrained_dir: Path | None) -> tuple[StartingWeights, dict | None]:
+def starting_weights(
+    config: Config, data: TrainingData, tokenize_dir: Path, pretrained_dir: Path | None
+) -> tuple[StartingWeights, dict | None]:
     """What the pipeline's own encoder starts from, read from files: word2vec vectors (learned once, cached in the
     train folder) and a pretrained backbone, its vocabulary checked; and that backbone's spec."""
     if uses_preset(config.model, data.text_tokenizer):
@@ -238,29 +260,46 @@ def starting_weights(config: Config, data: TrainingData, tokenize_dir: Path,
     if config.model.token_embedding == "word2vec":
         from pipeline.model.word_vectors import cached_embedding
 
-        vectors = np.load(cached_embedding(tokenize_dir, stage_dir(config, STAGE), data.text_tokenizer.vocabulary_size,
-                                           config.model.hidden_dim, seed=0))
+        vectors = np.load(
+            cached_embedding(
+                tokenize_dir,
+                stage_dir(config, STAGE),
+                data.text_tokenizer.vocabulary_size,
+                config.model.hidden_dim,
+                seed=0,
+            )
+        )
     if pretrained_dir is not None:
         weights, spec = load_backbone(pretrained_dir)
-        check_vocabulary(spec, read_manifest(tokenize_dir)["vocabulary_sha256"], str(pretrained_dir))
+        check_vocabulary(spec, require_manifest(tokenize_dir)["vocabulary_sha256"], str(pretrained_dir))
     return StartingWeights(vectors, weights, str(pretrained_dir or "")), spec
 
 
-def build_and_compile(config: Config, data: TrainingData, hardware: Hardware, tokenize_dir: Path,
-                      pretrained_dir: Path | None) -> tuple[keras.Model, dict | None]:
+def build_and_compile(
+    config: Config, data: TrainingData, hardware: Hardware, tokenize_dir: Path, pretrained_dir: Path | None
+) -> tuple[keras.Model, dict | None]:
     """The compiled classifier (``pipeline.model.assembly``), its backbone loaded from ``pretrained_dir`` when given;
     and that backbone's spec."""
     start, spec = starting_weights(config, data, tokenize_dir, pretrained_dir)
     with hardware.strategy.scope():
-        model, loaded = assemble_classifier(config.model, config.training, data.text_tokenizer, len(data.labels),
-                                            Device(on_cpu="GPU" not in hardware.device, policy=hardware.policy), start)
+        model, loaded = assemble_classifier(
+            config.model,
+            config.training,
+            data.text_tokenizer,
+            len(data.labels),
+            Device(on_cpu="GPU" not in hardware.device, policy=hardware.policy),
+            start,
+        )
         if uses_preset(config.model, data.text_tokenizer):
             print(f"train: fine-tuning preset {config.model.preset} ({model.count_params():,} parameters)")
         elif spec is not None:
-            print(f"train: started from the pretrained backbone in {pretrained_dir}/ ({len(loaded)} layers, "
-                  f"MLflow run {spec.get('mlflow_run_id')})")
-        return compile_model(model, config.training, config.model.starts_pretrained, data.steps_per_epoch,
-                             data.soft_targets), spec
+            print(
+                f"train: started from the pretrained backbone in {pretrained_dir}/ ({len(loaded)} layers, "
+                f"MLflow run {spec.get('mlflow_run_id')})"
+            )
+        return compile_model(
+            model, config.training, config.model.starts_pretrained, data.steps_per_epoch, data.soft_targets
+        ), spec
 
 
 @contextlib.contextmanager
@@ -271,21 +310,38 @@ def start_or_resume_run(config: Config, run_dir: Path) -> Iterator[tuple[str, bo
     """
     setup_tracking(config.tracking)
     run_id_path = run_dir / RUN_ID_FILE
-    resume_run_id = run_id_path.read_text().strip() if run_id_path.is_file() and (run_dir / BACKUP_DIR).exists() else None
-    with mlflow.start_run(run_id=resume_run_id, run_name=None if resume_run_id else run_name(config),
-                          nested=mlflow.active_run() is not None) as active:
+    resume_run_id = (
+        run_id_path.read_text().strip() if run_id_path.is_file() and (run_dir / BACKUP_DIR).exists() else None
+    )
+    with mlflow.start_run(
+        run_id=resume_run_id,
+        run_name=None if resume_run_id else run_name(config),
+        nested=mlflow.active_run() is not None,
+    ) as active:
         run_id_path.write_text(active.info.run_id)
         if resume_run_id:
             print(f"train: resuming MLflow run {resume_run_id} from {run_dir}/backup")
         yield active.info.run_id, resume_run_id is not None
 
 
-def log_run_inputs(config: Config, data: TrainingData, hardware: Hardware, model: keras.Model, config_hash: str,
-                   inputs: dict[str, str], tokenize_dir: Path, pretrained: dict | None) -> None:
+def log_run_inputs(
+    config: Config,
+    data: TrainingData,
+    hardware: Hardware,
+    model: keras.Model,
+    config_hash: str,
+    inputs: dict[str, str],
+    tokenize_dir: Path,
+    pretrained: dict | None,
+) -> None:
     """Params, tags, the datasets and the token-length plot of a new run (and which pretraining it started from)."""
     if pretrained is not None:
-        mlflow.set_tags({PRETRAINED_FROM_TAG: str(pretrained.get("mlflow_run_id")),
-                         "pretrained_steps": str(pretrained.get("steps"))})
+        mlflow.set_tags(
+            {
+                PRETRAINED_FROM_TAG: str(pretrained.get("mlflow_run_id")),
+                "pretrained_steps": str(pretrained.get("steps")),
+            }
+        )
     if data.pseudo_label_rows:
         mlflow.set_tag(PSEUDO_LABELS_FROM_TAG, str(data.pseudo_label_run_id))
     if config.model.preset is not None:  # where the checkpoint came from, its licence and its licence files
@@ -293,27 +349,55 @@ def log_run_inputs(config: Config, data: TrainingData, hardware: Hardware, model
         mlflow.set_tags({CHECKPOINT_SOURCE_TAG: origin.source, CHECKPOINT_LICENCE_TAG: origin.licence})
         for path in origin.licence_files:
             mlflow.log_artifact(str(path), CHECKPOINT_ARTIFACTS)
-    mlflow.log_params({**flat_params(config), "device": hardware.device, "precision_policy": hardware.policy,
-                       "vocabulary_size": data.text_tokenizer.vocabulary_size, "train_rows": data.train_rows,
-                       "pseudo_label_rows": data.pseudo_label_rows,
-                       "num_classes": len(data.labels), "class_weight": str(data.class_weight),
-                       "parameters": model.count_params()})
+    mlflow.log_params(
+        {
+            **flat_params(config),
+            "device": hardware.device,
+            "precision_policy": hardware.policy,
+            "vocabulary_size": data.text_tokenizer.vocabulary_size,
+            "train_rows": data.train_rows,
+            "pseudo_label_rows": data.pseudo_label_rows,
+            "num_classes": len(data.labels),
+            "class_weight": str(data.class_weight),
+            "parameters": model.count_params(),
+        }
+    )
     mlflow.log_metrics(data.padding)
-    mlflow.set_tags(standard_tags(config.model, config_hash, STAGE, model_kind="transformer", device=hardware.device,
-                                  precision=hardware.policy, keras_backend=keras_backend(),
-                                  devices=",".join(hardware.devices),
-                                  tokenize_manifest=inputs["tokenize_manifest_sha256"][:16],
-                                  ingest_manifest=read_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"][:16]))
+    mlflow.set_tags(
+        standard_tags(
+            config.model,
+            config_hash,
+            STAGE,
+            model_kind="transformer",
+            device=hardware.device,
+            precision=hardware.policy,
+            keras_backend=keras_backend(),
+            devices=",".join(hardware.devices),
+            tokenize_manifest=inputs["tokenize_manifest_sha256"][:16],
+            ingest_manifest=require_manifest(tokenize_dir)["inputs"]["ingest_manifest_sha256"][:16],
+        )
+    )
     ingest_dir = stage_dir(config, "ingest")
     for split, context in (("train", "training"), ("val", "validation")):
         frame = read_split(ingest_dir, split, columns=["review_id", "label", "rating"])
-        mlflow.log_input(mlflow.data.from_pandas(frame, source=str(split_path(ingest_dir, split)),
-                                                 name=f"imdb-{split}", targets="label"), context=context)
+        mlflow.log_input(
+            mlflow.data.from_pandas(  # type: ignore[attr-defined]  # set on mlflow.data by its registry
+                frame, source=str(split_path(ingest_dir, split)), name=f"imdb-{split}", targets="label"
+            ),
+            context=context,
+        )
     mlflow.log_artifact(str(tokenize_dir / TOKEN_LENGTHS_PLOT), "data")
 
 
-def save_outputs(run: TrainedRun, model: keras.Model, tokenize_dir: Path, result: FitResult, hardware: Hardware,
-                 config_hash: str, inputs: dict[str, str]) -> dict:
+def save_outputs(
+    run: TrainedRun,
+    model: keras.Model,
+    tokenize_dir: Path,
+    result: FitResult,
+    hardware: Hardware,
+    config_hash: str,
+    inputs: dict[str, str],
+) -> dict:
     """``model.keras``, the tokenizer copy, history and curves, the pyfunc model, then the manifest last, into
     ``run``'s folder and MLflow run."""
     config, run_dir = run.config, run.run_dir
@@ -335,13 +419,22 @@ def save_outputs(run: TrainedRun, model: keras.Model, tokenize_dir: Path, result
     curves = plot_training_curves(result.history, run_dir / "training_curves.png", run_name(config))
     mlflow.log_artifact(str(curves), "plots")
     atomic_write_json(run_dir / HISTORY_FILE, result.history)
-    model_uri = log_pipeline_model(SentimentClassifier(), transformer_artifacts(run_dir), EXAMPLE_TEXTS)
+    model_uri = log_pipeline_model(SentimentClassifier(), transformer_artifacts(run_dir))
     manifest = build_manifest(
-        STAGE, config_hash, inputs, {k: v for k, v in config.to_dict().items() if k in ("model", "training")},
-        mlflow_run_id=run.run_id, model_uri=model_uri, tracking_uri=mlflow.get_tracking_uri(),
-        device=hardware.device, precision=hardware.policy, train_seconds=round(result.train_seconds, 1),
-        best_val_accuracy=result.val_accuracy, best_val_loss=result.val_loss,
-        epochs_run=len(result.history["loss"]), parameters=model.count_params(),
+        STAGE,
+        config_hash,
+        inputs,
+        {k: v for k, v in config.to_dict().items() if k in ("model", "training")},
+        mlflow_run_id=run.run_id,
+        model_uri=model_uri,
+        tracking_uri=mlflow.get_tracking_uri(),
+        device=hardware.device,
+        precision=hardware.policy,
+        train_seconds=round(result.train_seconds, 1),
+        best_val_accuracy=result.val_accuracy,
+        best_val_loss=result.val_loss,
+        epochs_run=len(result.history["loss"]),
+        parameters=model.count_params(),
     )
     write_manifest(run_dir, manifest)
     return manifest
@@ -350,11 +443,12 @@ def save_outputs(run: TrainedRun, model: keras.Model, tokenize_dir: Path, result
 # --------------------------------------------------------------------------- stage entry point
 
 
-def train_model(config: Config, force: bool = False,
-                extra_callbacks: Sequence[keras.callbacks.Callback] = ()) -> TrainedRun:
+def train_model(
+    config: Config, force: bool = False, extra_callbacks: Sequence[keras.callbacks.Callback] = ()
+) -> TrainedRun:
     """Train one model; returns its run. Skips when an identical finished run exists. With ``training.pseudo_labels``
-    the pseudo labels are made first (``pipeline.stages.pseudo_label.teacher.with_pseudo_labels``); the run's config is then the
-    one it trained with."""
+    the pseudo labels are made first (``pipeline.stages.pseudo_label.teacher.with_pseudo_labels``); the run's config
+    is then the one it trained with."""
     started = time.perf_counter()
     check_training_settings(config.training.adversarial_epsilon)
     tokenize_dir = require_output(config, "tokenize")
@@ -365,7 +459,7 @@ def train_model(config: Config, force: bool = False,
     run_dir, config_hash, inputs = run_directory(config, tokenize_dir, pretrained_dir)
     train_rows = kept_train_rows(config.training, len(load_split(tokenize_dir, "train")[1]))
     if cluster is None and not force and is_up_to_date(run_dir, config_hash, inputs, [KERAS_MODEL_FILE]):
-        print(f"train: up to date, nothing to do ({run_dir}/, MLflow run {read_manifest(run_dir)['mlflow_run_id']})")
+        print(f"train: up to date, nothing to do ({run_dir}/, MLflow run {require_manifest(run_dir)['mlflow_run_id']})")
         return TrainedRun.of(run_dir, config, train_rows)
     with worker_role(cluster, STAGE) as role:  # in a cluster nobody skips: every step needs every worker
         scratch = role.scratch
@@ -377,20 +471,30 @@ def train_model(config: Config, force: bool = False,
         if scratch is not None:
             with multi_worker_fit(model, data.train, hardware.strategy):
                 result = fit(model, data, config.training, scratch, None, extra_callbacks)
-            print(f"train: {hardware.device}: trained {len(result.history['loss'])} epochs with the chief; "
-                  f"its run folder and MLflow run hold the result (scratch {scratch}/ removed)")
+            print(
+                f"train: {hardware.device}: trained {len(result.history['loss'])} epochs with the chief; "
+                f"its run folder and MLflow run hold the result (scratch {scratch}/ removed)"
+            )
             return TrainedRun(None, run_dir, config, train_rows)
         with start_or_resume_run(config, run_dir) as (run_id, resumed):
             if not resumed:
                 log_run_inputs(config, data, hardware, model, config_hash, inputs, tokenize_dir, pretrained)
             with multi_worker_fit(model, data.train, hardware.strategy):
                 result = fit(model, data, config.training, run_dir, run_id, extra_callbacks)
-            save_outputs(TrainedRun(run_id, run_dir, config, train_rows), model, tokenize_dir, result, hardware,
-                         config_hash, inputs)
+            save_outputs(
+                TrainedRun(run_id, run_dir, config, train_rows),
+                model,
+                tokenize_dir,
+                result,
+                hardware,
+                config_hash,
+                inputs,
+            )
     pseudo = f" (of which {data.pseudo_label_rows:,} pseudo-labelled)" if data.pseudo_label_rows else ""
-    print(f"train: read {data.train_rows:,} train{pseudo} / {data.val_rows:,} val rows from {tokenize_dir}/; wrote "
-          f"{run_dir}/{KERAS_MODEL_FILE} and MLflow run {run_id}: val_accuracy {result.val_accuracy:.4f} after "
-          f"{len(result.history['loss'])} epochs in {time.perf_counter() - started:.0f}s on {hardware.device} "
-          f"({hardware.policy})")
+    print(
+        f"train: read {data.train_rows:,} train{pseudo} / {data.val_rows:,} val rows from {tokenize_dir}/; wrote "
+        f"{run_dir}/{KERAS_MODEL_FILE} and MLflow run {run_id}: val_accuracy {result.val_accuracy:.4f} after "
+        f"{len(result.history['loss'])} epochs in {time.perf_counter() - started:.0f}s on {hardware.device} "
+        f"({hardware.policy})"
+    )
     return TrainedRun(run_id, run_dir, config, train_rows)
-

@@ -17,5 +17,6 @@ from pipeline.model.classifiers import SentimentClassifier
 def transformer_artifacts(run_dir: Path) -> dict[str, str]:
     """The pyfunc artifacts of the Transformer in ``run_dir`` (what its MLflow model and a fused model log)."""
     settings = run_dir / MODEL_SETTINGS_FILE
-    return SentimentClassifier.artifacts(run_dir / KERAS_MODEL_FILE, run_dir / TOKENIZER_DIR,
-                                         settings if settings.is_file() else None)
+    return SentimentClassifier.artifacts(
+        run_dir / KERAS_MODEL_FILE, run_dir / TOKENIZER_DIR, settings if settings.is_file() else None
+    )

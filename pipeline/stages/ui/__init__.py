@@ -22,8 +22,10 @@ def main(config: Config, args) -> None:
     print(f"ui: MLflow UI for {tracking_uri(config.tracking)} at {base} (Ctrl-C to stop)")
     print(f"ui: runs table  {experiment_url(base, comparison.experiment_id)}")
     if comparison.parent_id:
-        print(f"ui: latest comparison ({comparison.parent_name}, {len(comparison.child_ids)} model runs)  "
-              f"{run_url(base, comparison.experiment_id, comparison.parent_id)}")
+        print(
+            f"ui: latest comparison ({comparison.parent_name}, {len(comparison.child_ids)} model runs)  "
+            f"{run_url(base, comparison.experiment_id, comparison.parent_id)}"
+        )
     else:
         print("ui: no comparison yet (`make compare`)")
     sys.stdout.flush()

@@ -56,8 +56,9 @@ def latest_comparison(tracking: TrackingConfig) -> Comparison:
         children = comparison_members(parent)
     except PipelineError:
         return Comparison(experiment_id, None, None, ())
-    return Comparison(experiment_id, parent.info.run_id, parent.info.run_name,
-                      tuple(child.info.run_id for child in children))
+    return Comparison(
+        experiment_id, parent.info.run_id, parent.info.run_name, tuple(child.info.run_id for child in children)
+    )
 
 
 # --------------------------------------------------------------------------- server
@@ -66,8 +67,20 @@ def latest_comparison(tracking: TrackingConfig) -> Comparison:
 def server_command(tracking_uri: str, port: int) -> list[str]:
     from pipeline.tracking import absolute_tracking_uri
 
-    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", absolute_tracking_uri(tracking_uri),
-            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    return [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        absolute_tracking_uri(tracking_uri),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
 
 
 def mlflow_server(tracking_uri: str, port: int | None = None, timeout: float = 120.0):

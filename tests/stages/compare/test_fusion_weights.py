@@ -11,8 +11,9 @@ from pipeline.stages.compare.fusion_weights import EvaluatedRows, PartScores, ch
 
 def probabilities(labels, right: np.ndarray, rng, sure: float = 0.8) -> np.ndarray:
     """Two-class probabilities that are right (on the label's side) where ``right``, wrong elsewhere."""
-    positive = np.where(right == (labels == 1), rng.uniform(0.55, sure, len(labels)), rng.uniform(1 - sure, 0.45,
-                                                                                                  len(labels)))
+    positive = np.where(
+        right == (labels == 1), rng.uniform(0.55, sure, len(labels)), rng.uniform(1 - sure, 0.45, len(labels))
+    )
     return np.stack([1 - positive, positive], axis=1)
 
 
@@ -21,20 +22,31 @@ def synthetic(seed: int = 0, rows: int = 400, crops: int = 400):
     rng = np.random.default_rng(seed)
     val_words, test_words = rng.integers(5, 300, rows), rng.integers(5, 300, rows)
     crop_words = {"val": rng.integers(3, 60, crops), "test": rng.integers(3, 60, crops)}
-    labels = {"val": rng.integers(0, 2, rows), "test": rng.integers(0, 2, rows),
-              "crops_val": rng.integers(0, 2, crops), "crops_test": rng.integers(0, 2, crops)}
+    labels = {
+        "val": rng.integers(0, 2, rows),
+        "test": rng.integers(0, 2, rows),
+        "crops_val": rng.integers(0, 2, crops),
+        "crops_test": rng.integers(0, 2, crops),
+    }
 
     def part(good_on_long: bool):
         def scores(words, y):
             long = words > 80
             right = np.where(long == good_on_long, rng.random(len(y)) < 0.95, rng.random(len(y)) < 0.6)
             return probabilities(y, right, rng)
-        return PartScores(scores(val_words, labels["val"]), scores(test_words, labels["test"]),
-                          {"val": scores(crop_words["val"], labels["crops_val"]),
-                           "test": scores(crop_words["test"], labels["crops_test"])})
 
-    rows_ = EvaluatedRows(labels["val"], val_words, test_words, crop_words, labels["crops_val"],
-                          rng.integers(0, rows, crops))
+        return PartScores(
+            scores(val_words, labels["val"]),
+            scores(test_words, labels["test"]),
+            {
+                "val": scores(crop_words["val"], labels["crops_val"]),
+                "test": scores(crop_words["test"], labels["crops_test"]),
+            },
+        )
+
+    rows_ = EvaluatedRows(
+        labels["val"], val_words, test_words, crop_words, labels["crops_val"], rng.integers(0, rows, crops)
+    )
     return part(True), part(False), rows_, labels
 
 
@@ -51,12 +63,16 @@ def test_short_texts_get_their_own_weight_and_the_test_rows_theirs_by_length():
     two = choose_fusion(transformer, lexical, rows, steps=21, short_max_words=80)
     assert two.short_max_words == 80 and two.weight > 0.5 > two.short_weight  # each text to the part right on it
     short = rows.test_words <= 80
-    np.testing.assert_allclose(two.test[short], fuse_probabilities(transformer.test[short], lexical.test[short],
-                                                                   two.short_weight))
-    np.testing.assert_allclose(two.test[~short], fuse_probabilities(transformer.test[~short], lexical.test[~short],
-                                                                    two.weight))
-    accuracy = {name: (choice.crops["test"].argmax(1) == labels["crops_test"]).mean() for name, choice in
-                (("one", one), ("two", two))}
+    np.testing.assert_allclose(
+        two.test[short], fuse_probabilities(transformer.test[short], lexical.test[short], two.short_weight)
+    )
+    np.testing.assert_allclose(
+        two.test[~short], fuse_probabilities(transformer.test[~short], lexical.test[~short], two.weight)
+    )
+    accuracy = {
+        name: (choice.crops["test"].argmax(1) == labels["crops_test"]).mean()
+        for name, choice in (("one", one), ("two", two))
+    }
     assert accuracy["two"] > accuracy["one"] + 0.1
 
 
@@ -64,12 +80,12 @@ def test_the_validation_figures_of_short_texts_are_cross_fitted_not_scored_where
     transformer, lexical, rows, labels = synthetic()
     two = choose_fusion(transformer, lexical, rows, steps=21, short_max_words=80)
     short_crops = rows.crop_words["val"] <= 80
-    in_sample = fuse_probabilities(transformer.crops["val"][short_crops], lexical.crops["val"][short_crops],
-                                   two.short_weight)
+    in_sample = fuse_probabilities(
+        transformer.crops["val"][short_crops], lexical.crops["val"][short_crops], two.short_weight
+    )
     assert not np.allclose(two.crops["val"][short_crops], in_sample)  # the other half's weight, not the chosen one
     long = rows.val_words > 80
-    np.testing.assert_allclose(two.val[long], fuse_probabilities(transformer.val[long], lexical.val[long],
-                                                                 two.weight))
+    np.testing.assert_allclose(two.val[long], fuse_probabilities(transformer.val[long], lexical.val[long], two.weight))
     assert 0.5 < two.honest < 1.0
 
 

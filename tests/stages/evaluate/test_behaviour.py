@@ -56,8 +56,10 @@ def test_an_oracle_passes_everything_and_a_keyword_model_fails_negation():
     assert (rates == 1.0).all() and list(rates.index) == list(CAPABILITIES)
 
     positive_words = ("good", "great", "wonderful", "excellent", "brilliant", "enjoyable")
-    keyword = lambda texts: as_probabilities([0.9 if any(w in t.lower() for w in positive_words) else 0.1  # noqa: E731
-                                              for t in texts])
+
+    def keyword(texts):
+        return as_probabilities([0.9 if any(w in t.lower() for w in positive_words) else 0.1 for t in texts])
+
     results = evaluate_suite(cases, keyword, LABELS)
     rates = pass_rates(results).set_index("capability")
     assert rates.loc["negation", "pass_rate"] == 0.0  # "not good" has the positive word
@@ -74,18 +76,22 @@ def test_invariance_and_direction_rules():
 
     def weakened_by(words):
         return lambda texts: as_probabilities([0.6 if any(f" {w} " in t for w in words) else 0.9 for t in texts])
-    intensifiers = evaluate_suite([c for c in cases if c.capability == "intensifiers"],
-                                  weakened_by(behaviour._INTENSIFIERS), LABELS)
+
+    intensifiers = evaluate_suite(
+        [c for c in cases if c.capability == "intensifiers"], weakened_by(behaviour._INTENSIFIERS), LABELS
+    )
     positives = intensifiers["expected"] == "positive"
     assert (~intensifiers.loc[positives, "passed"]).all()  # "very good" less positive than "good": a failure
-    assert intensifiers.loc[~positives, "passed"].all()     # "very bad" less positive than "bad": as it should be
+    assert intensifiers.loc[~positives, "passed"].all()  # "very bad" less positive than "bad": as it should be
 
 
 def test_report_lists_rates_and_failing_sentences():
     cases = build_suite(per_capability=8)
     positive_words = ("good", "great", "wonderful", "excellent", "brilliant", "enjoyable")
-    keyword = lambda texts: as_probabilities([0.9 if any(w in t.lower() for w in positive_words) else 0.1  # noqa: E731
-                                              for t in texts])
+
+    def keyword(texts):
+        return as_probabilities([0.9 if any(w in t.lower() for w in positive_words) else 0.1 for t in texts])
+
     results = evaluate_suite(cases, keyword, LABELS)
     text = markdown_report(results, "a keyword model")
     assert text.startswith("# Behaviour report: a keyword model")

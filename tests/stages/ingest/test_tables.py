@@ -29,9 +29,18 @@ def make_rows(count: int, seed: int = 0) -> pd.DataFrame:
 
 
 def table_config(tmp_path, path, *overrides):
-    return load_config(PROJECT_ROOT / "configs" / "smoke.yaml", [
-        "data.source=table", f"data.path={path}", "data.text_column=body", "data.label_column=category",
-        f"paths.data_dir={tmp_path / 'data'}", f"paths.reports_dir={tmp_path / 'reports'}", *overrides])
+    return load_config(
+        PROJECT_ROOT / "configs" / "smoke.yaml",
+        [
+            "data.source=table",
+            f"data.path={path}",
+            "data.text_column=body",
+            "data.label_column=category",
+            f"paths.data_dir={tmp_path / 'data'}",
+            f"paths.reports_dir={tmp_path / 'reports'}",
+            *overrides,
+        ],
+    )
 
 
 def test_sort_labels_numeric_and_text():
@@ -41,8 +50,14 @@ def test_sort_labels_numeric_and_text():
 
 def test_three_class_task_end_to_end_with_string_labels(tmp_path):
     make_rows(360).to_csv(tmp_path / "reviews.csv", index=False)
-    config = table_config(tmp_path, tmp_path / "reviews.csv", "training.epochs=25", "training.early_stopping_patience=5",
-                          "training.class_weights=true", "tokenizer.max_sequence_length=24")
+    config = table_config(
+        tmp_path,
+        tmp_path / "reviews.csv",
+        "training.epochs=25",
+        "training.early_stopping_patience=5",
+        "training.class_weights=true",
+        "tokenizer.max_sequence_length=24",
+    )
     out_dir = ingest.run(config)
     assert json.loads((out_dir / "labels.json").read_text()) == {"labels": ["bad", "good", "meh"]}
     manifest = json.loads((out_dir / "manifest.json").read_text())
@@ -53,23 +68,41 @@ def test_three_class_task_end_to_end_with_string_labels(tmp_path):
     report = json.loads((evaluate.run(config, run=run_id) / "metrics.json").read_text())
     assert report["labels"] == ["bad", "good", "meh"]
     assert report["metrics"]["test_accuracy"] > 0.8
-    for key in ("test_macro_f1", "test_weighted_f1", "test_roc_auc", "test_f1_meh", "test_precision_bad", "test_recall_good"):
+    for key in (
+        "test_macro_f1",
+        "test_weighted_f1",
+        "test_roc_auc",
+        "test_f1_meh",
+        "test_precision_bad",
+        "test_recall_good",
+    ):
         assert key in report["metrics"]
 
     to_score = make_rows(30, seed=9).drop(columns="category")
     to_score.loc[4, "body"] = ""
     to_score.to_csv(tmp_path / "new.csv", index=False)
-    score.run(config, tmp_path / "new.csv", tmp_path / "scored.csv", model_uri=f"runs:/{run_id}/model", text_column="body")
+    score.run(
+        config, tmp_path / "new.csv", tmp_path / "scored.csv", model_uri=f"runs:/{run_id}/model", text_column="body"
+    )
     scored = pd.read_csv(tmp_path / "scored.csv", keep_default_na=False)
-    assert list(scored.columns) == ["id", "body", "probability_bad", "probability_good", "probability_meh",
-                                    "predicted_label", "score_error"]
+    assert list(scored.columns) == [
+        "id",
+        "body",
+        "probability_bad",
+        "probability_good",
+        "probability_meh",
+        "predicted_label",
+        "score_error",
+    ]
     assert scored["id"].tolist() == to_score["id"].tolist()
     assert set(scored["predicted_label"]) - {""} <= {"bad", "good", "meh"}
     assert scored.loc[4, "score_error"] and scored.loc[4, "predicted_label"] == ""
     truth = make_rows(30, seed=9)["category"]
     ok = scored["score_error"] == ""
     assert (scored.loc[ok, "predicted_label"] == truth[ok]).mean() > 0.8
-    pyfunc = mlflow.pyfunc.load_model(f"runs:/{run_id}/model").predict(pd.DataFrame({"text": ["superb brilliant loved"]}))
+    pyfunc = mlflow.pyfunc.load_model(f"runs:/{run_id}/model").predict(
+        pd.DataFrame({"text": ["superb brilliant loved"]})
+    )
     assert pyfunc["predicted_label"].tolist() == ["good"]
 
 
@@ -107,8 +140,10 @@ def assert_ingest_fails(config, match):
 
 def test_missing_text_or_label_column_lists_columns(tmp_path):
     make_rows(30).to_csv(tmp_path / "r.csv", index=False)
-    assert_ingest_fails(table_config(tmp_path, tmp_path / "r.csv", "data.text_column=review"),
-                        r"r\.csv: no column 'review'; columns are \['id', 'body', 'category'\]")
+    assert_ingest_fails(
+        table_config(tmp_path, tmp_path / "r.csv", "data.text_column=review"),
+        r"r\.csv: no column 'review'; columns are \['id', 'body', 'category'\]",
+    )
     assert_ingest_fails(table_config(tmp_path, tmp_path / "r.csv", "data.label_column=stars"), "no column 'stars'")
 
 
@@ -131,8 +166,10 @@ def test_label_in_test_never_seen_in_train(tmp_path):
     frame["part"] = ["train"] * 20 + ["test"] * 10
     frame.loc[25, "category"] = "surprise"
     frame.to_csv(tmp_path / "r.csv", index=False)
-    assert_ingest_fails(table_config(tmp_path, tmp_path / "r.csv", "data.split_column=part"),
-                        r"1 test row\(s\) have a 'category' never seen in train: .*r\.csv:26 \('surprise'\)")
+    assert_ingest_fails(
+        table_config(tmp_path, tmp_path / "r.csv", "data.split_column=part"),
+        r"1 test row\(s\) have a 'category' never seen in train: .*r\.csv:26 \('surprise'\)",
+    )
 
 
 def test_single_class_is_an_error(tmp_path):
@@ -147,8 +184,10 @@ def test_unknown_split_values(tmp_path):
     frame["part"] = "train"
     frame.loc[5, "part"] = "holdout"
     frame.to_csv(tmp_path / "r.csv", index=False)
-    assert_ingest_fails(table_config(tmp_path, tmp_path / "r.csv", "data.split_column=part"),
-                        r"r\.csv row 6: column 'part' has 'holdout'; allowed values are \['train', 'val', 'test'\]")
+    assert_ingest_fails(
+        table_config(tmp_path, tmp_path / "r.csv", "data.split_column=part"),
+        r"r\.csv row 6: column 'part' has 'holdout'; allowed values are \['train', 'val', 'test'\]",
+    )
 
 
 def test_files_that_disagree_on_columns(tmp_path):
@@ -169,9 +208,13 @@ def test_table_source_needs_a_path():
 
 
 def test_shipped_multiclass_example_ingests(tmp_path):
-    config = load_config(PROJECT_ROOT / "configs" / "example_multiclass.yaml",
-                         [f"data.path={PROJECT_ROOT / 'data' / 'examples' / 'product_reviews.csv'}",
-                          f"paths.data_dir={tmp_path / 'data'}"])
+    config = load_config(
+        PROJECT_ROOT / "configs" / "example_multiclass.yaml",
+        [
+            f"data.path={PROJECT_ROOT / 'data' / 'examples' / 'product_reviews.csv'}",
+            f"paths.data_dir={tmp_path / 'data'}",
+        ],
+    )
     manifest = json.loads((ingest.run(config) / "manifest.json").read_text())
     assert manifest["label_names"] == ["negative", "neutral", "positive"]
     assert sum(manifest["rows"].values()) == 180
@@ -186,8 +229,11 @@ def test_a_group_column_keeps_each_group_on_one_side_of_every_split(tmp_path):
     frame = make_rows(240)
     frame["movie"] = [f"m{i // 4}" for i in range(len(frame))]  # 60 groups of 4 reviews
     frame.to_csv(tmp_path / "reviews.csv", index=False)
-    grouped = ingest.run(table_config(tmp_path / "grouped", tmp_path / "reviews.csv", "data.group_column=movie",
-                                      "data.validation_fraction=0.25"))
+    grouped = ingest.run(
+        table_config(
+            tmp_path / "grouped", tmp_path / "reviews.csv", "data.group_column=movie", "data.validation_fraction=0.25"
+        )
+    )
     manifest = json.loads((grouped / "manifest.json").read_text())
     assert manifest["split_rule"] == "whole 'movie' groups, stratified by label, seeded"
     train, val, test = (groups_of(grouped, frame, split) for split in ("train", "val", "test"))
@@ -197,5 +243,7 @@ def test_a_group_column_keeps_each_group_on_one_side_of_every_split(tmp_path):
     assert groups_of(plain, frame, "train") & groups_of(plain, frame, "val")
     frame.loc[5, "movie"] = ""
     frame.to_csv(tmp_path / "blank.csv", index=False)
-    assert_ingest_fails(table_config(tmp_path / "blank", tmp_path / "blank.csv", "data.group_column=movie"),
-                        r"blank.csv row 6: empty 'movie'")
+    assert_ingest_fails(
+        table_config(tmp_path / "blank", tmp_path / "blank.csv", "data.group_column=movie"),
+        r"blank.csv row 6: empty 'movie'",
+    )

@@ -11,8 +11,16 @@ from pipeline.core.errors import InputError, MissingInputError
 from pipeline.stages import score
 from pipeline.stages.score import spark
 
-REVIEWS = ["A superb, wonderful film.", "", "Awful and dull, \"truly\" awful.", "   ", "42",
-           "Great acting,\nand a moving story.", "7 Samurai is a classic", "dull dull dull"]
+REVIEWS = [
+    "A superb, wonderful film.",
+    "",
+    'Awful and dull, "truly" awful.',
+    "   ",
+    "42",
+    "Great acting,\nand a moving story.",
+    "7 Samurai is a classic",
+    "dull dull dull",
+]
 
 
 @pytest.fixture(scope="module")
@@ -21,9 +29,15 @@ def spark_setup(trained_run, tmp_path_factory):
     config = config.replace(spark={"master": "local[2]"})
     model_uri = f"runs:/{json.loads((run_dir / 'manifest.json').read_text())['mlflow_run_id']}/model"
     folder = tmp_path_factory.mktemp("spark")
-    frame = pd.DataFrame({"id": [f"r{i}" for i in range(40)], "stars": [str(i % 10) for i in range(40)],
-                          "text": [REVIEWS[i % len(REVIEWS)] + ("" if i % len(REVIEWS) in (1, 3, 4) else f" #{i}")
-                                   for i in range(40)]})
+    frame = pd.DataFrame(
+        {
+            "id": [f"r{i}" for i in range(40)],
+            "stars": [str(i % 10) for i in range(40)],
+            "text": [
+                REVIEWS[i % len(REVIEWS)] + ("" if i % len(REVIEWS) in (1, 3, 4) else f" #{i}") for i in range(40)
+            ],
+        }
+    )
     frame.to_csv(folder / "reviews.csv", index=False)
     score.run(config, folder / "reviews.csv", folder / "expected.csv", model_uri=model_uri)
     expected = pd.read_csv(folder / "expected.csv", keep_default_na=False, dtype=str)
@@ -82,8 +96,9 @@ def test_spark_scores_a_parquet_folder_to_csv_parts(spark_setup):
     source.mkdir()
     frame.iloc[:25].to_parquet(source / "a.parquet", index=False)
     frame.iloc[25:].to_parquet(source / "b.parquet", index=False)
-    spark.score_table(as_csv(config), str(source), folder / "out_parquet_input", model_uri=model_uri,
-                      keep_row_index=True)
+    spark.score_table(
+        as_csv(config), str(source), folder / "out_parquet_input", model_uri=model_uri, keep_row_index=True
+    )
     got = read_parts(folder / "out_parquet_input", "csv")
     assert_matches(got, expected)
     assert got["row_index"].astype(int).is_monotonic_increasing
@@ -116,8 +131,19 @@ def test_bad_inputs_get_one_clear_line(spark_setup, tmp_path, capsys):
         spark.resolve_inputs(str(tmp_path / "*"))
     assert not (tmp_path / "out").exists()
     # through the command line: one error line, exit status 2
-    code = cli_main(["score", "--engine", "spark", "--input", str(tmp_path / "none*.parquet"), "--output",
-                     str(tmp_path / "o"), "--model", model_uri])
+    code = cli_main(
+        [
+            "score",
+            "--engine",
+            "spark",
+            "--input",
+            str(tmp_path / "none*.parquet"),
+            "--output",
+            str(tmp_path / "o"),
+            "--model",
+            model_uri,
+        ]
+    )
     assert code == 2 and capsys.readouterr().err.strip().startswith("error: no files match")
 
 
@@ -143,8 +169,9 @@ def spark_workers_stopped_after():
 
 
 @pytest.mark.parametrize("commit", ["43f75dd", "a765a9c"])
-def test_spark_answers_like_the_code_that_logged_a_model_before_the_layout_change(spark_setup, tmp_path, commit,
-                                                                                 spark_workers_stopped_after):
+def test_spark_answers_like_the_code_that_logged_a_model_before_the_layout_change(
+    spark_setup, tmp_path, commit, spark_workers_stopped_after
+):
     from tests.stages.test_score_legacy_models import LEGACY, assert_rows
 
     config, legacy = spark_setup[0], LEGACY[commit]
@@ -163,8 +190,9 @@ def assert_spark_answers_like_make_score(config, model_uri: str, folder, explain
     frame.to_csv(folder / "in.csv", index=False)
     score.run(config, folder / "in.csv", folder / "expected.csv", model_uri=model_uri, explain_top=3 if explain else 0)
     expected = pd.read_csv(folder / "expected.csv", keep_default_na=False, dtype=str)
-    spark.score_table(as_csv(config), str(folder / "in.csv"), folder / "out", model_uri=model_uri,
-                      explain_top=3 if explain else 0)
+    spark.score_table(
+        as_csv(config), str(folder / "in.csv"), folder / "out", model_uri=model_uri, explain_top=3 if explain else 0
+    )
     got = read_parts(folder / "out", "csv")
     assert_matches(got, expected)
     if explain:
@@ -178,7 +206,8 @@ def test_spark_scores_and_explains_with_a_fused_model_like_make_score(spark_setu
     explanations (the model's `explain` request option) included."""
     compare_config, _ = comparison
     run_id = json.loads((compare_config.reports_dir / "comparison.json").read_text())["summary"]["nbsvm+first_token"][
-        "run_ids"][0]
+        "run_ids"
+    ][0]
     config = spark_setup[0].replace(tracking={"tracking_uri": compare_config.tracking.tracking_uri})
     assert_spark_answers_like_make_score(config, f"runs:/{run_id}/model", tmp_path, explain=True)
 

@@ -1,0 +1,71 @@
+"""How the pipeline's pyfunc models (``pipeline.model.classifiers``) are logged to MLflow: the package as code,
+a signature with the request options, and the exact versions of this environment as requirements.
+
+Reads nothing; writes the model under the active MLflow run (its artifact folder ``model/``).
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+
+from pipeline.core.errors import PipelineError
+from pipeline.model.explain import TOP_ITEMS
+
+EXAMPLE_TEXTS = ("A wonderful, moving film.", "Dull and far too long.")  # a logged model's input example
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # pipeline/: travels with every logged model
+# what a logged model imports to answer (the package travels with it as code), pinned when it is logged
+MODEL_DISTRIBUTIONS = (
+    "tensorflow",
+    "tensorflow-text",
+    "keras",
+    "keras-hub",
+    "mlflow",
+    "pandas",
+    "numpy",
+    "scikit-learn",
+    "scipy",
+    "joblib",
+    "pyyaml",
+)
+
+
+def pinned_requirements(distributions: tuple[str, ...] = MODEL_DISTRIBUTIONS) -> list[str]:
+    """``name==version`` of each distribution as installed in this process, the versions a model is logged with:
+    ``mlflow models serve`` or ``build-docker`` with a virtualenv or conda environment then rebuilds those, not
+    whatever is newest that day. A distribution that is not installed is an error naming it."""
+    pins = []
+    for name in distributions:
+        try:
+            pins.append(f"{name}=={version(name)}")
+        except PackageNotFoundError:
+            raise PipelineError(f"cannot pin {name} for a logged model: it is not installed (`make setup`)") from None
+    return pins
+
+
+MODEL_PARAMS = {"explain": False, "explain_top": TOP_ITEMS}  # PipelineModel.predict's params and their defaults
+
+
+def log_pipeline_model(python_model, artifacts: dict[str, str], example_texts=EXAMPLE_TEXTS) -> str:
+    """Log one of the pipeline's pyfunc models (``pipeline.model.classifiers``) on the active run; returns its URI.
+
+    The logged instance is empty: MLflow pickles it, and its parts are loaded from ``artifacts`` by
+    ``load_context``. The package travels with it (``code_paths``), so the model loads without an install; its
+    requirements are the exact versions of this environment (:func:`pinned_requirements`).
+    """
+    example = pd.DataFrame({"text": list(example_texts)})
+    loaded = type(python_model).from_artifacts(artifacts)
+    info = mlflow.pyfunc.log_model(
+        name="model",
+        python_model=python_model,
+        artifacts=artifacts,
+        code_paths=[str(PACKAGE_DIR)],
+        # the request options: mlflow models serve and spark_udf pass only the params the signature declares
+        signature=mlflow.models.infer_signature(example, loaded.predict(None, example), params=MODEL_PARAMS),
+        input_example=example,
+        pip_requirements=pinned_requirements(),
+    )
+    return info.model_uri
