@@ -65,7 +65,9 @@ ENGINE ?= local
 OVERWRITE ?=
 EXAMPLE_CSV ?= data/examples/reviews.csv
 EXAMPLE_TEXT_COLUMN ?= text
-REPORTS ?= reports
+# where make all's scored example and make ui-screenshots write: reports/ for the default config, else reports/<config
+# name>/ (configs/short_texts.yaml: reports/short_texts/, its reports_dir), so one config's outputs never replace another's
+REPORTS ?= $(if $(filter configs/default.yaml,$(CONFIG)),reports,reports/$(basename $(notdir $(CONFIG))))
 
 help: ## list every target with a one-line description: the product's stages, then the experiments
 	@echo "The product:"

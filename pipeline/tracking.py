@@ -18,7 +18,7 @@ from typing import Any
 import mlflow
 
 from pipeline.config import Config, ModelConfig, TrackingConfig
-from pipeline.core.errors import PipelineError
+from pipeline.core.errors import MissingInputError, PipelineError
 from pipeline.core.files import code_version
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -313,3 +313,24 @@ def comparison_members(comparison) -> list:
         )
     client = mlflow.tracking.MlflowClient()
     return [client.get_run(run_id) for run_id in member_ids]
+
+
+def child_runs(tracking: TrackingConfig, parent_id: str) -> list:
+    """The runs shown under ``parent_id`` (a comparison's children); an error when the experiment does not exist."""
+    client = mlflow.tracking.MlflowClient()
+    experiment = client.get_experiment_by_name(tracking.experiment_name)
+    if experiment is None:
+        raise MissingInputError(
+            f"no MLflow experiment {tracking.experiment_name!r} (tracking.experiment_name): run the comparison"
+        )
+    return list(
+        client.search_runs([experiment.experiment_id], filter_string=f"tags.`{PARENT_RUN_TAG}` = '{parent_id}'")
+    )
+
+
+def metric_history(run_id: str, key: str) -> list[float]:
+    """The values of metric ``key`` of a run in step order, the last one logged at each step (a resumed fit logs an
+    epoch again)."""
+    points = sorted(mlflow.tracking.MlflowClient().get_metric_history(run_id, key), key=lambda m: m.step)
+    by_step = {m.step: m.value for m in points}
+    return [by_step[step] for step in sorted(by_step)]

@@ -39,7 +39,7 @@ from tests.conftest import PROJECT_ROOT
 
 PACKAGE = PROJECT_ROOT / "pipeline"
 TESTS = PROJECT_ROOT / "tests"
-CROSS_CUTTING = {"test_layout", "test_quality_gates"}  # the whole package: its layout; its lint, format and types
+CROSS_CUTTING = {"test_layout", "test_quality_gates", "test_docs"}  # the whole project: layout; lint, types; docs
 ROOT_ENTRIES = 12
 # sizes in statements (``ast.stmt`` nodes), which the formatter does not change: guards against outliers with room
 # under them (the largest module holds 261, the largest function 45), not targets to fill
@@ -170,8 +170,7 @@ MLFLOW_IMPORTERS = {
     "pipeline.core.logs",  # replaces the terminal handler MLflow's logger installs on import
     "pipeline.model.classifiers",  # the pyfunc models (mlflow.pyfunc.PythonModel)
     "pipeline.model.logged_model",  # how they are logged
-    "pipeline.model.progress",  # the epoch metrics of a training run
-    "pipeline.model.fit",  # the best epoch's metrics, read back from the run
+    "pipeline.model.progress",  # what a training run logs: its epochs' metrics and its summary
     # stages and experiments that open, read or register runs and models
     "pipeline.stages.compare.recorder",
     "pipeline.stages.compare.runner",
@@ -184,7 +183,6 @@ MLFLOW_IMPORTERS = {
     "pipeline.stages.register.champion",
     "pipeline.stages.score.spark",
     "pipeline.stages.train.fit_and_log",
-    "pipeline.experiments.gpu_check",
     "pipeline.experiments.learning_curve",
     "pipeline.experiments.tune",
 }

@@ -162,3 +162,22 @@ def test_setup_adds_the_gpu_runtime_of_the_chosen_backend_after_a_cpu_install(tm
     assert "pip install" not in make_setup_plan(venv, with_driver, "BACKEND=jax")  # installed once, then stamped
     (venv / ".installed-gpu-jax").unlink()  # GPU=1 asks for it on a machine without a driver too
     assert "-r requirements-gpu-jax.lock" in make_setup_plan(venv, system, "GPU=1", "BACKEND=jax")
+
+
+@pytest.mark.parametrize(
+    ("config", "scored"),
+    [
+        ("configs/default.yaml", "reports/example_scored.csv"),
+        ("configs/short_texts.yaml", "reports/short_texts/example_scored.csv"),
+    ],
+)
+def test_make_all_of_another_config_writes_its_scored_example_apart(config, scored):
+    result = subprocess.run(
+        ["make", "-n", "all", f"CONFIG={config}", "PYTHON=python"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"--output {scored} " in result.stdout

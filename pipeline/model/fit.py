@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import keras
-import mlflow
 import numpy as np
 
 from pipeline.config import TrainingConfig
@@ -21,9 +20,10 @@ from pipeline.core.catalog import BACKUP_DIR
 from pipeline.core.errors import ConfigError
 from pipeline.model.optimizers import LazyAdamW, lookup_tables
 from pipeline.model.preset_classifier import preset_backbone_of
-from pipeline.model.progress import MLflowEpochLogger, progress_callbacks
+from pipeline.model.progress import MLflowEpochLogger, log_fit_metrics, progress_callbacks
 from pipeline.runtime.backend import is_out_of_memory, uses_tensorflow
 from pipeline.text.text_tokenizer import TextTokenizer
+from pipeline.tracking import metric_history
 
 
 @dataclass(frozen=True)
@@ -124,17 +124,6 @@ def balanced_class_weights(labels: np.ndarray, num_classes: int) -> dict[int, fl
     return {int(c): float(by_class.get(c, 1.0)) for c in classes}
 
 
-def history_from_mlflow(run_id: str) -> dict[str, list[float]]:
-    """Per-epoch metrics of a run as logged (covers epochs from before a resume too)."""
-    client = mlflow.tracking.MlflowClient()
-    history = {}
-    for key in ("loss", "accuracy", "val_loss", "val_accuracy"):
-        points = sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)
-        by_step = {m.step: m.value for m in points}
-        history[key] = [by_step[s] for s in sorted(by_step)]
-    return history
-
-
 # --------------------------------------------------------------------------- stage steps
 
 
@@ -217,9 +206,9 @@ def fit(
             float(val_accuracy),
             train_seconds,
         )
-    history = history_from_mlflow(run_id)
+    history = {key: metric_history(run_id, key) for key in ("loss", "accuracy", "val_loss", "val_accuracy")}
     best_epoch = int(np.argmin(history["val_loss"])) if history["val_loss"] else 0
-    mlflow.log_metrics(
+    log_fit_metrics(
         {
             "best_val_loss": float(val_loss),
             "best_val_accuracy": float(val_accuracy),

@@ -10,7 +10,7 @@ preset again.
 from __future__ import annotations
 
 from pipeline.config import ModelConfig
-from pipeline.core.checkpoints import check_preset_location, hub_access, load_failed
+from pipeline.core.checkpoints import check_preset_location, hub_access, load_failed, reachable_preset
 from pipeline.core.errors import ConfigError, InputError
 
 
@@ -19,6 +19,7 @@ def load_preset_backbone(preset: str, load_weights: bool = True, dtype: str | No
     ``token_ids`` and ``padding_mask`` inputs) is an error."""
     import keras_hub
 
+    preset = reachable_preset(preset)  # offline: the installed folder of an hf:// checkpoint, when there is one
     check_preset_location(preset)
     with hub_access(preset) as reachable:
         try:

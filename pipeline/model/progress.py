@@ -120,3 +120,8 @@ class MLflowEpochLogger(keras.callbacks.Callback):
         metrics["epoch_seconds"] = seconds
         metrics["tokens_per_second"] = self.tokens_per_epoch / max(seconds, 1e-9)
         mlflow.log_metrics(metrics, step=epoch)
+
+
+def log_fit_metrics(metrics: dict[str, float]) -> None:
+    """A fit's summary metrics (its best epoch's, its seconds) on the active MLflow run."""
+    mlflow.log_metrics(metrics)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.core.catalog import TOKENIZER_SETTINGS_FILE, VOCABULARY_FILE
-from pipeline.core.checkpoints import check_preset_location, first_line, hub_access, load_failed
+from pipeline.core.checkpoints import check_preset_location, first_line, hub_access, load_failed, reachable_preset
 from pipeline.core.errors import ConfigError, InputError, MissingInputError
 from pipeline.core.files import atomic_write_json, sha256_text
 from pipeline.text.conventions import PAD_ID, clean_text
@@ -34,6 +34,7 @@ def load_preset_tokenizer(preset: str):
     """The preset's KerasHub tokenizer; a preset without one is an error naming ``model.preset``."""
     import keras_hub
 
+    preset = reachable_preset(preset)  # offline: the installed folder of an hf:// checkpoint, when there is one
     check_preset_location(preset)
     with hub_access(preset) as reachable:
         try:

@@ -7,8 +7,17 @@ import json
 import keras_hub
 import pytest
 
+from pipeline.core import checkpoints
 from pipeline.core.errors import InputError
 from tests.tiny_preset import write_tiny_preset
+
+
+@pytest.fixture(autouse=True)
+def fresh_resolution():
+    """Each test resolves handles anew (``reachable_preset`` answers once per process)."""
+    checkpoints.reachable_preset.cache_clear()
+    yield
+    checkpoints.reachable_preset.cache_clear()
 
 
 @pytest.mark.parametrize(
@@ -44,10 +53,10 @@ def test_a_handle_whose_hub_cannot_be_reached_is_one_error_naming_it_at_once(mon
     started = time.perf_counter()
     with pytest.raises(
         InputError,
-        match="could not load the backbone of 'hf://sentence-transformers/all-MiniLM-L6-v2'"
+        match="could not load the backbone of 'hf://sentence-transformers/paraphrase-MiniLM-L3-v2'"
         ": its hub cannot be reached from here",
-    ):
-        load_preset_backbone("hf://sentence-transformers/all-MiniLM-L6-v2", load_weights=False)
+    ):  # a checkpoint no installed package holds (all-MiniLM-L6-v2 offline is the installed folder: below)
+        load_preset_backbone("hf://sentence-transformers/paraphrase-MiniLM-L3-v2", load_weights=False)
     assert time.perf_counter() - started < 10  # no retries for minutes
     assert "HF_HUB_OFFLINE" not in __import__("os").environ  # the client's offline switch is put back
 
@@ -91,3 +100,24 @@ def test_a_checkpoint_is_named_by_its_last_path_part_without_the_hub_folder_pref
     assert checkpoint_name("C:\\models\\my_bert") == "my_bert"
     assert checkpoint_name("bert_small_en_uncased") == "bert_small_en_uncased"
     assert checkpoint_name("kaggle://keras/bert/keras/bert_tiny_en_uncased/2") == "bert_tiny_en_uncased"  # no version
+
+
+def refuse_network(*args, **kwargs):
+    raise ConnectionRefusedError("network refused by the test")
+
+
+def test_an_hf_handle_offline_is_the_installed_checkpoint_folder(minilm_checkpoint, monkeypatch, capsys):
+    import socket
+
+    monkeypatch.setattr(socket, "create_connection", refuse_network)
+    handle = "hf://sentence-transformers/all-MiniLM-L6-v2"
+    assert checkpoints.reachable_preset(handle) == str(minilm_checkpoint)
+    assert f"{handle} from the installed folder {minilm_checkpoint}" in capsys.readouterr().out
+    assert checkpoints.reachable_preset("hf://someone/not-installed") == "hf://someone/not-installed"
+    assert checkpoints.reachable_preset("bert_tiny_en_uncased") == "bert_tiny_en_uncased"
+
+
+def test_an_hf_handle_online_stays_the_handle(minilm_checkpoint, monkeypatch):
+    monkeypatch.setattr(checkpoints, "host_reachable", lambda host, *args, **kwargs: True)
+    handle = "hf://sentence-transformers/all-MiniLM-L6-v2"
+    assert checkpoints.reachable_preset(handle) == handle
