@@ -153,3 +153,10 @@ def test_the_pages_speak_as_documentation():
         for match in WORKPLACE_WORDING.finditer(page.read_text())
     ]
     assert found == []
+
+
+def test_the_readme_and_the_current_docs_stay_short():
+    """A landing page and a guide read in minutes; measurements of earlier days go to docs/history/."""
+    assert len((PROJECT_ROOT / "README.md").read_bytes()) <= 10_000
+    current = [page for page in current_pages() if page.name != "README.md"]
+    assert sum(len(page.read_bytes()) for page in current) <= 100_000
