@@ -19,6 +19,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.setdefault(_name, "1")
 import random
 import shutil
+import sys
 import tarfile
 from pathlib import Path
 
@@ -145,6 +146,59 @@ def built_once(tmp_path_factory, name: str):
         yield folder, build
         if build:
             done.write_text("built\n")
+
+
+TYPE_CHECK_ENV = "PIPELINE_TEST_TYPE_CHECK"  # the folder of the type check the whole suite's run started
+TYPE_CONTROL = "control_wrong_type.py"
+TYPE_CONTROL_SOURCE = "def words(text: str) -> int:\n    return text.split()\n"  # a wrong type mypy must refuse
+
+
+def type_check_command(folder: Path) -> list[str]:
+    """mypy with the project's settings over ``pipeline/`` and the control file in ``folder``, in one process."""
+    return [
+        sys.executable,
+        "-m",
+        "mypy",
+        "--config-file",
+        str(PROJECT_ROOT / "pyproject.toml"),
+        "--cache-dir",
+        str(folder / "cache"),
+        "pipeline",
+        str(folder / TYPE_CONTROL),
+    ]
+
+
+def start_type_check() -> Path:
+    """Start the type check in the background; ``returncode`` appears in the returned folder when it ends."""
+    import atexit
+    import subprocess
+    import tempfile
+    import threading
+
+    folder = Path(tempfile.mkdtemp(prefix="type-check-"))
+    atexit.register(shutil.rmtree, folder, True)
+    (folder / TYPE_CONTROL).write_text(TYPE_CONTROL_SOURCE)
+    output = (folder / "output.txt").open("w")
+    process = subprocess.Popen(type_check_command(folder), cwd=PROJECT_ROOT, stdout=output, stderr=subprocess.STDOUT)
+
+    def finish() -> None:
+        code = process.wait()
+        output.close()
+        (folder / "returncode.tmp").write_text(str(code))
+        (folder / "returncode.tmp").replace(folder / "returncode")
+
+    threading.Thread(target=finish, daemon=True).start()
+    return folder
+
+
+def pytest_configure(config):
+    """A run of the whole suite (``make test``: no paths named) starts the type check at once, in the controlling
+    process, so that its half minute of CPU fills the time the workers wait on subprocesses and servers;
+    ``tests/test_quality_gates.py`` reads its result (a run of chosen files checks there instead)."""
+    whole_suite = all(Path(arg).resolve() == PROJECT_ROOT / "tests" for arg in config.args)
+    if hasattr(config, "workerinput") or TYPE_CHECK_ENV in os.environ or not whole_suite:
+        return
+    os.environ[TYPE_CHECK_ENV] = str(start_type_check())
 
 
 def pytest_collection_modifyitems(session, config, items):
