@@ -77,20 +77,32 @@ def read_if_present(path: Path) -> pd.DataFrame | None:
     return pd.read_parquet(path) if path.is_file() else None
 
 
-def reused(slot: Slot, run) -> Candidate:
-    """The candidate of a finished run, from its logged metrics and its evaluation files."""
-    folder = slot.out_dir
+def slot_candidate(slot: Slot, run_id: str, metrics: dict, test, val, crops) -> Candidate:
+    """The candidate recorded in ``slot``: its run, the metrics a comparison reports, its predictions."""
     return Candidate(
         slot.name,
         slot.kind,
         slot.seed,
+        run_id,
+        summary_metrics(metrics),
+        test,
+        val,
+        folder=slot.out_dir,
+        settings=slot.settings,
+        crops=crops,
+    )
+
+
+def reused(slot: Slot, run) -> Candidate:
+    """The candidate of a finished run, from its logged metrics and its evaluation files."""
+    folder = slot.out_dir
+    return slot_candidate(
+        slot,
         run.info.run_id,
-        summary_metrics(run.data.metrics),
+        run.data.metrics,
         pd.read_parquet(folder / TEST_PREDICTIONS_FILE),
         read_if_present(folder / VAL_PREDICTIONS_FILE),
-        folder=folder,
-        settings=slot.settings,
-        crops=read_if_present(folder / CROP_PREDICTIONS_FILE),
+        read_if_present(folder / CROP_PREDICTIONS_FILE),
     )
 
 
@@ -128,17 +140,8 @@ def record(slot: Slot, produce: Callable[[Path], Produced], frames: IngestedRows
         **produced.metrics,
     }
     say(f"compare: {slot.title}: {produced.summary}; test_accuracy {metrics['test_accuracy']:.4f}")
-    return Candidate(
-        slot.name,
-        slot.kind,
-        slot.seed,
-        run_id,
-        summary_metrics(metrics),
-        evaluation.predictions,
-        evaluation.val_predictions,
-        folder=slot.out_dir,
-        settings=slot.settings,
-        crops=evaluation.crop_predictions,
+    return slot_candidate(
+        slot, run_id, metrics, evaluation.predictions, evaluation.val_predictions, evaluation.crop_predictions
     )
 
 
