@@ -54,8 +54,8 @@ class CompareConfig:
     fusion: bool = True  # also fuse every Transformer run with the NBSVM baseline (a candidate each)
     fusion_weights: int = 21  # weights 0, 0.05, ..., 1 on the Transformer, chosen on validation
     # > 0: texts of at most this many words get their own fusion weight, chosen on the short validation reviews and
-    # the validation sentence crops (cross-fitted for the figures the champion is chosen on); 0: one weight. 80
-    # (measured, docs/results.md: +0.95 points on the test crops, significant; reviews -0.02, not significant)
+    # the validation sentence crops (cross-fitted for the figures the champion is chosen on); 0: one weight. 80: short
+    # texts gain significantly and reviews lose nothing significant (docs/results.md)
     short_fusion_words: int = 80
     tfidf_baseline: bool = True  # the earlier TF-IDF + logistic regression baseline, a reference row
     tuned: str | None = None  # make compare-tuned: the tuned config file (null: <reports_dir>/tune/best.yaml)

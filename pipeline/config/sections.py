@@ -307,8 +307,8 @@ class PseudoLabelConfig:
     seed: int = 1337
     # short texts for the Transformer: this many random 1-2-sentence crops of every train review join the distilled
     # rows (0: none), each with a soft target, crop_label_weight on its review's label and the rest a cross-fitted
-    # NBSVM's probability (pipeline.lexical.cross_fitted_teacher). 1: the Transformer +0.71 points on the test crops,
-    # but validation then gives it weight 0 in the fusion, so off (docs/results.md)
+    # NBSVM's probability (pipeline.lexical.cross_fitted_teacher). Off: the crops help the Transformer alone, but
+    # validation then gives it no weight in the fusion (docs/results.md)
     crops_per_review: int = 0
     crop_label_weight: float = 0.5
 
@@ -339,13 +339,12 @@ class BaselineConfig:
     seed: int = 0
     # also train on this many random 1-2-sentence crops of every training review (short texts; 0: reviews only), each
     # with a soft label: crop_label_weight on its review's label, the rest a cross-fitted NBSVM's probability
-    # (4: +2.45 points on the test crops, +0.15 on the reviews; fused +0.97 / +0.22, both significant: docs/results.md)
+    # (4: significantly better on short texts and reviews, alone and fused: docs/results.md)
     crops_per_review: int = 4
     crop_label_weight: float = 0.5
     # and this many crops of each unlabeled review (the ingestion's, e.g. IMDB's 50,000; none: skipped), each labelled
     # with the class NBSVM fitted on every train review gives its whole review, mixed the same way with that model's
-    # probability on the crop (4, against none: +0.95 points on the test crops and +0.50 on the reviews; fused +0.95 /
-    # +0.40; against 2: reviews +0.25; all significant, NBSVM seeds 1-2, docs/results.md)
+    # probability on the crop (4 is significantly better than none and than 2: docs/results.md)
     unlabeled_crops_per_review: int = 4
 
     def __post_init__(self) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.config import Config, load_config
-from pipeline.core.catalog import ids_file, require_output
+from pipeline.core.catalog import UNLABELED, UNLABELED_TABLE, ids_file, require_output
 from pipeline.core.errors import ConfigError, InputError, MissingInputError
 from pipeline.core.files import atomic_write_json, atomic_write_text, sha256_file
 from pipeline.text.conventions import clean_text
@@ -138,8 +138,38 @@ def folder_size(folder: Path) -> int:
     return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
 
 
+def unlabeled_readers(config: Config) -> tuple[list[str], list[str]]:
+    """The settings under which the check's comparison reads the unlabeled reviews: (their texts, their token ids).
+    The bundle carries the texts only when a setting reads them, and never the ids (50,000 x 512 int32: 98 MiB)."""
+    texts, ids = [], []
+    if config.baseline.unlabeled_crops_per_review:
+        texts.append(f"baseline.unlabeled_crops_per_review={config.baseline.unlabeled_crops_per_review}")
+    if config.training.pseudo_labels:
+        ids.append("training.pseudo_labels=true")
+    if config.model.init == "pretrained":
+        ids.append("model.init=pretrained")
+    if config.model.token_embedding == "word2vec":
+        ids.append("model.token_embedding=word2vec")
+    return texts, ids
+
+
+def check_carry(bundle: Path) -> int:
+    """The bundle's size; over :data:`CARRY_LIMIT`, the bundle is removed and an error names its largest files."""
+    total = folder_size(bundle)
+    if total >= CARRY_LIMIT:
+        largest = sorted((path for path in bundle.rglob("*") if path.is_file()), key=lambda p: -p.stat().st_size)[:5]
+        listed = ", ".join(f"{path.relative_to(bundle)} {path.stat().st_size / 2**20:.1f} MiB" for path in largest)
+        shutil.rmtree(bundle)
+        raise ConfigError(
+            f"the GPU check's bundle came to {total / 2**20:.1f} MiB, over the {CARRY_LIMIT / 2**20:g} MiB a device "
+            f"call carries; removed {bundle}/. Largest: {listed}"
+        )
+    return total
+
+
 def make_bundle(config: Config, bundle: Path, wheels: bool = True) -> dict:
-    """Write the bundle (see the module docstring) to ``bundle``; returns its ``bundle.json``."""
+    """Write the bundle (see the module docstring) to ``bundle``; returns its ``bundle.json``. It carries what the
+    config reads, whatever else the data folder holds, and at most :data:`CARRY_LIMIT` bytes."""
     import pyarrow.parquet as pq
     import yaml
 
@@ -153,9 +183,17 @@ def make_bundle(config: Config, bundle: Path, wheels: bool = True) -> dict:
             f"model.preset {text_tokenizer.preset!r}: the token store holds the pipeline's own WordPiece "
             "ids only; the GPU check runs the pipeline's own encoder"
         )
+    texts_read, ids_read = unlabeled_readers(config)
+    if ids_read:
+        raise ConfigError(
+            f"{', '.join(ids_read)}: reads the unlabeled reviews' token ids, which the GPU check's bundle does not "
+            "carry (too large for one device call); set it off (configs/gpu_check.yaml does)"
+        )
     shutil.rmtree(bundle, ignore_errors=True)
     (bundle / "data" / "ingest").mkdir(parents=True)
     for path in ingest_dir.iterdir():
+        if path.name == UNLABELED_TABLE and not texts_read:
+            continue
         target = bundle / "data" / "ingest" / path.name
         if path.suffix == ".parquet":  # the same rows, 13 % smaller than zstd-19 in 1 MB pages (train, measured)
             pq.write_table(
@@ -169,8 +207,10 @@ def make_bundle(config: Config, bundle: Path, wheels: bool = True) -> dict:
         elif path.is_file():
             shutil.copy2(path, target)
     ids = {split: ids_file(split) for split in SPLITS}
-    shutil.copytree(
-        tokenize_dir, bundle / "data" / "tokenize", ignore=lambda _, names: [n for n in names if n in ids.values()]
+    shutil.copytree(  # the splits' ids are rebuilt there from the token store; the unlabeled reviews' are not read
+        tokenize_dir,
+        bundle / "data" / "tokenize",
+        ignore=lambda _, names: [n for n in names if n in ids.values() or n.startswith(f"{UNLABELED}_")],
     )
     stored = write_token_store(
         bundle / STORE_FILE,
@@ -190,14 +230,11 @@ def make_bundle(config: Config, bundle: Path, wheels: bool = True) -> dict:
         carried = carried_packages(device)
         download_wheels(carried, bundle / "wheels")
     ids_sha256 = {split: sha256_file(tokenize_dir / name) for split, name in ids.items()}
-    total = folder_size(bundle)
+    total = check_carry(bundle)
     payload = {"ids_sha256": ids_sha256, "stored_texts": stored, "wheels": carried, "bytes": total}
     atomic_write_json(bundle / BUNDLE_FILE, payload)
     size = total / 2**20
-    print(
-        f"gpu-check-bundle: {stored:,} texts in the token store, {len(carried)} wheels; wrote {bundle}/ "
-        f"({size:.1f} MiB{'' if total < CARRY_LIMIT else ', OVER the 64 MiB a device call carries'})"
-    )
+    print(f"gpu-check-bundle: {stored:,} texts in the token store, {len(carried)} wheels; {bundle}/ is {size:.1f} MiB")
     return payload
 
 

@@ -136,3 +136,34 @@ def test_the_wheels_carried_are_what_the_check_needs_less_the_devices_packages_a
     nothing_there = carried_packages(set())
     assert {"numpy", "rich"} <= set(nothing_there) and "tensorflow-text" not in nothing_there
     assert Path(PROJECT_ROOT / "tools" / "gpu_check" / "run.sh").stat().st_mode & 0o111
+
+
+def test_the_bundle_carries_the_unlabeled_reviews_only_when_the_config_reads_them_and_stays_within_a_device_call(
+    prepared_config, tmp_path, monkeypatch
+):
+    from pipeline.core.catalog import UNLABELED_IDS_FILE, UNLABELED_TABLE
+    from pipeline.core.errors import ConfigError
+    from pipeline.experiments import gpu_check
+
+    # the data folder holds the 150 unlabeled reviews and their ids, as a `make all` with $IMDB_UNSUP_ARCHIVE leaves it
+    assert (prepared_config.data_dir / "ingest" / UNLABELED_TABLE).is_file()
+    assert (prepared_config.data_dir / "tokenize" / UNLABELED_IDS_FILE).is_file()
+    bundles = {}
+    for crops in (0, 4):
+        bundle = tmp_path / f"bundle-{crops}"
+        gpu_check.make_bundle(prepared_config.replace(baseline={"unlabeled_crops_per_review": crops}), bundle, False)
+        bundles[crops] = {str(path.relative_to(bundle)) for path in bundle.rglob("*") if path.is_file()}
+    assert not any("unlabeled" in name for name in bundles[0])  # NBSVM without unlabeled crops: nothing of them
+    assert bundles[4] - bundles[0] == {f"data/ingest/{UNLABELED_TABLE}"}  # with them: their texts, never their ids
+    assert {"data/tokenize/vocabulary.txt", "config.yaml", "tokens.npz"} <= bundles[0]
+
+    with pytest.raises(ConfigError, match=r"training.pseudo_labels=true: reads the unlabeled reviews' token ids"):
+        gpu_check.make_bundle(prepared_config.replace(training={"pseudo_labels": True}), tmp_path / "p", False)
+    assert not (tmp_path / "p").exists()
+
+    monkeypatch.setattr(gpu_check, "CARRY_LIMIT", 2**10)  # a device call that carries 1 KiB
+    with pytest.raises(
+        ConfigError, match=r"MiB, over the 0.000976562 MiB a device call carries; removed .*Largest: \S+ \d"
+    ):
+        gpu_check.make_bundle(prepared_config, tmp_path / "big", False)
+    assert not (tmp_path / "big").exists()
