@@ -174,7 +174,7 @@ serve: $(ENV) ## serve MODEL (default: the champion) over HTTP on 127.0.0.1:SERV
 # two pytest workers (pytest-xdist); session fixtures costing a minute are built once for both (tests/conftest.py)
 TEST_WORKERS ?= 2
 test: $(ENV) setup-browser ## run the test suite (tiny generated data, temporary folders and MLflow store) on TEST_WORKERS=2 workers; creates .venv/ and installs chromium when missing
-	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+	$(PYTHON) -m pytest -q -n $(TEST_WORKERS)
 
 # CONFIG=configs/gpu_check.yaml by default for the GPU check's bundle (its ingest and tokenize run here first)
 GPU_CHECK_CONFIG ?= configs/gpu_check.yaml
