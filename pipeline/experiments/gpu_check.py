@@ -189,6 +189,8 @@ def make_bundle(config: Config, bundle: Path, wheels: bool = True) -> dict:
             f"{', '.join(ids_read)}: reads the unlabeled reviews' token ids, which the GPU check's bundle does not "
             "carry (too large for one device call); set it off (configs/gpu_check.yaml does)"
         )
+    # written beside the target and renamed when whole: a refused or failed bundle leaves an earlier one as it was
+    final, bundle = bundle, bundle.with_name(f".{bundle.name}.partial")
     shutil.rmtree(bundle, ignore_errors=True)
     (bundle / "data" / "ingest").mkdir(parents=True)
     for path in ingest_dir.iterdir():
@@ -233,8 +235,10 @@ def make_bundle(config: Config, bundle: Path, wheels: bool = True) -> dict:
     total = check_carry(bundle)
     payload = {"ids_sha256": ids_sha256, "stored_texts": stored, "wheels": carried, "bytes": total}
     atomic_write_json(bundle / BUNDLE_FILE, payload)
+    shutil.rmtree(final, ignore_errors=True)
+    bundle.rename(final)
     size = total / 2**20
-    print(f"gpu-check-bundle: {stored:,} texts in the token store, {len(carried)} wheels; {bundle}/ is {size:.1f} MiB")
+    print(f"gpu-check-bundle: {stored:,} texts in the token store, {len(carried)} wheels; {final}/ is {size:.1f} MiB")
     return payload
 
 
