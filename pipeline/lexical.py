@@ -13,6 +13,7 @@ expected cleaned (``pipeline.text.conventions.clean_text``), as ingestion stores
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from pipeline.core.errors import ConfigError, InputError
+from pipeline.core.logs import duration
 from pipeline.text.crops import sentence_crops
 
 NBSVM_TOKEN_PATTERN = r"(?u)\b\w+\b|[!?]"  # words, and ! and ? as tokens of their own
@@ -293,8 +295,6 @@ def _estimate(seconds: list[float], remaining: int) -> str:
     """What a fit of ``C`` says of the time left, from the fits so far (``seconds``, smallest ``C`` first): each fit
     still to run as long as the last one times the growth from the one before it (liblinear takes longer as ``C``
     grows: 15, 20, 49 and 149 s for 0.03 to 1 on IMDB with its crops), the last one's time after a single fit."""
-    from pipeline.core.logs import duration
-
     if not seconds:
         return ""
     growth = max(1.0, seconds[-1] / seconds[-2]) if len(seconds) > 1 and seconds[-2] > 0 else 1.0
@@ -312,8 +312,6 @@ def _fit_each_c(
     progress: Callable[[str], None],
 ) -> tuple[dict, dict, dict]:
     """An NBSVM per ``C``, smallest first: ``(fitted, validation accuracy, validation rows right)`` by ``C``."""
-    import time
-
     fitted: dict[float, NaiveBayesLogisticRegression] = {}
     accuracy: dict[float, float] = {}
     correct: dict[float, np.ndarray] = {}
@@ -350,8 +348,6 @@ def nbsvm_baseline(
     the teacher at :func:`teacher_c` on every train review). ``progress`` gets a line as each step starts (a fit on
     IMDB with crops takes minutes): what it does and, from the second ``C`` on, an estimate of what is left.
     """
-    import time
-
     from scipy import sparse
 
     if not c_values:

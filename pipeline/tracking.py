@@ -10,6 +10,7 @@ writes an MLflow filter string; stages call the named queries below.
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from pathlib import Path
@@ -206,15 +207,11 @@ def fusion_tags(key: str, variant: str, transformer_run_id: str, lexical_run_id:
 def set_members(members: dict[str, str]) -> None:
     """Record on the active comparison run which model runs belong to it, and the candidate each is a run of
     (``run id -> candidate``; runs shared with another comparison keep this comparison's name here)."""
-    import json
-
     mlflow.set_tags({MEMBERS_TAG: ",".join(members), CANDIDATES_TAG: json.dumps(members, separators=(",", ":"))})
 
 
 def member_candidates(comparison) -> dict[str, str]:
     """``run id -> candidate`` of a comparison (empty for one written before it was recorded)."""
-    import json
-
     return json.loads(comparison.data.tags.get(CANDIDATES_TAG, "{}"))
 
 

@@ -6,6 +6,9 @@
   it), one module per experiment under ``pipeline/experiments/``;
 - a stage imports shared libraries and the packages of the stages upstream of it (what the stage table says it
   reads or runs), never one downstream or beside it; libraries never import a stage or an experiment; no cycle;
+- imports stand at the top of a module; one sits inside a function only when it loads a heavy or optional package
+  (``HEAVY_PACKAGES``), directly or through the package modules it imports at their top, so a module's import list
+  says what it needs and ``python -m pipeline --help`` loads no framework;
 - the libraries stand in layers (``LIBRARY_LAYERS``: core, config, then metrics, text and tracking, then runtime and
   the lexical models, then the model): a library imports its own layer or the ones below, never one above;
 - only the modules of ``MLFLOW_IMPORTERS`` import MLflow (tracking's names and queries, the model layer's pyfunc
@@ -186,6 +189,73 @@ MLFLOW_IMPORTERS = {
     "pipeline.experiments.learning_curve",
     "pipeline.experiments.tune",
 }
+
+# what a function may import inside itself: packages slow to load (a framework, a tracker, a plotting library) or
+# installed only for some targets (Spark, the browser, the checkpoint); everything else is imported at the top
+HEAVY_PACKAGES = {
+    "tensorflow", "tensorflow_text", "keras", "keras_hub", "jax", "jaxlib", "mlflow", "optuna", "pyspark", "sklearn",
+    "scipy", "gensim", "playwright", "matplotlib", "skops", "torch", "huggingface_hub", "safetensors", "tokenizers",
+    "sentencepiece", "uvicorn", "fastapi", "requests", "psutil",
+}  # fmt: skip
+
+
+def split_imports(source: str) -> tuple[list[ast.stmt], list[ast.stmt]]:
+    """The import statements of ``source`` at module level (``if TYPE_CHECKING:`` blocks left out) and those inside
+    functions and methods."""
+    top: list[ast.stmt] = []
+    inner: list[ast.stmt] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                (inner if in_function else top).append(child)
+            elif not (isinstance(child, ast.If) and ast.unparse(child.test).endswith("TYPE_CHECKING")):
+                visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    visit(ast.parse(source), False)
+    return top, inner
+
+
+def statement_names(node: ast.stmt) -> list[str]:
+    """What an import statement names: ``import a.b`` -> a.b; ``from a import b`` -> a and a.b."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    assert isinstance(node, ast.ImportFrom)
+    base = node.module or ""
+    return [base] + [f"{base}.{alias.name}" for alias in node.names]
+
+
+def heavy_modules(modules: dict[str, str]) -> set[str]:
+    """The package modules whose import loads a ``HEAVY_PACKAGES`` package: they import one at their top, or a heavy
+    package module, or sit in a heavy package."""
+    tops = {
+        name: [n for node in split_imports(source)[0] for n in statement_names(node)]
+        for name, source in modules.items()
+    }
+    heavy: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, names in tops.items():
+            parents = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+            if name not in heavy and (
+                any(n.split(".")[0] in HEAVY_PACKAGES or n in heavy for n in names) or parents & heavy
+            ):
+                heavy.add(name)
+                changed = True
+    return heavy
+
+
+def light_function_imports(modules: dict[str, str]) -> list[str]:
+    """Imports inside a function that load nothing heavy: they belong at the top of the module."""
+    heavy = heavy_modules(modules)
+    found = []
+    for name, source in modules.items():
+        for node in split_imports(source)[1]:
+            names = statement_names(node)
+            if not any(n.split(".")[0] in HEAVY_PACKAGES or n in heavy for n in names):
+                found.append(f"{name}:{node.lineno} imports {names[0]}")
+    return sorted(found)
 
 
 def layer_of(module: str) -> int | None:
@@ -482,6 +552,18 @@ def test_the_layer_and_mlflow_rules_catch_an_arrow_up_and_a_new_importer():
     assert mlflow_importers(modules) == {"pipeline.text.crops", "pipeline.metrics"}
 
 
+def test_the_import_rule_catches_a_light_import_inside_a_function():
+    modules = {
+        "pipeline.a": "import json\n\ndef f():\n    import numpy\n    from pipeline import b\n    import keras\n",
+        "pipeline.b": "import os\n",
+        "pipeline.c": "def g():\n    from pipeline.d import work\n",
+        "pipeline.d": "from pipeline.e import x\n",
+        "pipeline.e": "import tensorflow as tf\n",
+    }
+    assert heavy_modules(modules) == {"pipeline.d", "pipeline.e"}
+    assert light_function_imports(modules) == ["pipeline.a:4 imports numpy", "pipeline.a:5 imports pipeline"]
+
+
 def test_the_stage_rule_catches_a_stage_importing_one_downstream_or_beside_it():
     inside_a_function = "def run():\n    from pipeline.stages.compare.runner import run_comparison\n"
     graph = {
@@ -649,6 +731,10 @@ def test_libraries_import_only_their_layer_and_those_below():
 
 def test_only_the_listed_modules_import_mlflow():
     assert mlflow_importers(sources()) == MLFLOW_IMPORTERS
+
+
+def test_a_function_imports_inside_itself_only_what_is_heavy():
+    assert light_function_imports(sources()) == []
 
 
 def test_no_import_cycle_anywhere_in_the_package():

@@ -13,6 +13,8 @@ import functools
 import importlib
 import json
 import os
+import pkgutil
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,8 +47,6 @@ def first_line(error: BaseException) -> str:
 
 
 def host_reachable(host: str, port: int = 443, timeout: float = PROBE_SECONDS) -> bool:
-    import socket
-
     try:
         socket.create_connection((host, port), timeout=timeout).close()
         return True
@@ -108,8 +108,6 @@ def reachable_preset(preset: str) -> str:
 def converted_architectures() -> list[str]:
     """The Hugging Face architectures KerasHub's transformers loader converts (its ``convert_<model_type>``
     modules)."""
-    import pkgutil
-
     from keras_hub.src.utils import transformers as loaders
 
     return sorted(

@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import joblib
+
 from pipeline import __version__
 from pipeline.core.catalog import MANIFEST_FORMAT_VERSION, MANIFEST_NAME
 from pipeline.core.errors import MissingInputError
@@ -107,8 +109,6 @@ def atomic_replace(path: str | Path, write) -> Path:
 
 def atomic_dump(obj: Any, path: str | Path) -> Path:
     """``joblib.dump`` written atomically (a fitted scikit-learn model)."""
-    import joblib
-
     return atomic_replace(path, lambda tmp: joblib.dump(obj, tmp))
 
 

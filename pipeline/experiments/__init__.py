@@ -13,6 +13,7 @@ import argparse
 import os
 
 from pipeline.core.catalog import Stage, model_argument
+from pipeline.core.errors import ConfigError
 
 # the defaults of the experiments' options, one definition each (their runners' defaults too)
 DEFAULT_SIZES = "250,500,1000,2000,5000,all"  # learning-curve: labelled train rows per point; all: the whole split
@@ -21,8 +22,6 @@ DEFAULT_MAX_WORDS = 80  # short-reviews: at 80 words a review fits a 128-token e
 
 def parse_seeds(text: str | None) -> tuple[int, ...] | None:
     """``--seeds``: comma-separated integers (None: the config's ``compare.seeds``)."""
-    from pipeline.core.errors import ConfigError
-
     try:
         return None if text is None else tuple(int(seed) for seed in text.split(","))
     except ValueError:

@@ -22,16 +22,26 @@ import shutil
 import subprocess
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import yaml
+from packaging.requirements import Requirement
 
 from pipeline.config import Config, load_config
 from pipeline.core.catalog import UNLABELED, UNLABELED_TABLE, ids_file, require_output
 from pipeline.core.errors import ConfigError, InputError, MissingInputError
 from pipeline.core.files import atomic_write_json, atomic_write_text, sha256_file
+from pipeline.model.flops import TRAINING_STEP_FACTOR, EncoderShape, classifier_forward_flops
+from pipeline.stages import compare
+from pipeline.stages.evaluate.behaviour import build_suite
 from pipeline.text.conventions import clean_text
+from pipeline.text.text_tokenizer import load_text_tokenizer
 from pipeline.text.token_store import STORE_ENV, write_token_store
+from pipeline.text.wordpiece import WordPieceTextTokenizer
 
 SPLITS = ("train", "val", "test")
 BUNDLE_FILE, STORE_FILE, CONFIG_FILE = "bundle.json", "tokens.npz", "config.yaml"
@@ -63,10 +73,7 @@ def canonical(name: str) -> str:
 def texts_to_store(ingest_dir: Path) -> list[str]:
     """Every text the comparison tokenizes: the splits', their sentence crops (every evaluation scores them), the
     logged model's example, the attention plot's and the behaviour tests' (cleaned, as the tokenizer reads them)."""
-    import pandas as pd
-
     from pipeline.model.logged_model import EXAMPLE_TEXTS
-    from pipeline.stages.evaluate.behaviour import build_suite
     from pipeline.stages.evaluate.lengths import crop_frames
     from pipeline.stages.evaluate.scorecard import ATTENTION_EXAMPLES
 
@@ -81,10 +88,6 @@ def texts_to_store(ingest_dir: Path) -> list[str]:
 def carried_packages(device_packages: set[str]) -> dict[str, str]:
     """{name: this environment's version} of every package :data:`WHEEL_ROOTS` need on Python 3.12 / Linux that the
     device lacks (followed through their requirements, extras aside)."""
-    from importlib import metadata
-
-    from packaging.requirements import Requirement
-
     environment = {
         "python_version": "3.12",
         "python_full_version": "3.12.3",
@@ -170,12 +173,6 @@ def check_carry(bundle: Path) -> int:
 def make_bundle(config: Config, bundle: Path, wheels: bool = True) -> dict:
     """Write the bundle (see the module docstring) to ``bundle``; returns its ``bundle.json``. It carries what the
     config reads, whatever else the data folder holds, and at most :data:`CARRY_LIMIT` bytes."""
-    import pyarrow.parquet as pq
-    import yaml
-
-    from pipeline.text.text_tokenizer import load_text_tokenizer
-    from pipeline.text.wordpiece import WordPieceTextTokenizer
-
     ingest_dir, tokenize_dir = require_output(config, "ingest"), require_output(config, "tokenize")
     text_tokenizer = load_text_tokenizer(tokenize_dir)
     if not isinstance(text_tokenizer, WordPieceTextTokenizer):  # a preset's tokenizer (its preset is never None)
@@ -247,10 +244,6 @@ def make_bundle(config: Config, bundle: Path, wheels: bool = True) -> dict:
 
 def unpack(bundle: Path, data_dir: Path) -> None:
     """The bundle's stage folders under ``data_dir``, the id arrays rebuilt from the token store and checked."""
-    import pandas as pd
-
-    from pipeline.text.text_tokenizer import load_text_tokenizer
-
     recorded = json.loads((bundle / BUNDLE_FILE).read_text())["ids_sha256"]
     shutil.rmtree(data_dir, ignore_errors=True)
     shutil.copytree(bundle / "data", data_dir)
@@ -271,7 +264,6 @@ def peak_tflops(device: str) -> float | None:
 
 def transformer_rows(config: Config, comparison: dict) -> list[dict]:
     """Per Transformer run of the comparison: epochs, seconds per epoch, ms per step, TFLOP/s and share of peak."""
-    from pipeline.model.flops import TRAINING_STEP_FACTOR, EncoderShape, classifier_forward_flops
     from pipeline.tracking import child_runs, metric_history
 
     rows = []
@@ -358,7 +350,6 @@ def run_check(bundle: Path, out: Path, work: Path, overrides: list[str]) -> Path
             *overrides,
         ],
     )
-    from pipeline.stages import compare
     from pipeline.tracking import setup_tracking
 
     report = compare.run(config)

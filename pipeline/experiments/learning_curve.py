@@ -31,10 +31,10 @@ import numpy as np
 
 from pipeline.config import POOLINGS, Config, ModelConfig
 from pipeline.core.catalog import require_output
-from pipeline.core.errors import PipelineError
+from pipeline.core.errors import ConfigError, InputError, PipelineError
 from pipeline.core.files import atomic_write_json, atomic_write_text
 from pipeline.core.predictions import from_probability_columns, fuse_probabilities
-from pipeline.experiments import DEFAULT_SIZES
+from pipeline.experiments import DEFAULT_SIZES, parse_seeds
 from pipeline.lexical import CropRows, class_probabilities, nbsvm_baseline
 from pipeline.metrics import best_fusion_weight, compare_pair, paired_bootstrap_difference
 from pipeline.stages.evaluate.scorecard import evaluate_run
@@ -120,8 +120,6 @@ def transformer(
 
 def sizes_of(text: str, train_rows: int) -> list[int]:
     """``--sizes``: comma-separated row counts and ``all``; sizes at or above the train split mean all of it."""
-    from pipeline.core.errors import ConfigError
-
     sizes = set()
     for item in (part.strip() for part in text.split(",") if part.strip()):
         if item == "all":
@@ -286,8 +284,6 @@ def render_markdown(report: dict) -> str:
 
 def merged(previous_path: Path, ingest_sha256: str, encoder: str, part: dict) -> dict:
     """This encoder's part with the other encoders' parts of an earlier report over the same ingested reviews."""
-    from pipeline.core.errors import InputError
-
     encoders = {}
     if previous_path.is_file():
         try:
@@ -363,6 +359,4 @@ def write_report(
 
 
 def main(config: Config, args) -> None:
-    from pipeline.experiments import parse_seeds
-
     run(config, args.sizes, parse_seeds(args.seeds))

@@ -25,7 +25,9 @@ import numpy as np
 
 from pipeline.config import Config
 from pipeline.core.catalog import BACKBONE_SNAPSHOTS_DIR, BACKBONE_SPEC_FILE, COMPARISON_REPORT, METRICS_FILE, stage_dir
+from pipeline.core.errors import InputError
 from pipeline.core.files import atomic_write_json, atomic_write_text, manifest_hash, require_manifest
+from pipeline.experiments import parse_seeds
 from pipeline.stages.evaluate.scorecard import evaluate_run
 from pipeline.stages.pretrain.masked_lm import pretrain
 from pipeline.stages.train.fit_and_log import train_model
@@ -130,8 +132,6 @@ def merge_rows(previous: dict | None, tokenize_sha256: str, encoder: str, rows: 
 def read_previous_report(path: Path) -> dict | None:
     """The report an earlier run wrote (its other encoder sizes are kept); an unreadable one is an error,
     not something to overwrite."""
-    from pipeline.core.errors import InputError
-
     if not path.is_file():
         return None
     try:
@@ -261,6 +261,4 @@ def run(config: Config, seeds: tuple[int, ...] | None = None, baseline: float | 
 
 
 def main(config: Config, args) -> None:
-    from pipeline.experiments import parse_seeds
-
     run(config, parse_seeds(args.seeds), args.baseline)

@@ -20,8 +20,11 @@ is failed by Optuna's heartbeat check); several ``make tune`` processes on one s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
+import typing
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,9 +70,6 @@ class Parameter:
 
 def parse_space(raw: Any, config: Config, source: str) -> list[Parameter]:
     """The parameters of a search-space mapping, each checked against the config before any trial runs."""
-    import dataclasses
-    import typing
-
     if not isinstance(raw, dict) or not raw:
         raise ConfigError(
             f"{source}: the search space must be a non-empty mapping of section.key to a range or choices"
@@ -234,8 +234,6 @@ def run_trial(trial, base: Config, parameters: list[Parameter]) -> float:
 
 def save_plots(study, out_dir: Path) -> list[Path]:
     """Optuna's optimisation history, parameter importances and parallel coordinates (matplotlib, headless)."""
-    import warnings
-
     from optuna.visualization import matplotlib as plots
 
     from pipeline.core.plots import save_figure

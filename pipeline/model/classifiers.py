@@ -25,6 +25,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+import joblib
 import mlflow
 import numpy as np
 import pandas as pd
@@ -41,9 +42,11 @@ from pipeline.core.predictions import (
     predicted_and_confidence,
     probability_columns,
 )
-from pipeline.model.explain import EXPLANATION_COLUMN, TOP_ITEMS
+from pipeline.model.explain import EXPLANATION_COLUMN, TOP_ITEMS, explain, explanation_text
 from pipeline.model.forward import predict_ids
-from pipeline.text.conventions import load_labels, text_problem
+from pipeline.text.conventions import clean_text, load_labels, text_problem
+from pipeline.text.crops import word_counts
+from pipeline.text.ngram_counts import NgramCounts
 from pipeline.text.text_tokenizer import load_text_tokenizer
 
 ERROR_COLUMN = "score_error"  # why a row got no score ("" when it was scored)
@@ -207,8 +210,6 @@ class PipelineModel(PythonModel):
 
     def explanations(self, prepared, top: int) -> list[str]:
         """Per prepared text, the ``top`` words or n-grams that moved its log-odds most (``pipeline.model.explain``)."""
-        from pipeline.model.explain import explain, explanation_text
-
         return [explanation_text(explanation.items, top) for explanation in explain(self, prepared)]
 
     def predict(self, context, model_input, params=None):
@@ -288,17 +289,11 @@ class LexicalClassifier(PipelineModel):
         return {ARTIFACT_LEXICAL_MODEL: str(lexical_model), ARTIFACT_LABELS: str(labels_dir)}
 
     def _load(self, artifacts) -> None:
-        import joblib
-
-        from pipeline.text.ngram_counts import NgramCounts
-
         self.lexical = joblib.load(Path(artifacts[ARTIFACT_LEXICAL_MODEL]))
         self.labels = load_labels(Path(artifacts[ARTIFACT_LABELS]))
         self.counts = NgramCounts(self.lexical.steps[0][1])  # the fitted vectorizer's counts, computed faster
 
     def prepare(self, texts: Sequence[str]):
-        from pipeline.text.conventions import clean_text
-
         return self.counts.transform([clean_text(text) for text in texts])  # the costly part, run ahead
 
     def score(self, prepared) -> np.ndarray:
@@ -330,8 +325,6 @@ class FusedClassifier(PipelineModel):
         return {**LexicalClassifier.artifacts(lexical_model, labels_dir), ARTIFACT_FUSION: str(fusion_file)}
 
     def _load(self, artifacts) -> None:
-        import json
-
         self.transformer = SentimentClassifier()
         self.transformer._load(artifacts)
         self.lexical = LexicalClassifier()
@@ -350,9 +343,6 @@ class FusedClassifier(PipelineModel):
 
     def row_weights(self, texts: Sequence[str]) -> np.ndarray:
         """The Transformer's weight for each text: ``short_weight`` up to ``short_max_words`` words, else ``weight``."""
-        from pipeline.text.conventions import clean_text
-        from pipeline.text.crops import word_counts
-
         if not self.short_max_words:
             return np.full(len(texts), self.weight)
         words = word_counts([clean_text(text) for text in texts])  # as the parts read them

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.core.errors import ConfigError, InputError
+from pipeline.model.forward import forward_pass
+from pipeline.model.preset_classifier import preset_backbone_of
 from pipeline.text.conventions import PAD_ID
 
 EXPLANATION_COLUMN = "explanation"
@@ -218,7 +220,6 @@ def sequences_per_pass(model, width: int) -> int:
     activations a gradient keeps would pass :data:`IG_MEMORY_FLOATS`. Per token and encoder block that is about
     12 floats per feed-forward unit and 6 per attention head and key (measured on all-MiniLM-L6-v2: 0.72 MB a token
     against 0.66 MB so estimated)."""
-    from pipeline.model.preset_classifier import preset_backbone_of
     from pipeline.model.transformer import encoder_blocks
 
     blocks = encoder_blocks(preset_backbone_of(model) or model)  # a preset's blocks are inside its backbone
@@ -233,8 +234,6 @@ def _group_attributions(
     the reference."""
     import keras
     from keras import ops
-
-    from pipeline.model.forward import forward_pass
 
     reference_ids = np.where(special, ids, PAD_ID).astype(np.int32)
     # the embedding layers' own outputs for the text and the reference (the n-grams ending at [CLS] are the same)

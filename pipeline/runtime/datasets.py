@@ -23,6 +23,7 @@ from pipeline.runtime.batching import (
     worker_share,
     xla_widths,
 )
+from pipeline.runtime.hardware import already_sharded
 from pipeline.text.conventions import PAD_ID
 
 
@@ -61,8 +62,6 @@ def make_dataset(
             raise ValueError("sharded input is TensorFlow's multi-worker training only")
         return BucketedBatches(ids, labels, batch_size, shuffle_seed, xla_widths(ids.shape[1], length_multiple))
     import tensorflow as tf
-
-    from pipeline.runtime.hardware import already_sharded
 
     lengths = (ids != PAD_ID).sum(axis=1)
     epochs = itertools.count()

@@ -32,10 +32,12 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline.core.errors import ConfigError, PipelineError
+from pipeline.runtime.backend import uses_tensorflow
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -190,8 +192,6 @@ VERIFIED_KERAS = ("3.15",)  # major.minor releases multi_worker_fit was verified
 
 def keras_version() -> str:
     """The installed Keras release, from its package metadata (what ``pip show keras`` prints)."""
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("keras")
     except PackageNotFoundError:
@@ -211,8 +211,6 @@ def require_verified_keras() -> None:
 
 def in_multi_worker_mode(strategy) -> bool:
     """Whether ``strategy`` is a MultiWorkerMirroredStrategy over a cluster of more than one task."""
-    from pipeline.runtime.backend import uses_tensorflow
-
     if not uses_tensorflow():  # nothing else runs under a tf.distribute strategy
         return False
     import tensorflow as tf

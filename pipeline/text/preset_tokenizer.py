@@ -10,6 +10,7 @@ the network the first time) or the folder ``keras_hub.models.Backbone.save_to_pr
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -196,8 +197,6 @@ class PresetTextTokenizer:
 
 def assets_checksum(folder: Path) -> str:
     """sha256 over the names and contents of the files in ``folder``."""
-    import hashlib
-
     digest = hashlib.sha256()
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")

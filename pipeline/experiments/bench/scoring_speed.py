@@ -7,6 +7,7 @@ Writes: only temporary CSV files, removed before each function returns.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import resource
 import tempfile
@@ -19,7 +20,9 @@ import pandas as pd
 
 from pipeline.config import ModelConfig, TrackingConfig
 from pipeline.core.errors import InputError
+from pipeline.core.files import folder_bytes
 from pipeline.model.explain import TOP_ITEMS
+from pipeline.stages.export.check import as_bytes
 from pipeline.stages.score.csv_file import score_csv
 
 
@@ -182,8 +185,6 @@ def measure_ngram_scoring(
     """Model-alone scoring rate (``predict_ids``, compiled and bucketed, as ``make score`` runs it) of the configured
     encoder without and with hashed n-gram embeddings, side by side on the same token ids. The weights do not change
     the work, so both are built fresh; each rate is the best of ``passes`` passes after a warm-up pass."""
-    import dataclasses
-
     import keras
 
     from pipeline.model.classifiers import predict_ids
@@ -220,9 +221,7 @@ def measure_export(model_uri: str, texts: pd.Series, graph_rows: int = 256, scor
     one warm-up call; the SavedModel's size on disk and the time to write it."""
     import tensorflow as tf
 
-    from pipeline.core.files import folder_bytes
     from pipeline.model.classifiers import load_classifier
-    from pipeline.stages.export.check import as_bytes
     from pipeline.stages.export.graph import SIGNATURE, write_saved_model
 
     classifier = load_classifier(model_uri)

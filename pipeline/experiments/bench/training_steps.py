@@ -6,6 +6,7 @@ Reads and writes no file: each function builds fresh models on the token ids it 
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -15,6 +16,7 @@ import numpy as np
 from pipeline.config import ModelConfig
 from pipeline.model.flops import EncoderShape, batch_flops, classifier_forward_flops, masked_lm_forward_flops
 from pipeline.runtime.batching import TRAINING_LENGTH_MULTIPLE, batch_width, bucketed_batches, padding_fraction
+from pipeline.stages.pretrain.masking import mask_generator
 from pipeline.text.conventions import PAD_ID
 
 MEASURED_BATCHES = 8
@@ -144,7 +146,6 @@ def measure_masked_lm_step(
     import keras
 
     from pipeline.model.transformer import build_masked_lm
-    from pipeline.stages.pretrain.masking import mask_generator
 
     masked = [
         {
@@ -235,8 +236,6 @@ def measure_sparse_updates(
     """The configured classifier's training step (with its n-gram table) under Keras' AdamW, under ``LazyAdamW``
     (``training.sparse_updates``) and with the n-gram table frozen (what no table update costs), side by side on the
     same batches: the best of ``passes`` timed passes after a warm-up pass that traces every shape."""
-    import dataclasses
-
     import keras
 
     from pipeline.model.optimizers import LazyAdamW

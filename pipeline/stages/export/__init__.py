@@ -20,6 +20,11 @@ from pathlib import Path
 from pipeline.config import Config
 from pipeline.core.catalog import EXPORT_SETTINGS_FILE, SAVED_MODEL_DIR, require_output, stage_dir
 from pipeline.core.errors import ConfigError, PipelineError
+from pipeline.core.files import atomic_write_json, folder_bytes, staged_directory
+from pipeline.runtime.backend import require_tensorflow
+from pipeline.stages.export.check import identity_check
+from pipeline.stages.export.publish import model_source, publish, write_export_manifest
+from pipeline.stages.ingest.outputs import read_split
 
 DEFAULT_CHECK_ROWS = None  # every test review
 
@@ -28,13 +33,8 @@ def run(config: Config, model_uri: str | None = None, check_rows: int | None = D
     """Export ``model_uri`` (default the champion) into ``data/export/``; returns the SavedModel's folder."""
     import tensorflow as tf
 
-    from pipeline.core.files import atomic_write_json, folder_bytes, staged_directory
     from pipeline.model.classifiers import load_classifier
-    from pipeline.runtime.backend import require_tensorflow
-    from pipeline.stages.export.check import identity_check
     from pipeline.stages.export.graph import INPUT, SIGNATURE, write_saved_model
-    from pipeline.stages.export.publish import model_source, publish, write_export_manifest
-    from pipeline.stages.ingest.outputs import read_split
     from pipeline.tracking import champion_uri, setup_tracking
 
     require_tensorflow(

@@ -17,6 +17,7 @@ from pipeline.core.errors import InputError
 from pipeline.core.predictions import FUSION_EPS
 from pipeline.lexical import LexicalWeights, nbsvm_weights
 from pipeline.model.classifiers import FusedClassifier, LexicalClassifier, PipelineModel, SentimentClassifier
+from pipeline.model.forward import forward_pass
 from pipeline.stages.export.text_ops import (
     clean_texts,
     padded_rows,
@@ -88,8 +89,6 @@ def class_probabilities(outputs, num_classes: int):
 
 def transformer_function(classifier: SentimentClassifier, num_classes: int):
     """Cleaned texts -> float32 ``[N, k]``: ``SentimentClassifier.prepare`` then ``score``, in-graph."""
-    from pipeline.model.forward import forward_pass
-
     text_tokenizer, model = classifier.text_tokenizer, classifier.model
     s = text_tokenizer.settings
 

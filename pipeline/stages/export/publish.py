@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pipeline.core.catalog import SAVED_MODEL_DIR
 from pipeline.core.errors import InputError
+from pipeline.core.files import build_manifest, sha256_file, write_manifest
 
 
 def model_source(model_uri: str) -> tuple[str | None, str | None, str | None]:
@@ -52,8 +53,6 @@ def publish(
 
 
 def write_export_manifest(folder: Path, model_uri: str, check_rows: int | None) -> None:
-    from pipeline.core.files import build_manifest, sha256_file, write_manifest
-
     outputs = {
         str(path.relative_to(folder)): sha256_file(path)
         for path in sorted((folder / SAVED_MODEL_DIR).rglob("*"))

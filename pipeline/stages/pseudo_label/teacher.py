@@ -53,6 +53,7 @@ from pipeline.lexical import class_probabilities, nbsvm_baseline, tfidf_baseline
 from pipeline.model.classifiers import PipelineModel, load_classifier
 from pipeline.stages.ingest.outputs import read_split, read_unlabeled, unlabeled_path
 from pipeline.text.conventions import load_labels, text_problem
+from pipeline.text.crops import sentence_crops
 from pipeline.tracking import PSEUDO_LABEL_STAGE, STAGE_TAG, flat_params, setup_tracking
 
 STAGE = "pseudo_label"
@@ -157,7 +158,6 @@ def training_crops(
     cross-fitted NBSVM's probabilities (a model that never read the crop's review). Columns ``text``, ``review`` and
     one teacher-probability column per class, as the pseudo labels'."""
     from pipeline.lexical import crop_teacher, mixed_targets
-    from pipeline.text.crops import sentence_crops
 
     print(
         f"pseudo-label: {settings.crops_per_review} sentence crop(s) of each of the {len(train):,} train reviews, "

@@ -30,6 +30,9 @@ import time
 import uuid
 from pathlib import Path
 
+import pandas as pd
+import pyarrow.parquet as pq
+
 from pipeline.config import Config, SparkConfig
 from pipeline.core.errors import InputError, MissingInputError, PipelineError
 from pipeline.model.classifiers import ERROR_COLUMN
@@ -71,9 +74,6 @@ def resolve_inputs(pattern: str) -> tuple[list[Path], str]:
 
 def input_columns(files: list[Path], file_format: str) -> list[str]:
     """The columns of the first file; every file must have the same ones (checked without Spark)."""
-    import pandas as pd
-    import pyarrow.parquet as pq
-
     columns: list[str] | None = None
     for path in files:
         try:

@@ -9,11 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.config import Config
+from pipeline.stages.tokenize.vocabulary import tokenize
 
 
 def run(config: Config, force: bool = False) -> Path:
-    from pipeline.stages.tokenize.vocabulary import tokenize
-
     return tokenize(config, force=force)
 
 

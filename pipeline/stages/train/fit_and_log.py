@@ -58,6 +58,7 @@ from pipeline.model.assembly import Device, StartingWeights, assemble_classifier
 from pipeline.model.classifiers import SentimentClassifier
 from pipeline.model.fit import FitResult, TrainingData, balanced_class_weights, compile_model, fit
 from pipeline.model.logged_model import log_pipeline_model
+from pipeline.model.word_vectors import cached_embedding
 from pipeline.runtime.backend import (
     DistributionStrategy,
     check_training_settings,
@@ -258,8 +259,6 @@ def starting_weights(
         return StartingWeights(), None
     vectors, weights, spec = None, None, None
     if config.model.token_embedding == "word2vec":
-        from pipeline.model.word_vectors import cached_embedding
-
         vectors = np.load(
             cached_embedding(
                 tokenize_dir,
