@@ -22,8 +22,8 @@ from pipeline.core.catalog import EXPORT_SETTINGS_FILE, SAVED_MODEL_DIR, require
 from pipeline.core.errors import ConfigError, PipelineError
 from pipeline.core.files import atomic_write_json, folder_bytes, staged_directory
 from pipeline.runtime.backend import require_tensorflow
-from pipeline.stages.export.check import identity_check
-from pipeline.stages.export.publish import model_source, publish, write_export_manifest
+from pipeline.stages.export import check as checking
+from pipeline.stages.export import publish as publishing  # as modules, so that a test can replace a function
 from pipeline.stages.ingest.outputs import read_split
 
 DEFAULT_CHECK_ROWS = None  # every test review
@@ -47,18 +47,18 @@ def run(config: Config, model_uri: str | None = None, check_rows: int | None = D
     setup_tracking(config.tracking)
     model_uri = model_uri or champion_uri(config.tracking)
     texts = read_split(require_output(config, "ingest"), "test", columns=["text"])["text"].tolist()[:check_rows]
-    run_id, name, version = model_source(model_uri)
+    run_id, name, version = publishing.model_source(model_uri)
     classifier = load_classifier(model_uri)
     folder = stage_dir(config, "export")
     with staged_directory(folder / SAVED_MODEL_DIR) as staging:
         write_saved_model(classifier, staging)
-        check = identity_check(tf.saved_model.load(str(staging)).signatures[SIGNATURE], classifier, texts)
+        check = checking.identity_check(tf.saved_model.load(str(staging)).signatures[SIGNATURE], classifier, texts)
         if not check.passed:
             raise PipelineError(f"export: {check.summary()}; nothing written (a previous export is kept)")
         size = folder_bytes(staging)
         # logged before it replaces the previous export: a failed MLflow call leaves saved_model/, export.json and
         # the manifest all describing the previous model
-        exported_uri = publish(config.reports_dir, staging, run_id, name, version)
+        exported_uri = publishing.publish(config.reports_dir, staging, run_id, name, version)
     atomic_write_json(
         folder / EXPORT_SETTINGS_FILE,
         {
@@ -75,7 +75,7 @@ def run(config: Config, model_uri: str | None = None, check_rows: int | None = D
             "check": check.as_dict(),
         },
     )
-    write_export_manifest(folder, model_uri, check_rows)
+    publishing.write_export_manifest(folder, model_uri, check_rows)
     logged = f", logged as {exported_uri}" if exported_uri else ""
     print(
         f"export: read {model_uri} ({classifier.kind}) and {len(texts):,} test reviews; wrote "
