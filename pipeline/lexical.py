@@ -2,7 +2,7 @@
 
 - :func:`nbsvm_baseline`: NBSVM (Wang & Manning 2012) in the fastai form: binary 1-3-gram counts scaled by the
   naive-Bayes log-count ratio ``r``, then a liblinear logistic regression. Its regularisation ``C`` is chosen on the
-  validation split from ``baseline.nbsvm_c``; the vectorizer, ``r`` and the regression are fitted on the train split
+  validation split from ``nbsvm.c_values``; the vectorizer, ``r`` and the regression are fitted on the train split
   (and sentence crops) only. It is the comparison's baseline, a candidate for ``@champion``, the lexical half of
   every fused model and the teacher of ``make pseudo-label``.
 - :func:`tfidf_baseline`: TF-IDF (1-2 grams) + logistic regression, the earlier baseline, a second reference row.
@@ -204,7 +204,7 @@ def crop_teacher(
 
 
 def teacher_c(c_values: Sequence[float]) -> float:
-    """The ``C`` of every crop teacher: the lower median of ``baseline.nbsvm_c`` (chosen before validation is)."""
+    """The ``C`` of every crop teacher: the lower median of ``nbsvm.c_values`` (chosen before validation is)."""
     return sorted(c_values)[(len(c_values) - 1) // 2]
 
 
@@ -228,7 +228,7 @@ def cross_fitted_teacher(
             raise InputError(
                 f"sentence crops need a teacher fitted on half of the {len(train):,} training reviews, "
                 "and one half lacks a class: too few reviews per class for crops (set "
-                "baseline.crops_per_review=0 and pseudo_label.crops_per_review=0)"
+                "nbsvm.crops_per_review=0 and pseudo_label.crops_per_review=0)"
             )
     in_first = first_fold[crops["review"].to_numpy()]
     probabilities = np.zeros((len(crops), num_classes), dtype=np.float64)
@@ -351,7 +351,7 @@ def nbsvm_baseline(
     from scipy import sparse
 
     if not c_values:
-        raise ConfigError("baseline.nbsvm_c needs at least one value")
+        raise ConfigError("nbsvm.c_values needs at least one value")
     started = time.perf_counter()
     progress(f"1-{ngram_max}-gram counts of {len(train):,} train reviews")
     vectorizer = nbsvm_vectorizer(ngram_max, max_features)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +141,7 @@ FUSION_LEXICAL_RUN_PARAM = "fusion.lexical_run"
 COMPARE_KEY_TAG = "compare_key"  # a comparison's identity: factor, config hash, tokenizer hash
 FACTOR_TAG = "factor"  # on a comparison: its design (main, position; "pooling" before)
 VARIANT_TAG = "variant"  # on a comparison's child: the candidate it is a run of
-MODEL_KIND_TAG = "model_kind"  # on a run with a pipeline model: transformer, lexical or fusion
+MODEL_KIND_TAG = "model_kind"  # on a run with a pipeline model: transformer, nbsvm or fusion (``model_kind`` reads it)
 FUSED_FROM_TAGS = ("fused_transformer_run", "fused_lexical_run")  # on a fused run: the runs it combines
 CHAMPION_DESIGNS = ("main", "tuned", "pooling")  # designs whose runs `make register` chooses from ("pooling":
 # stores written before the factors came from the config)
@@ -185,8 +186,30 @@ def tag_champion_version(name: str, version: str, run, comparison_id: str) -> No
         VERSION_POOLING_TAG,
         run.data.params.get("model.pooling") or run.data.params.get("fused.model.pooling", ""),
     )
-    client.set_model_version_tag(name, version, VERSION_KIND_TAG, run.data.tags.get(MODEL_KIND_TAG, "transformer"))
+    client.set_model_version_tag(name, version, VERSION_KIND_TAG, model_kind(run.data.tags))
     client.set_model_version_tag(name, version, VERSION_COMPARISON_TAG, comparison_id)
+
+
+# what a candidate is chosen by on validation: a Transformer's best epoch; NBSVM's and a fusion's accuracy on
+# validation rows none of their own choices (C, weight) was made on, cross-fitted (their best_val_accuracy before
+# 2026-12; ``selection_accuracy`` reads both)
+BEST_EPOCH_METRIC, CROSS_FITTED_METRIC = "best_val_accuracy", "val_accuracy_cross_fitted"
+
+
+def selection_accuracy(metrics: Mapping[str, float]) -> float | None:
+    """The validation accuracy a run's model is chosen by (see above), or None for a run without one."""
+    value = metrics.get(CROSS_FITTED_METRIC, metrics.get(BEST_EPOCH_METRIC))
+    return None if value is None else float(value)
+
+
+# model kinds runs were tagged with before they were renamed -> today's (``model_kind`` reads them)
+OLD_MODEL_KINDS = {"lexical": "nbsvm"}
+
+
+def model_kind(tags: dict[str, str]) -> str:
+    """What a logged run's model is (``transformer``, ``nbsvm``, ``fusion``), read from its tags, old names too."""
+    kind = tags.get(MODEL_KIND_TAG, "transformer")
+    return OLD_MODEL_KINDS.get(kind, kind)
 
 
 def baseline_tags(key: str, variant: str) -> dict[str, str]:

@@ -340,3 +340,28 @@ def test_keys_added_for_ngrams_presets_and_sparse_updates_leave_the_hashes_of_ru
         ["model.ngram_max=1", "training.sparse_updates=false", "model.long_reviews=windows"],
     )
     assert windows.section_hash("model", "training") != earlier_hash(windows, "model", "training")
+
+
+def test_the_nbsvm_section_reads_its_old_names_and_hashes_as_it_did(tmp_path):
+    """``baseline`` (and its ``nbsvm_c``) was renamed ``nbsvm`` (``c_values``): old files and ``--set`` still load,
+    and the hash is the one computed under the old names, so NBSVM runs recorded before the rename are reused."""
+    import dataclasses
+    import hashlib
+    import json
+
+    old = tmp_path / "old.yaml"
+    old.write_text("baseline:\n  nbsvm_c: [0.5, 2.0]\n  crops_per_review: 1\n")
+    config = load_config(old, ["baseline.seed=7"])
+    assert config.nbsvm.c_values == (0.5, 2.0) and config.nbsvm.crops_per_review == 1 and config.nbsvm.seed == 7
+    assert config == load_config(None, ["nbsvm.c_values=[0.5, 2.0]", "nbsvm.crops_per_review=1", "nbsvm.seed=7"])
+    values = dataclasses.asdict(config.nbsvm)
+    values["nbsvm_c"] = values.pop("c_values")
+    earlier = hashlib.sha256(json.dumps({"baseline": values}, sort_keys=True, default=list).encode()).hexdigest()
+    assert config.section_hash("nbsvm") == earlier[:16]
+    both = tmp_path / "both.yaml"
+    both.write_text("baseline:\n  seed: 1\nnbsvm:\n  seed: 2\n")
+    with pytest.raises(ConfigError, match="both 'nbsvm' and its old name 'baseline'"):
+        load_config(both)
+    both.write_text("nbsvm:\n  nbsvm_c: [1.0]\n  c_values: [2.0]\n")
+    with pytest.raises(ConfigError, match="old and its new name"):
+        load_config(both)

@@ -93,7 +93,7 @@ def test_the_lexical_pyfunc_answers_like_the_transformer_does_row_for_row(lexica
     np.testing.assert_allclose(scored["positive_probability"].iloc[kept].astype(float), expected, rtol=1e-5)
     assert scored["predicted_label"].iloc[kept].tolist() == ["positive", "negative"]
     assert all(scored["positive_probability"].iloc[i] is None for i in range(len(ROWS)) if i not in kept)
-    assert not isinstance(classifier, SentimentClassifier) and classifier.kind == "lexical"
+    assert not isinstance(classifier, SentimentClassifier) and classifier.kind == "nbsvm"
 
 
 def test_the_lexical_pyfunc_cleans_texts_as_ingestion_does(lexical_model):
@@ -193,7 +193,7 @@ def test_crops_in_training_keep_reviews_and_help_on_single_sentences():
 def test_crops_need_every_class_in_both_halves_of_the_teacher():
     train = reviews(40, 10)
     train = pd.concat([train[train["label"] == 0], train[train["label"] == 1].head(1)], ignore_index=True)
-    with pytest.raises(ValueError, match="one half lacks a class.*baseline.crops_per_review=0"):
+    with pytest.raises(ValueError, match="one half lacks a class.*nbsvm.crops_per_review=0"):
         nbsvm_baseline(train, reviews(20, 11), c_values=(0.1,), crops=CropRows(1))
 
 

@@ -1,7 +1,7 @@
 """Typed, frozen configuration loaded from YAML and validated on load.
 
 One dataclass per concern: what is learned and how (paths, data, tokenizer, model, training, pretrain,
-pseudo_label, baseline: ``pipeline.config.sections``) and how runs are carried out (tracking, compare, tune,
+pseudo_label, nbsvm: ``pipeline.config.sections``) and how runs are carried out (tracking, compare, tune,
 spark: ``pipeline.config.runs``); every name is importable from ``pipeline.config``.
 ``load_config(path, overrides)`` reads a YAML file, applies ``section.key=value`` overrides and returns a frozen
 :class:`Config`. Unknown sections or keys and wrongly typed values raise ``ConfigError`` naming the key and the
@@ -43,9 +43,9 @@ from pipeline.config.sections import (
     PSEUDO_LABEL_TEACHERS,
     TOKEN_EMBEDDINGS,
     TRUNCATION_STRATEGIES,
-    BaselineConfig,
     DataConfig,
     ModelConfig,
+    NbsvmConfig,
     PathsConfig,
     PretrainConfig,
     PseudoLabelConfig,
@@ -72,7 +72,7 @@ __all__ = [
     "SPARK_OUTPUT_FORMATS",
     "TOKEN_EMBEDDINGS",
     "TRUNCATION_STRATEGIES",
-    "BaselineConfig",
+    "NbsvmConfig",
     "CompareConfig",
     "Config",
     "DataConfig",
@@ -101,8 +101,36 @@ ADDED_KEYS = {
     ("model", "long_reviews"): "truncate",
     ("compare", "long_reviews"): None,
     ("compare", "short_fusion_words"): 0,
-    ("baseline", "unlabeled_crops_per_review"): 0,
+    ("nbsvm", "unlabeled_crops_per_review"): 0,
 }
+
+# Names a config file or ``--set`` may still use -> today's: read as the new name (both at once is an error). A
+# section's hash is computed under its old names, so a run recorded before a rename is reused, not rerun.
+RENAMED_SECTIONS = {"baseline": "nbsvm"}
+RENAMED_KEYS = {("nbsvm", "nbsvm_c"): "c_values"}
+
+
+def renamed(section: str, key: str | None = None) -> tuple[str, str | None]:
+    """Today's ``(section, key)`` for a name a config may still use."""
+    section = RENAMED_SECTIONS.get(section, section)
+    return section, RENAMED_KEYS.get((section, key), key) if key is not None else None
+
+
+def with_new_names(raw: dict[str, Any], source: str) -> dict[str, Any]:
+    """``raw`` (a YAML file's sections) with old section and key names replaced by today's."""
+    out: dict[str, Any] = {}
+    for name, values in raw.items():
+        section, _ = renamed(name)
+        if section in out:
+            old = next(old for old, new in RENAMED_SECTIONS.items() if new == section)
+            raise ConfigError(f"{source}: sets both {section!r} and its old name {old!r}; keep one of them")
+        out[section] = values
+        if isinstance(values, dict):
+            keys = [renamed(section, key)[1] for key in values]
+            if len(set(keys)) < len(keys):
+                raise ConfigError(f"{source}: {section} holds a key under its old and its new name; keep one")
+            out[section] = dict(zip(keys, values.values()))
+    return out
 
 
 @dataclass(frozen=True)
@@ -114,7 +142,7 @@ class Config:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     pseudo_label: PseudoLabelConfig = field(default_factory=PseudoLabelConfig)
-    baseline: BaselineConfig = field(default_factory=BaselineConfig)
+    nbsvm: NbsvmConfig = field(default_factory=NbsvmConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
     tune: TuneConfig = field(default_factory=TuneConfig)
@@ -149,6 +177,11 @@ class Config:
         for (section, key), before in ADDED_KEYS.items():  # at the value that means what the config meant before it
             if section in payload and payload[section][key] == before:
                 del payload[section][key]
+        for (section, old), new in RENAMED_KEYS.items():  # hashed under the names runs were first recorded with
+            if section in payload:
+                payload[section][old] = payload[section].pop(new)
+        old_names = {new: old for old, new in RENAMED_SECTIONS.items()}
+        payload = {old_names.get(name, name): values for name, values in payload.items()}
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
     def with_settings(self, settings: Iterable[tuple[str, Any]]) -> Config:
@@ -172,7 +205,8 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     if "=" not in text or "." not in text.split("=", 1)[0]:
         raise ConfigError(f"--set expects section.key=value, got {text!r}")
     dotted, value_text = text.split("=", 1)
-    section, key = dotted.strip().split(".", 1)
+    section, key = renamed(*dotted.strip().split(".", 1))
+    assert key is not None
     return section, key, yaml.safe_load(value_text) if value_text.strip() else None
 
 
@@ -191,6 +225,7 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
             raise ConfigError(f"{path}: not valid YAML: {exc}") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of sections")
+        raw = with_new_names(raw, source)
     for text in overrides:
         section, key, value = parse_override(text)
         section_values = raw.setdefault(section, {}) or {}

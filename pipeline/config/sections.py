@@ -330,10 +330,11 @@ class PseudoLabelConfig:
 
 
 @dataclass(frozen=True)
-class BaselineConfig:
-    """The NBSVM baseline (``pipeline.lexical``): its n-grams and the ``C`` values validation chooses from."""
+class NbsvmConfig:
+    """NBSVM, the lexical candidate and the fusions' other half (``pipeline.lexical``): its n-grams, its crops and the
+    ``C`` values validation chooses from. Written ``baseline`` (and ``nbsvm_c``) before 2026-12: still read."""
 
-    nbsvm_c: tuple[float, ...] = (0.03, 0.1, 0.3, 1.0)
+    c_values: tuple[float, ...] = (0.03, 0.1, 0.3, 1.0)
     ngram_max: int = 3
     max_features: int = 800_000
     seed: int = 0
@@ -349,16 +350,14 @@ class BaselineConfig:
 
     def __post_init__(self) -> None:
         if self.crops_per_review < 0:
-            raise ConfigError(
-                f"baseline.crops_per_review must be 0 (reviews only) or more, got {self.crops_per_review}"
-            )
+            raise ConfigError(f"nbsvm.crops_per_review must be 0 (reviews only) or more, got {self.crops_per_review}")
         if self.unlabeled_crops_per_review < 0:
             raise ConfigError(
-                f"baseline.unlabeled_crops_per_review must be 0 (none) or more, got {self.unlabeled_crops_per_review}"
+                f"nbsvm.unlabeled_crops_per_review must be 0 (none) or more, got {self.unlabeled_crops_per_review}"
             )
         if not 0.0 <= self.crop_label_weight <= 1.0:
-            raise ConfigError(f"baseline.crop_label_weight must be in [0, 1], got {self.crop_label_weight}")
-        if any(c <= 0 for c in self.nbsvm_c):
-            raise ConfigError(f"baseline.nbsvm_c values must be positive, got {list(self.nbsvm_c)}")
+            raise ConfigError(f"nbsvm.crop_label_weight must be in [0, 1], got {self.crop_label_weight}")
+        if any(c <= 0 for c in self.c_values):
+            raise ConfigError(f"nbsvm.c_values must be positive, got {list(self.c_values)}")
         if self.ngram_max < 1 or self.max_features < 1:
-            raise ConfigError("baseline.ngram_max and baseline.max_features must be positive")
+            raise ConfigError("nbsvm.ngram_max and nbsvm.max_features must be positive")

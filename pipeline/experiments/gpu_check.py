@@ -37,6 +37,7 @@ from pipeline.core.errors import ConfigError, InputError, MissingInputError
 from pipeline.core.files import atomic_write_json, atomic_write_text, sha256_file
 from pipeline.model.flops import TRAINING_STEP_FACTOR, EncoderShape, classifier_forward_flops
 from pipeline.stages import compare
+from pipeline.stages.compare.candidates import SELECTION
 from pipeline.stages.evaluate.behaviour import build_suite
 from pipeline.text.conventions import clean_text
 from pipeline.text.text_tokenizer import load_text_tokenizer
@@ -145,8 +146,8 @@ def unlabeled_readers(config: Config) -> tuple[list[str], list[str]]:
     """The settings under which the check's comparison reads the unlabeled reviews: (their texts, their token ids).
     The bundle carries the texts only when a setting reads them, and never the ids (50,000 x 512 int32: 98 MiB)."""
     texts, ids = [], []
-    if config.baseline.unlabeled_crops_per_review:
-        texts.append(f"baseline.unlabeled_crops_per_review={config.baseline.unlabeled_crops_per_review}")
+    if config.nbsvm.unlabeled_crops_per_review:
+        texts.append(f"nbsvm.unlabeled_crops_per_review={config.nbsvm.unlabeled_crops_per_review}")
     if config.training.pseudo_labels:
         ids.append("training.pseudo_labels=true")
     if config.model.init == "pretrained":
@@ -323,7 +324,7 @@ def summary_markdown(rows: list[dict], comparison: dict, seconds: float) -> str:
     ]
     for name in comparison["candidates"]:
         entry = comparison["summary"].get(name, {})
-        val, test = entry.get("best_val_accuracy", {}), entry.get("test_accuracy", {})
+        val, test = entry.get(SELECTION, {}), entry.get("test_accuracy", {})
         values = " / ".join(f"{value:.4f}" for value in test.get("values", []))
         lines.append(
             f"| {name} | {len(test.get('values', []))} | {val.get('mean', float('nan')):.4f} | "

@@ -79,15 +79,15 @@ def lexical_and_fused(
 ) -> list[Scored]:
     """NBSVM on the ``keep`` train rows, and its fusion with each pooling's ``(val, test)`` probabilities."""
     val, test, names = frames.val, frames.test, frames.labels
-    baseline = config.baseline
+    settings = config.nbsvm
     fitted = nbsvm_baseline(
         frames.train.iloc[keep],
         val,
-        baseline.nbsvm_c,
-        baseline.ngram_max,
-        baseline.max_features,
-        baseline.seed,
-        CropRows(baseline.crops_per_review, baseline.crop_label_weight),
+        settings.c_values,
+        settings.ngram_max,
+        settings.max_features,
+        settings.seed,
+        CropRows(settings.crops_per_review, settings.crop_label_weight),
     ).model  # labelled rows only
     val_l = class_probabilities(fitted, val["text"].tolist(), len(names))
     test_l = class_probabilities(fitted, test["text"].tolist(), len(names))

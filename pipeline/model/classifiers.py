@@ -282,7 +282,7 @@ class LexicalClassifier(PipelineModel):
     Texts get the same cleaning as at ingestion (``clean_text``) before the n-gram counts.
     """
 
-    kind = "lexical"
+    kind = "nbsvm"
 
     @staticmethod
     def artifacts(lexical_model: str | Path, labels_dir: str | Path) -> dict[str, str]:

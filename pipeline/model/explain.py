@@ -339,7 +339,7 @@ def explain(classifier, prepared, steps: int = IG_STEPS) -> list[Explanation]:
     kind = getattr(classifier, "kind", "")
     if kind == "transformer":
         return transformer_explanations(classifier, prepared, steps)
-    if kind == "lexical":
+    if kind == "nbsvm":
         return lexical_explanations(classifier, prepared)
     if kind == "fusion":
         ids, counts, weights = prepared

@@ -216,5 +216,5 @@ def test_an_empty_nbsvm_c_grid_is_a_config_error():
     from pipeline.lexical import nbsvm_baseline
 
     frame = pd.DataFrame({"text": ["good", "bad"], "label": [1, 0]})
-    with pytest.raises(ConfigError, match="baseline.nbsvm_c"):
+    with pytest.raises(ConfigError, match="nbsvm.c_values"):
         nbsvm_baseline(frame, frame, c_values=())

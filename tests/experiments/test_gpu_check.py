@@ -151,7 +151,7 @@ def test_the_bundle_carries_the_unlabeled_reviews_only_when_the_config_reads_the
     bundles = {}
     for crops in (0, 4):
         bundle = tmp_path / f"bundle-{crops}"
-        gpu_check.make_bundle(prepared_config.replace(baseline={"unlabeled_crops_per_review": crops}), bundle, False)
+        gpu_check.make_bundle(prepared_config.replace(nbsvm={"unlabeled_crops_per_review": crops}), bundle, False)
         bundles[crops] = {str(path.relative_to(bundle)) for path in bundle.rglob("*") if path.is_file()}
     assert not any("unlabeled" in name for name in bundles[0])  # NBSVM without unlabeled crops: nothing of them
     assert bundles[4] - bundles[0] == {f"data/ingest/{UNLABELED_TABLE}"}  # with them: their texts, never their ids

@@ -41,7 +41,7 @@ def test_report_files_and_json_fields(comparison):
     assert set(payload["summary"]) == set(CANDIDATES) | {"tfidf"}
     assert payload["variants"] == VARIANTS and payload["candidates"] == CANDIDATES + ["tfidf"]
     assert {payload["summary"][name]["kind"] for name in FUSED} == {"fusion"}
-    assert payload["summary"]["nbsvm"]["kind"] == "lexical" and payload["summary"]["tfidf"]["kind"] == "reference"
+    assert payload["summary"]["nbsvm"]["kind"] == "nbsvm" and payload["summary"]["tfidf"]["kind"] == "reference"
     assert set(payload["fusion_effects"]) == {"pooling (fused)"}
     assert {(e["a"], e["b"]) for e in payload["versus"]} >= {(payload["recommendation"]["best_transformer"], "nbsvm")}
     for variant in VARIANTS:
@@ -53,7 +53,7 @@ def test_report_files_and_json_fields(comparison):
     assert [s["seed"] for s in difference["mcnemar"]] == [1, 2] and not any("at" in s for s in difference["mcnemar"])
     assert set(payload["effects"]) == {"pooling"} and payload["interaction"] is None  # one factor: no interaction
     assert payload["recommendation"]["variant"] in CANDIDATES
-    val = {name: payload["summary"][name]["best_val_accuracy"]["mean"] for name in CANDIDATES}
+    val = {name: payload["summary"][name]["selection_val_accuracy"]["mean"] for name in CANDIDATES}
     assert val[payload["recommendation"]["variant"]] >= max(val.values()) - config.compare.champion_tolerance - 1e-12
     assert (
         difference["bootstrap"]["ci_low"]
@@ -108,8 +108,8 @@ def test_json_matches_children_in_mlflow(comparison):
             assert run.data.metrics["test_accuracy"] == pytest.approx(value)
         assert entry["test_accuracy"]["mean"] == pytest.approx(np.mean(entry["test_accuracy"]["values"]))
     nbsvm = by_id[payload["summary"]["nbsvm"]["run_ids"][0]]
-    assert nbsvm.data.tags["variant"] == "nbsvm" and nbsvm.data.tags["model_kind"] == "lexical"
-    assert float(nbsvm.data.params["nbsvm.C"]) in config.baseline.nbsvm_c
+    assert nbsvm.data.tags["variant"] == "nbsvm" and nbsvm.data.tags["model_kind"] == "nbsvm"
+    assert float(nbsvm.data.params["nbsvm.C"]) in config.nbsvm.c_values
     for name in FUSED:
         for run_id, seed in zip(payload["summary"][name]["run_ids"], payload["summary"][name]["seeds"]):
             run = by_id[run_id]
@@ -274,16 +274,16 @@ def test_main_effects_and_interaction_on_a_known_2x2():
 
 def test_recommendation_uses_validation_never_test():
     summary = {
-        "a": {"kind": "transformer", "best_val_accuracy": {"mean": 0.9}, "test_accuracy": {"mean": 0.80}},
-        "b": {"kind": "transformer", "best_val_accuracy": {"mean": 0.8}, "test_accuracy": {"mean": 0.95}},
-        "nbsvm+a": {"kind": "fusion", "best_val_accuracy": {"mean": 0.91}, "test_accuracy": {"mean": 0.85}},
-        "nbsvm": {"kind": "lexical", "best_val_accuracy": {"mean": 0.88}, "test_accuracy": {"mean": 0.99}},
+        "a": {"kind": "transformer", "selection_val_accuracy": {"mean": 0.9}, "test_accuracy": {"mean": 0.80}},
+        "b": {"kind": "transformer", "selection_val_accuracy": {"mean": 0.8}, "test_accuracy": {"mean": 0.95}},
+        "nbsvm+a": {"kind": "fusion", "selection_val_accuracy": {"mean": 0.91}, "test_accuracy": {"mean": 0.85}},
+        "nbsvm": {"kind": "nbsvm", "selection_val_accuracy": {"mean": 0.88}, "test_accuracy": {"mean": 0.99}},
     }
     best = effects.recommendation(summary, ["a", "b", "nbsvm", "nbsvm+a"], tolerance=0.003)
     assert best == {
         "variant": "nbsvm+a",
         "kind": "fusion",
-        "best_val_accuracy": 0.91,
+        "selection_val_accuracy": 0.91,
         "test_accuracy": 0.85,
         "tolerance": 0.003,
         "best_transformer": "a",
@@ -297,7 +297,7 @@ def test_recommendation_chooses_on_the_validation_crops_among_candidates_close_o
     def entry(kind, val, crops, test_crops):
         return {
             "kind": kind,
-            "best_val_accuracy": {"mean": val},
+            "selection_val_accuracy": {"mean": val},
             "test_accuracy": {"mean": 0.9},
             "val_crop_accuracy": {"mean": crops},
             "test_crop_accuracy": {"mean": test_crops},
@@ -306,7 +306,7 @@ def test_recommendation_chooses_on_the_validation_crops_among_candidates_close_o
     summary = {
         "a": entry("transformer", 0.905, 0.80, 0.10),
         "nbsvm+a": entry("fusion", 0.91, 0.74, 0.99),
-        "nbsvm": entry("lexical", 0.908, 0.76, 0.20),
+        "nbsvm": entry("nbsvm", 0.908, 0.76, 0.20),
         "tfidf": entry("reference", 0.95, 0.95, 0.99),
     }
     best = effects.recommendation(summary, list(summary), tolerance=0.003)
@@ -378,7 +378,7 @@ def test_fusing_models_of_other_label_sets_is_refused_naming_both(tmp_path, smok
     atomic_write_json(tmp_path / "lexical" / "labels.json", {"labels": ["bad", "good"]})
     frame = pd.DataFrame({"source_file": ["a", "b"], "correct": [True, False]})
     child = Candidate("mean", "transformer", 1, "transformer-run", {}, frame, frame, folder=tmp_path / "run")
-    lexical = Candidate("nbsvm", "lexical", None, "lexical-run", {}, frame, frame, folder=tmp_path / "lexical")
+    lexical = Candidate("nbsvm", "nbsvm", None, "lexical-run", {}, frame, frame, folder=tmp_path / "lexical")
     with pytest.raises(InputError, match="cannot fuse run transformer-run .* with run lexical-run .*other label sets"):
         fusion_candidate(smoke_config, "key", child, lexical, {}, ["negative", "positive"], force=True)
     atomic_write_json(tmp_path / "lexical" / "labels.json", {"labels": ["negative", "positive"]})
@@ -543,15 +543,17 @@ def test_the_progress_line_gives_the_index_the_time_so_far_and_an_estimate_from_
     from pipeline.stages.compare.runner import Progress, estimate_text, time_left
 
     assert time_left({}, ["transformer", "nbsvm"]) == (0.0, {"transformer": 1, "nbsvm": 1})
-    assert time_left({"transformer": [100.0, 120.0], "nbsvm": [10.0]}, ["transformer", "nbsvm", "fused", "fused"]) == (
+    assert time_left(
+        {"transformer": [100.0, 120.0], "nbsvm": [10.0]}, ["transformer", "nbsvm", "fusion", "fusion"]
+    ) == (
         110.0 + 10.0,
-        {"fused": 2},
+        {"fusion": 2},
     )  # a kind not timed yet is not guessed from another kind
     assert estimate_text(120.0, {}) == "about 2m00s left"
-    assert estimate_text(120.0, {"nbsvm": 1, "fused": 3, "tfidf": 1}) == (
+    assert estimate_text(120.0, {"nbsvm": 1, "fusion": 3, "tfidf": 1}) == (
         "about 2m00s left, then NBSVM, 3 fusions and TF-IDF (not timed yet)"
     )
-    assert estimate_text(0.0, {"fused": 1, "tfidf": 1}) == "fusion and TF-IDF left, not timed yet"
+    assert estimate_text(0.0, {"fusion": 1, "tfidf": 1}) == "fusion and TF-IDF left, not timed yet"
     assert (duration(59.6), duration(61), duration(3725)) == ("1m00s", "1m01s", "1h02m")
     progress = Progress(["transformer", "transformer", "nbsvm"], started=0.0)
     assert progress.run("Transformer mean seed 1", "transformer", lambda: "first") == "first"

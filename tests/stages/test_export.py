@@ -59,7 +59,7 @@ def exported(classifier, folder: Path):
 
 
 @pytest.mark.parametrize(
-    "kind", ["transformer", "lexical", "fusion", "fusion at 0.35", "fusion by length", "transformer by windows"]
+    "kind", ["transformer", "nbsvm", "fusion", "fusion at 0.35", "fusion by length", "transformer by windows"]
 )
 def test_the_graph_answers_as_make_score_does(comparison, tmp_path, kind):
     from pipeline.model.classifiers import load_classifier

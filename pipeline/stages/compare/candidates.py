@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.stages.evaluate import behaviour
+from pipeline.tracking import selection_accuracy
 
 SUMMARY_METRICS = (
     "test_accuracy",
@@ -23,9 +24,9 @@ SUMMARY_METRICS = (
     "test_roc_auc",
     "test_log_loss",
     "test_ece",
-    "best_val_accuracy",
     "train_seconds",
 )
+SELECTION = "selection_val_accuracy"  # what a candidate is chosen by (``pipeline.tracking.selection_accuracy``)
 CROP_METRICS = ("val_crop_accuracy", "test_crop_accuracy")  # the sentence crops (``evaluate.lengths``)
 NBSVM, TFIDF = "nbsvm", "tfidf"
 
@@ -41,7 +42,7 @@ class Kind:
 
 KINDS = {
     "transformer": Kind("tab:blue", "a Transformer alone"),
-    "lexical": Kind("tab:green", "the NBSVM baseline alone"),
+    NBSVM: Kind("tab:green", "the NBSVM baseline alone"),
     "fusion": Kind("tab:purple", "NBSVM fused with a Transformer (one artifact)"),
     "reference": Kind("tab:gray", "a reference row", deployable=False),
 }
@@ -88,7 +89,11 @@ class Candidate:
 
 def summary_metrics(metrics: dict[str, float]) -> dict[str, float]:
     """The metrics a comparison reports: ``SUMMARY_METRICS``, ``CROP_METRICS`` and the behaviour pass rates."""
-    return {k: v for k, v in metrics.items() if k in SUMMARY_METRICS or k in CROP_METRICS or behaviour.capability_of(k)}
+    chosen_by = selection_accuracy(metrics)
+    return {
+        **{k: v for k, v in metrics.items() if k in SUMMARY_METRICS or k in CROP_METRICS or behaviour.capability_of(k)},
+        **({SELECTION: chosen_by} if chosen_by is not None else {}),
+    }
 
 
 def fused_name(name: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.metrics import accuracy_interval, champion_choice, compare_pair, paired_bootstrap_difference
-from pipeline.stages.compare.candidates import KINDS, NBSVM, Candidate
+from pipeline.stages.compare.candidates import KINDS, NBSVM, SELECTION, Candidate
 from pipeline.stages.compare.designs import Design, level_name, setting_text, variant_name, variants
 from pipeline.text.crops import CROP_SPLITS, word_bucket_names, word_buckets
 
@@ -121,19 +121,17 @@ def recommendation(summary: dict, candidates: list[str], tolerance: float) -> di
     deployable kinds whose mean full-review validation accuracy is within ``tolerance`` of the best, the best mean
     accuracy on the validation sentence crops."""
     scored = [
-        name
-        for name in candidates
-        if "best_val_accuracy" in summary.get(name, {}) and KINDS[summary[name]["kind"]].deployable
+        name for name in candidates if SELECTION in summary.get(name, {}) and KINDS[summary[name]["kind"]].deployable
     ]
     best = champion_choice(
-        {name: summary[name]["best_val_accuracy"]["mean"] for name in scored},
+        {name: summary[name][SELECTION]["mean"] for name in scored},
         {name: summary[name]["val_crop_accuracy"]["mean"] for name in scored if "val_crop_accuracy" in summary[name]},
         tolerance,
     )
     entry = {
         "variant": best,
         "kind": summary[best]["kind"],
-        "best_val_accuracy": summary[best]["best_val_accuracy"]["mean"],
+        SELECTION: summary[best][SELECTION]["mean"],
         "test_accuracy": summary[best]["test_accuracy"]["mean"],
         "tolerance": tolerance,
         **{
@@ -144,7 +142,7 @@ def recommendation(summary: dict, candidates: list[str], tolerance: float) -> di
     }
     transformers = [name for name in scored if summary[name]["kind"] == "transformer"]
     if transformers:
-        best_transformer = max(transformers, key=lambda name: summary[name]["best_val_accuracy"]["mean"])
+        best_transformer = max(transformers, key=lambda name: summary[name][SELECTION]["mean"])
         entry["best_transformer"] = best_transformer
         entry["best_transformer_test_accuracy"] = summary[best_transformer]["test_accuracy"]["mean"]
     if NBSVM in summary:

@@ -49,6 +49,7 @@ from pipeline.stages.train.outputs import transformer_artifacts
 from pipeline.text.conventions import load_labels
 from pipeline.text.crops import CROP_SPLITS, word_counts
 from pipeline.tracking import (
+    CROSS_FITTED_METRIC,
     FUSION_LEXICAL_RUN_PARAM,
     FUSION_SHORT_WEIGHT_PARAM,
     FUSION_SHORT_WORDS_PARAM,
@@ -106,7 +107,7 @@ def transformer_candidate(
 
 def fit_nbsvm(config: Config, frames: IngestedRows, names: list[str], out_dir: Path) -> Produced:
     """NBSVM fitted on the train reviews (and their sentence crops), C chosen on validation; its model in out_dir."""
-    settings = config.baseline
+    settings = config.nbsvm
     unlabeled = (
         read_unlabeled(require_output(config, "ingest"), ["text"]) if settings.unlabeled_crops_per_review else None
     )
@@ -114,7 +115,7 @@ def fit_nbsvm(config: Config, frames: IngestedRows, names: list[str], out_dir: P
     if unlabeled is not None:
         crops += f", {settings.unlabeled_crops_per_review} of each of {len(unlabeled):,} unlabeled reviews"
     print(
-        f"compare: fitting NBSVM on {len(frames.train):,} train reviews{crops}, C from {list(settings.nbsvm_c)} "
+        f"compare: fitting NBSVM on {len(frames.train):,} train reviews{crops}, C from {list(settings.c_values)} "
         "on validation ...",
         flush=True,
     )
@@ -129,7 +130,7 @@ def fit_nbsvm(config: Config, frames: IngestedRows, names: list[str], out_dir: P
     fitted = nbsvm_baseline(
         frames.train,
         frames.val,
-        settings.nbsvm_c,
+        settings.c_values,
         settings.ngram_max,
         settings.max_features,
         settings.seed,
@@ -145,7 +146,7 @@ def fit_nbsvm(config: Config, frames: IngestedRows, names: list[str], out_dir: P
         {
             **{f"val_accuracy_C_{c:g}": a for c, a in fitted.val_accuracy_by_c.items()},
             "val_accuracy_chosen_c": fitted.val_accuracy,
-            "best_val_accuracy": fitted.val_accuracy_cross_fitted,
+            CROSS_FITTED_METRIC: fitted.val_accuracy_cross_fitted,
             "train_seconds": fitted.fit_seconds,
         },
         f"C={fitted.params['nbsvm.C']:g}, val_accuracy {fitted.val_accuracy:.4f} "
@@ -161,11 +162,11 @@ def nbsvm_candidate(
     """NBSVM as a child run with its pyfunc model, or a finished one reused."""
     slot = Slot(
         NBSVM,
-        "lexical",
+        NBSVM,
         None,
         config.reports_dir / f"baseline-{NBSVM}-{key}",
         "baseline-nbsvm",
-        {**baseline_tags(key, NBSVM), MODEL_KIND_TAG: "lexical", "ingest_manifest": ingest_sha256[:16]},
+        {**baseline_tags(key, NBSVM), MODEL_KIND_TAG: NBSVM, "ingest_manifest": ingest_sha256[:16]},
         lambda: find_baseline_run(config.tracking, key, NBSVM),
         "NBSVM baseline",
         needs=(*EVALUATED_FILES, LEXICAL_MODEL_FILE, LABELS_FILE),
@@ -319,7 +320,7 @@ def fuse(
         },
         # what `make register` compares: the weight's choice is not scored on its own rows
         {
-            "best_val_accuracy": choice.honest,
+            CROSS_FITTED_METRIC: choice.honest,
             "val_accuracy_chosen_weight": by_weight[weight],
             **{f"val_accuracy_w_{w:g}": a for w, a in by_weight.items()},
         },

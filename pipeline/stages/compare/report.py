@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.core.files import atomic_write_json, atomic_write_text
-from pipeline.stages.compare.candidates import KINDS, LABELS, NBSVM, SUMMARY_METRICS
+from pipeline.stages.compare.candidates import KINDS, LABELS, NBSVM, SELECTION, SUMMARY_METRICS
 from pipeline.stages.evaluate import behaviour
 
 
@@ -41,14 +41,14 @@ def deploy_sentence(best: dict) -> str:
         sentence = (
             f"Deploy `{best['variant']}`, {kind}: of the candidates within {best['tolerance'] * 100:.2g} "
             f"points of the best mean validation accuracy, it has the best mean accuracy on the validation "
-            f"sentence crops ({best['val_crop_accuracy']:.4f}; validation {best['best_val_accuracy']:.4f}), "
+            f"sentence crops ({best['val_crop_accuracy']:.4f}; validation {best[SELECTION]:.4f}), "
             f"which is what `make register` uses; its mean test accuracy is {best['test_accuracy']:.4f}, "
             f"{best['test_crop_accuracy']:.4f} on the test crops."
         )
     else:  # candidates evaluated before the crops existed
         sentence = (
             f"Deploy `{best['variant']}`, {kind}: it has the highest mean validation accuracy "
-            f"({best['best_val_accuracy']:.4f}) of every candidate, which is what `make register` uses; its "
+            f"({best[SELECTION]:.4f}) of every candidate, which is what `make register` uses; its "
             f"mean test accuracy is {best['test_accuracy']:.4f}."
         )
     if "baseline_test_accuracy" in best and best["variant"] != NBSVM:

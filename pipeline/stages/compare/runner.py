@@ -38,7 +38,7 @@ from pipeline.core.errors import InputError
 from pipeline.core.files import manifest_hash, require_manifest
 from pipeline.core.logs import duration
 from pipeline.stages.compare import effects
-from pipeline.stages.compare.candidates import NBSVM, Candidate, fused_name
+from pipeline.stages.compare.candidates import NBSVM, SELECTION, Candidate, fused_name
 from pipeline.stages.compare.designs import Design, design_for, level_name, variant_config, variant_name, variants
 from pipeline.stages.compare.producers import (
     fusion_candidate,
@@ -75,7 +75,7 @@ def comparison_key(config: Config, design_name: str, design: Design | None = Non
         or design is not None
         and any(variant_config(config, design, v, 0).training.pseudo_labels for v in variants(design))
     )
-    sections = ("model", "training", "compare", "pretrain", "baseline") + (("pseudo_label",) if pseudo else ())
+    sections = ("model", "training", "compare", "pretrain", "nbsvm") + (("pseudo_label",) if pseudo else ())
     # compare.tuned names a file: the tuned level's settings count (below), not the file's name
     # nor does the champion rule's tolerance: it chooses among the runs, it makes none
     unkeyed = config.replace(compare={"tuned": None, "champion_tolerance": CompareConfig.champion_tolerance})
@@ -92,7 +92,7 @@ T = TypeVar("T")
 KIND_NAMES = {
     "transformer": ("Transformer run", "Transformer runs"),
     "nbsvm": ("NBSVM", "NBSVM"),
-    "fused": ("fusion", "fusions"),
+    "fusion": ("fusion", "fusions"),
     "tfidf": ("TF-IDF", "TF-IDF"),
 }
 
@@ -214,7 +214,7 @@ def comparison_payload(
         if fused:
             if not best_transformer:  # the fused runs are made of Transformer runs: one of them is the best
                 raise ValueError("fused candidates without a scored Transformer candidate to set them against")
-            best_fused = max((fused_name(n) for n in names), key=lambda n: summary[n]["best_val_accuracy"]["mean"])
+            best_fused = max((fused_name(n) for n in names), key=lambda n: summary[n][SELECTION]["mean"])
             pairs += [(best_fused, NBSVM), (best_fused, best_transformer)]
     payload = {
         "design": design_name,
@@ -267,7 +267,7 @@ def log_headline_metrics(payload: dict) -> None:
         )
     best = payload["recommendation"]
     mlflow.log_metrics(
-        {"recommended_val_accuracy": best["best_val_accuracy"], "recommended_test_accuracy": best["test_accuracy"]}
+        {"recommended_val_accuracy": best[SELECTION], "recommended_test_accuracy": best["test_accuracy"]}
     )
 
 
@@ -291,7 +291,7 @@ def run_candidates(
     progress = Progress(
         ["transformer"] * len(runs)
         + ["nbsvm"] * with_lexical
-        + ["fused"] * (len(runs) * fusing)
+        + ["fusion"] * (len(runs) * fusing)
         + ["tfidf"] * (with_lexical and config.compare.tfidf_baseline),
         started,
         names={**KIND_NAMES, "transformer": (f"{encoder} run", f"{encoder} runs")},
@@ -306,7 +306,7 @@ def run_candidates(
     ]
     # the lexical models depend on the splits and their own settings only: comparisons that differ in seeds
     # or Transformer settings share them (and the fused runs of the Transformer runs they share)
-    lexical_key = f"{ingest_sha256[:8]}-{config.section_hash('baseline')[:8]}"
+    lexical_key = f"{ingest_sha256[:8]}-{config.section_hash('nbsvm')[:8]}"
     lexical = (
         progress.run(
             "NBSVM", "nbsvm", lambda: nbsvm_candidate(config, lexical_key, frames, labels, ingest_sha256, force)
@@ -325,7 +325,7 @@ def run_candidates(
         fused = [
             progress.run(
                 f"fusion of {child.name} seed {child.seed} with NBSVM",
-                "fused",
+                "fusion",
                 functools.partial(fusion_candidate, config, fusion_key, child, lexical, frames, labels, force),
             )
             for child in transformers

@@ -44,7 +44,7 @@ def part_explanations(classifier, texts: list[str]) -> list[tuple[str, list[Expl
         return parts
     if kind == "transformer":
         return [("Transformer", transformer_words(classifier, texts))]
-    if kind == "lexical":
+    if kind == "nbsvm":
         return [("NBSVM", lexical_words(classifier, texts))]
     raise InputError(f"a {kind} model has no word explanations")
 

@@ -12,7 +12,7 @@ Writes: ``data/pseudo_label/`` holding ``training_crops.parquet`` with ``pseudo_
         ``teacher_confidence.png`` and ``manifest.json``; one MLflow run with the teacher's
         validation accuracy, how many reviews were kept and the plot.
 
-The teacher is the comparison's NBSVM baseline, on reviews alone (``baseline.crops_per_review`` aside;
+The teacher is the comparison's NBSVM baseline, on reviews alone (``nbsvm.crops_per_review`` aside;
 ``pseudo_label.teacher: nbsvm``; ``tfidf`` for the TF-IDF + logistic regression one), fitted on the train split
 only, or a model this pipeline logged, named by its URI (``models:/imdb-sentiment@champion``: the candidate validation
 chose, a fusion included; a run's ``runs:/RUN_ID/model``; a folder), loaded as it is; its identity (MLflow's model UUID)
@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from pipeline.config import PSEUDO_LABEL_TEACHERS, BaselineConfig, Config, PseudoLabelConfig
+from pipeline.config import PSEUDO_LABEL_TEACHERS, Config, NbsvmConfig, PseudoLabelConfig
 from pipeline.core.catalog import (
     PSEUDO_CROPS_FILE,
     PSEUDO_LABELS_FILE,
@@ -64,13 +64,11 @@ TEACHER_CHUNK = 2048  # reviews a logged teacher scores at a time (one progress 
 # --------------------------------------------------------------------------- pure helpers
 
 
-def fit_teacher(settings: PseudoLabelConfig, baseline: BaselineConfig, train: pd.DataFrame, val: pd.DataFrame):
+def fit_teacher(settings: PseudoLabelConfig, nbsvm: NbsvmConfig, train: pd.DataFrame, val: pd.DataFrame):
     """The teacher, fitted on the train split only: NBSVM (its C chosen on validation) or TF-IDF."""
     if settings.teacher == "nbsvm":
-        # on the reviews alone (baseline.crops_per_review aside): its labels are for reviews
-        return nbsvm_baseline(
-            train, val, baseline.nbsvm_c, baseline.ngram_max, baseline.max_features, baseline.seed
-        ).model
+        # on the reviews alone (nbsvm.crops_per_review aside): its labels are for reviews
+        return nbsvm_baseline(train, val, nbsvm.c_values, nbsvm.ngram_max, nbsvm.max_features, nbsvm.seed).model
     return tfidf_baseline(train, seed=settings.seed)
 
 
@@ -88,14 +86,14 @@ def model_probabilities(classifier: PipelineModel, texts: Sequence[str], desc: s
 
 
 def load_teacher(
-    settings: PseudoLabelConfig, baseline: BaselineConfig, train: pd.DataFrame, val: pd.DataFrame, names: list[str]
+    settings: PseudoLabelConfig, nbsvm: NbsvmConfig, train: pd.DataFrame, val: pd.DataFrame, names: list[str]
 ) -> Callable[[Sequence[str], str], np.ndarray]:
     """The teacher as ``(texts, description) -> [N, k]`` probabilities: NBSVM or TF-IDF fitted on the train split
     (:func:`fit_teacher`), or the logged model ``pseudo_label.teacher`` names, refused when its classes are not
     the ingested ones."""
     teacher = settings.teacher
     if teacher in PSEUDO_LABEL_TEACHERS:
-        model = fit_teacher(settings, baseline, train, val)
+        model = fit_teacher(settings, nbsvm, train, val)
         return lambda texts, _desc: class_probabilities(model, texts, len(names))
     classifier = load_classifier(teacher)
     if list(classifier.labels) != list(names):
@@ -151,7 +149,7 @@ def confident_rows(probabilities: np.ndarray, num_classes: int, settings: Pseudo
 
 
 def training_crops(
-    train: pd.DataFrame, settings: PseudoLabelConfig, baseline: BaselineConfig, num_classes: int
+    train: pd.DataFrame, settings: PseudoLabelConfig, nbsvm: NbsvmConfig, num_classes: int
 ) -> pd.DataFrame:
     """``pseudo_label.crops_per_review`` random 1-2-sentence crops of every train review (seeded by
     ``pseudo_label.seed``) with soft targets: ``crop_label_weight`` on the review's label plus the rest times a
@@ -165,7 +163,7 @@ def training_crops(
     )
     crops = sentence_crops(train, settings.seed, settings.crops_per_review)
     teacher = crop_teacher(
-        train, crops, baseline.nbsvm_c, baseline.ngram_max, baseline.max_features, settings.seed, num_classes
+        train, crops, nbsvm.c_values, nbsvm.ngram_max, nbsvm.max_features, settings.seed, num_classes
     )
     targets = mixed_targets(crops["label"].to_numpy(), teacher, settings.crop_label_weight)
     frame = crops[["text", "review"]].copy()
@@ -200,14 +198,14 @@ def plot_confidence(confidence: np.ndarray, min_confidence: float, title: str, p
 
 def stage_identity(config: Config, ingest_dir: Path, logged: bool) -> tuple[dict[str, str], str]:
     """``(inputs, config hash)``: what the pseudo labels depend on, the ingestion and a ``logged`` teacher's model
-    UUID besides the config (``baseline`` too for an NBSVM teacher)."""
+    UUID besides the config (``nbsvm`` too for an NBSVM teacher)."""
     inputs = {"ingest_manifest_sha256": manifest_hash(ingest_dir)}
     teacher = config.pseudo_label.teacher
     if logged:
         setup_tracking(config.tracking)  # a models:/ or runs:/ teacher is read from the tracking store
         inputs["teacher_model_uuid"] = teacher_identity(teacher)
     crops_teacher = config.pseudo_label.crops_per_review > 0  # the crops' teacher is NBSVM, whatever labels the rest
-    return inputs, config.section_hash("pseudo_label", *(("baseline",) if teacher == "nbsvm" or crops_teacher else ()))
+    return inputs, config.section_hash("pseudo_label", *(("nbsvm",) if teacher == "nbsvm" or crops_teacher else ()))
 
 
 def pseudo_label(config: Config, force: bool = False) -> Path:
@@ -239,7 +237,7 @@ def pseudo_label(config: Config, force: bool = False) -> Path:
         if logged
         else f"pseudo-label: fitting the {settings.teacher} teacher on {len(train):,} train reviews"
     )
-    teacher = load_teacher(config.pseudo_label, config.baseline, train, val, names)
+    teacher = load_teacher(config.pseudo_label, config.nbsvm, train, val, names)
     val_accuracy = float(
         (teacher(val["text"].tolist(), "teacher: val").argmax(axis=1) == val["label"].to_numpy()).mean()
     )
@@ -269,7 +267,7 @@ def pseudo_label(config: Config, force: bool = False) -> Path:
         with staged_directory(out_dir) as staging:
             kept.to_parquet(staging / PSEUDO_LABELS_FILE, index=False)
             if settings.crops_per_review:
-                training_crops(train, settings, config.baseline, len(names)).to_parquet(
+                training_crops(train, settings, config.nbsvm, len(names)).to_parquet(
                     staging / PSEUDO_CROPS_FILE, index=False
                 )
             scored = probabilities[~np.isnan(probabilities).any(axis=1)]

@@ -25,10 +25,11 @@ from pipeline.tracking import (
     FUSION_SHORT_WORDS_PARAM,
     FUSION_TRANSFORMER_RUN_PARAM,
     FUSION_WEIGHT_PARAM,
-    MODEL_KIND_TAG,
     PRETRAINED_FROM_TAG,
     VARIANT_TAG,
     VERSION_EXPORT_TAG,
+    model_kind,
+    selection_accuracy,
 )
 
 CARD_SAMPLES = 500  # bootstrap resamples of the test set for the card's intervals
@@ -95,9 +96,9 @@ def lexical_lines(params: dict, prefix: str = "") -> list[str]:
 
 def model_lines(run, client) -> tuple[str, list[str], dict]:
     """What the model is (its kind, lines for the card) and the params of its Transformer, if it has one."""
-    kind = run.data.tags.get(MODEL_KIND_TAG, "transformer")
+    kind = model_kind(run.data.tags)
     params = run.data.params
-    if kind == "lexical":
+    if kind == "nbsvm":
         return kind, lexical_lines(params), params
     if kind == "fusion":
         transformer = client.get_run(params[FUSION_TRANSFORMER_RUN_PARAM])
@@ -226,15 +227,16 @@ def short_text_limit(evaluation: dict) -> str:
 
 def choice_sentence(metrics: dict, candidates: int, comparison_id: str) -> str:
     """How the version was chosen, by the rule its comparison used."""
+    chosen_by = selection_accuracy(metrics) or float("nan")
     if "val_crop_accuracy" not in metrics:
         return (
             f"chosen as the candidate with the highest mean validation accuracy among {candidates} model runs "
-            f"of comparison `{comparison_id}` (this run: {metrics.get('best_val_accuracy', float('nan')):.4f})."
+            f"of comparison `{comparison_id}` (this run: {chosen_by:.4f})."
         )
     return (
         f"chosen among {candidates} model runs of comparison `{comparison_id}`: of the candidates within "
         "`compare.champion_tolerance` of the best mean validation accuracy, the best on the validation sentence "
-        f"crops (this run: {metrics.get('best_val_accuracy', float('nan')):.4f} on validation reviews, "
+        f"crops (this run: {chosen_by:.4f} on validation reviews, "
         f"{metrics['val_crop_accuracy']:.4f} on their crops)."
     )
 
@@ -260,7 +262,7 @@ def use_and_limit_lines(params: dict, kind: str, weak: list[str], evaluation: di
                     + (" for that part of the model." if kind == "fusion" else ".")
                 )
             ]
-            if kind != "lexical"
+            if kind != "nbsvm"
             else []
         ),
         short_text_limit(evaluation),

@@ -22,6 +22,7 @@ from pipeline.tracking import (
     comparison_members,
     latest_champion_comparison,
     member_candidates,
+    selection_accuracy,
     setup_tracking,
     tag_champion_version,
 )
@@ -35,9 +36,9 @@ def best_run(runs: list, candidates: dict[str, str] | None = None, tolerance: fl
     ``variant`` tag (a Transformer variant, ``nbsvm``, a fused variant); runs without either stand alone. Test
     accuracy is never read."""
     candidates = candidates or {}
-    scored = [run for run in runs if "best_val_accuracy" in run.data.metrics]
+    scored = [run for run in runs if selection_accuracy(run.data.metrics) is not None]
     if not scored:
-        raise PipelineError("the latest comparison has no finished model runs with best_val_accuracy")
+        raise PipelineError("the latest comparison has no finished model runs with a validation accuracy")
     groups: dict[str, list] = {}
     for run in scored:
         name = candidates.get(run.info.run_id) or run.data.tags.get(VARIANT_TAG) or run.info.run_id
@@ -45,19 +46,16 @@ def best_run(runs: list, candidates: dict[str, str] | None = None, tolerance: fl
     # in start order, so that ties go to the candidate that started first
     groups = dict(sorted(groups.items(), key=lambda item: min(r.info.start_time for r in item[1])))
 
-    def mean(group: list, key: str) -> float:
-        return float(np.mean([r.data.metrics[key] for r in group]))
-
     best_group = champion_choice(
-        {name: mean(group, "best_val_accuracy") for name, group in groups.items()},
+        {name: float(np.mean([selection_accuracy(r.data.metrics) for r in group])) for name, group in groups.items()},
         {
-            name: mean(group, "val_crop_accuracy")
+            name: float(np.mean([r.data.metrics["val_crop_accuracy"] for r in group]))
             for name, group in groups.items()
             if all("val_crop_accuracy" in r.data.metrics for r in group)
         },
         tolerance,
     )
-    return max(groups[best_group], key=lambda run: (run.data.metrics["best_val_accuracy"], -run.info.start_time))
+    return max(groups[best_group], key=lambda run: (selection_accuracy(run.data.metrics), -run.info.start_time))
 
 
 def register_champion(config: Config, force: bool = False) -> str:
@@ -88,7 +86,7 @@ def register_champion(config: Config, force: bool = False) -> str:
     print(
         f"register: read {len(members)} runs of comparison {comparison.info.run_id}; {uri} -> version "
         f"{version.version} (run {best.info.run_id}, {best.data.tags.get(VARIANT_TAG, 'transformer')}, "
-        f"best_val_accuracy {best.data.metrics['best_val_accuracy']:.4f}, "
+        f"validation accuracy {selection_accuracy(best.data.metrics):.4f}, "
         f"val_crop_accuracy {best.data.metrics.get('val_crop_accuracy', float('nan')):.4f}); "
         f"wrote its model card {card}"
     )

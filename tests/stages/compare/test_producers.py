@@ -12,7 +12,7 @@ from tests.conftest import PREPARED_UNLABELED
 
 @pytest.mark.parametrize("per_unlabeled_review", [2, 0])
 def test_nbsvm_reads_crops_of_the_ingested_unlabeled_reviews(prepared_config, per_unlabeled_review, capsys):
-    config = prepared_config.replace(baseline={"unlabeled_crops_per_review": per_unlabeled_review})
+    config = prepared_config.replace(nbsvm={"unlabeled_crops_per_review": per_unlabeled_review})
     frames = read_ingested_rows(require_output(config, "ingest"), require_output(config, "tokenize"))
     setup_tracking(config.tracking)
     candidate = nbsvm_candidate(config, "k", frames, frames.labels, frames.ingest_manifest_sha256, force=False)
@@ -31,7 +31,7 @@ def test_nbsvm_reads_crops_of_the_ingested_unlabeled_reviews(prepared_config, pe
         "labelled by an NBSVM fitted on the train reviews" in said
     ) == bool(per_unlabeled_review)
     assert [line.split(" on ")[0] for line in steps if " [" in line] == [  # a line per C, as each fit starts
-        f"compare: NBSVM: C {c:g} [{index}/{len(config.baseline.nbsvm_c)}]"
-        for index, c in enumerate(sorted(config.baseline.nbsvm_c), 1)
+        f"compare: NBSVM: C {c:g} [{index}/{len(config.nbsvm.c_values)}]"
+        for index, c in enumerate(sorted(config.nbsvm.c_values), 1)
     ]
     assert all(line.endswith(" elapsed)") for line in steps)

@@ -54,7 +54,7 @@ def produce_toy(names, out_dir: Path, computed: list) -> Produced:
     return Produced(
         GoodWordModel.from_artifacts(artifacts),
         {"toy.word": "good"},
-        {"best_val_accuracy": 0.5},
+        {"val_accuracy_cross_fitted": 0.5},
         "counted the word 'good'",
         artifacts=artifacts,
     )
@@ -89,7 +89,10 @@ def test_a_toy_kind_walks_through_the_recorder(prepared_config, monkeypatch, cap
     )
     assert run.data.metrics["test_accuracy"] == pytest.approx(expected)
     assert candidate.metrics["test_accuracy"] == pytest.approx(expected)
-    assert candidate.metrics["best_val_accuracy"] == 0.5 and "val_crop_accuracy" in candidate.metrics
+    assert (
+        candidate.metrics["selection_val_accuracy"] == reused.metrics["selection_val_accuracy"] == 0.5
+        and "val_crop_accuracy" in candidate.metrics
+    )
     logged = mlflow.pyfunc.load_model(f"runs:/{candidate.run_id}/model")
     scored = logged.predict(pd.DataFrame({"text": ["good good film", "dull"]}))
     assert scored["predicted_label"].tolist() == [frames.labels[1], frames.labels[0]]
