@@ -18,15 +18,8 @@ import pandas as pd
 from pipeline.stages.evaluate import behaviour
 from pipeline.tracking import selection_accuracy
 
-SUMMARY_METRICS = (
-    "test_accuracy",
-    "test_f1",
-    "test_roc_auc",
-    "test_log_loss",
-    "test_ece",
-    "train_seconds",
-)
 SELECTION = "selection_val_accuracy"  # what a candidate is chosen by (``pipeline.tracking.selection_accuracy``)
+SUMMARY_METRICS = ("test_accuracy", "test_f1", "test_roc_auc", "test_log_loss", "test_ece", SELECTION, "train_seconds")
 CROP_METRICS = ("val_crop_accuracy", "test_crop_accuracy")  # the sentence crops (``evaluate.lengths``)
 NBSVM, TFIDF = "nbsvm", "tfidf"
 

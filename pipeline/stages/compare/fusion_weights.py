@@ -4,10 +4,10 @@ short texts and one for the rest (a length-aware fusion). Pure: probabilities an
 A length-aware fusion's long weight is chosen on the validation reviews longer than the limit, its short weight on
 the short validation reviews and the validation sentence crops of at most that many words (the texts a scorer of
 short reviews will meet; IMDB has few short reviews). The validation figures the champion is chosen on
-(``best_val_accuracy`` and the validation crops' accuracy) must not be scored on the rows a weight was chosen on, so
-the short texts' validation probabilities are cross-fitted (``pipeline.metrics.cross_fitted_fusion``: each half of the
-reviews, a crop with its review, fused with the weight chosen on the other half), and the long reviews' accuracy is
-the cross-fitted accuracy of choosing their weight. Test probabilities use the two weights chosen on all of
+(``val_accuracy_cross_fitted`` and the validation crops' accuracy) must not be scored on the rows a weight was chosen
+on, so the short texts' validation probabilities are cross-fitted (``pipeline.metrics.cross_fitted_fusion``: each
+half of the reviews, a crop with its review, fused with the weight chosen on the other half), and the long reviews'
+accuracy is the cross-fitted accuracy of choosing their weight. Test probabilities use the two weights chosen on all of
 validation, each text by its word count, as the fused model scores.
 """
 

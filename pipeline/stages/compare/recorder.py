@@ -46,7 +46,7 @@ class Produced:
 
     classifier: PipelineModel  # what the evaluation scores (or asks for labels and behaviour tests, with ``given``)
     params: dict[str, Any]
-    metrics: dict[str, float]  # the producer's own (best_val_accuracy, train_seconds, its choice on validation)
+    metrics: dict[str, float]  # the producer's own (val_accuracy_cross_fitted, train_seconds, its choice on validation)
     summary: str  # the progress line's words before the test accuracy
     artifacts: dict[str, str] | None = None  # the pyfunc model's artifacts to log; None: no model is logged
     given: GivenProbabilities | None = None  # probabilities already computed (a fusion's, from its parts')

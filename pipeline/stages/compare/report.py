@@ -252,7 +252,7 @@ def summary_lines(payload: dict) -> list[str]:
     """The table of candidates: mean ± std over seeds of every summary metric."""
     lines = [
         "| candidate | kind | runs | test accuracy | test F1 | test ROC AUC | test log loss | test ECE | "
-        "best val accuracy | train seconds |",
+        "val accuracy (chosen by) | train seconds |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name in payload["candidates"]:

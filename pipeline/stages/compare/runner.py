@@ -392,7 +392,7 @@ def run_comparison(config: Config, design_name: str = "main", force: bool = Fals
     print(
         f"compare: {len(transformers)} Transformer runs, {len(pool.members) - len(transformers)} lexical and fused "
         f"candidates and {len(references)} reference on {payload['test_rows']:,} test reviews; "
-        f"{effects_text or 'no factor varied'}; deploy {best['variant']} (val {best['best_val_accuracy']:.4f}, test "
+        f"{effects_text or 'no factor varied'}; deploy {best['variant']} (val {best[SELECTION]:.4f}, test "
         f"{best['test_accuracy']:.4f}); wrote {md_path}, {json_path.name}, {png_path.name} in "
         f"{duration(time.perf_counter() - started)} ({len(pool.everything)} candidates)"
     )

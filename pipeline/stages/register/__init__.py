@@ -3,7 +3,7 @@
 Reads:  MLflow: the newest comparison whose runs are deployment candidates (the pooling
         comparison; ablations are not) and the model runs it lists.
 Writes: MLflow model registry: a version of ``tracking.registered_model_name`` from the
-        run with the highest ``best_val_accuracy`` (validation, never test), and the
+        run with the highest validation accuracy (``pipeline.tracking.selection_accuracy``; never test), and the
         ``champion`` alias on it, with a model card as the version's description (also
         ``reports/<run_id>/model_card.md``): data, splits, test metrics with bootstrap confidence
         intervals, calibration, behaviour-test pass rates, limits and intended use, all read from
