@@ -48,10 +48,10 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--only",
         action="append",
-        choices=("train", "score", "ngrams", "sparse", "export"),
+        choices=("train", "score", "ngrams", "sparse", "export", "int8"),
         help="measure only training steps, scoring, the model's scoring rate with and without "
-        "n-grams, its training step with dense and lazy (sparse) embedding updates, or its "
-        "exported graph against make score "
+        "n-grams, its training step with dense and lazy (sparse) embedding updates, its "
+        "exported graph against make score, or its Transformer in float32 against int8 "
         "(repeatable; default: everything)",
     )
 

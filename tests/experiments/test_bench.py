@@ -174,3 +174,24 @@ def test_export_measures_the_graph_beside_make_scores_model_and_reports_both(com
     assert export["graph_fraction_of_pyfunc"] == export["graph_rows_per_second"] / export["pyfunc_rows_per_second"]
     line = export_lines(export)[0]
     assert f"{export['graph_rows_per_second']:,.0f} rows/s in requests of 16" in line and "chunks of 32" in line
+
+
+def test_int8_is_measured_beside_float32_on_the_same_rows_and_answers_close_to_it(trained_run):
+    import json
+
+    from pipeline.core.catalog import require_output
+    from pipeline.experiments.bench.scoring_speed import measure_int8
+    from pipeline.stages.ingest.outputs import read_split
+
+    config, run_dir = trained_run
+    uri = f"runs:/{json.loads((run_dir / 'manifest.json').read_text())['mlflow_run_id']}/model"
+    test = read_split(require_output(config, "ingest"), "test", columns=["text", "label"])
+    measured = measure_int8(uri, test["text"], test["label"].to_numpy())
+    assert measured["rows"] == len(test) and measured["float32_rows_per_second"] > 0
+    assert measured["float32_accuracy"] > 0.9  # the tiny run separates its generated reviews
+    # int8 weights move a probability a little, never most labels
+    assert 0 < measured["max_probability_difference"] < 0.2 and measured["labels_changed"] <= len(test) // 10
+    changed = measured["mcnemar"]["only_a_correct"] + measured["mcnemar"]["only_b_correct"]
+    assert changed <= measured["labels_changed"]
+    text = bench.markdown_report({**synthetic_results(), "int8": {"model_uri": uri, **measured}})
+    assert f'Keras int8 (`model.quantize("int8")`) against float32, the Transformer of {uri}' in text

@@ -43,7 +43,7 @@ def test_parent_and_children_describe_themselves(comparison):
     verdict = report.read_text().split("## Verdict", 1)[1].strip()
     assert verdict in note
     assert "| `first_token` | transformer | 2 |" in note and "TF-IDF + logistic regression (reference)" in note
-    assert "| NBSVM (1-3-gram naive-Bayes logistic regression) | lexical | 1 |" in note
+    assert "| NBSVM (1-3-gram naive-Bayes logistic regression) | nbsvm | 1 |" in note
     transformers = [run_id for run_id in found.child_ids if "model.pooling" in client.get_run(run_id).data.params]
     assert len(transformers) == 4
     for run_id in transformers:

@@ -31,7 +31,12 @@ from pipeline.core.catalog import require_output
 from pipeline.core.errors import ConfigError
 from pipeline.core.files import atomic_write_json, atomic_write_text
 from pipeline.experiments.bench.report import markdown_report, utilisation_rows
-from pipeline.experiments.bench.scoring_speed import measure_export, measure_ngram_scoring, measure_scoring
+from pipeline.experiments.bench.scoring_speed import (
+    measure_export,
+    measure_int8,
+    measure_ngram_scoring,
+    measure_scoring,
+)
 from pipeline.experiments.bench.training_steps import (
     MEASURED_BATCHES,
     REFERENCE_ENCODERS,
@@ -82,7 +87,8 @@ def summary_line(results: dict, read: str, wrote: str) -> str:
 
 
 def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections: tuple[str, ...] = ("all",)) -> dict:
-    """Measure the ``sections`` asked for (``all``, ``train``, ``score``, ``sparse``, ``ngrams``, ``export``) and write
+    """Measure the ``sections`` asked for (``all``, ``train``, ``score``, ``sparse``, ``ngrams``, ``export``,
+    ``int8``) and write
     ``reports/bench.{json,md}``; returns the results."""
     from pipeline.tracking import champion_uri, setup_tracking
 
@@ -109,7 +115,7 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
         )
     texts = read_split(ingest_dir, "test", columns=["text"])["text"].head(rows)  # what both scoring sections score
     model_uri = model_uri or champion_uri(config.tracking)  # a name only: read where score or export is asked
-    if everything or "score" in sections or "export" in sections:
+    if everything or {"score", "export", "int8"} & set(sections):
         setup_tracking(config.tracking)
     if everything or "score" in sections:
         results["scoring"] = {
@@ -125,6 +131,9 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
         )
     if everything or "export" in sections:
         results["export"] = measure_export(model_uri, texts)
+    if everything or "int8" in sections:
+        labels = read_split(ingest_dir, "test", columns=["label"])["label"].head(rows).to_numpy()
+        results["int8"] = {"model_uri": model_uri, **measure_int8(model_uri, texts, labels)}
     json_path = atomic_write_json(config.reports_dir / "bench.json", results)
     md_path = atomic_write_text(config.reports_dir / "bench.md", markdown_report(results))
     read = f"{len(train_ids):,} train rows from {tokenize_dir}/ and {split_path(ingest_dir, 'test')}"

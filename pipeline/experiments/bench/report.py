@@ -193,6 +193,21 @@ def export_lines(export: dict) -> list[str]:
     ]
 
 
+def int8_lines(int8: dict) -> list[str]:
+    test = int8["mcnemar"]
+    return [
+        f'Keras int8 (`model.quantize("int8")`) against float32, the Transformer of {int8["model_uri"]} alone, '
+        f"compiled, {int8['rows']:,} test reviews, side by side: {int8['int8_rows_per_second']:,.0f} against "
+        f"{int8['float32_rows_per_second']:,.0f} rows/s "
+        f"({int8['int8_rows_per_second'] / int8['float32_rows_per_second']:.2f}x); accuracy "
+        f"{int8['int8_accuracy']:.4f} against {int8['float32_accuracy']:.4f} (McNemar p = {test['p_value']:.3g}: "
+        f"{test['only_a_correct']} rows right in float32 only, {test['only_b_correct']} in int8 only); "
+        f"{int8['labels_changed']:,} labels changed, largest probability difference "
+        f"{int8['max_probability_difference']:.2e}.",
+        "",
+    ]
+
+
 def markdown_report(results: dict) -> str:
     """The whole report as Markdown: utilisation, threads and padding, then each scoring section measured."""
     lines = utilisation_lines(results)
@@ -207,4 +222,6 @@ def markdown_report(results: dict) -> str:
         lines += sparse_update_lines(results["sparse_updates"])
     if results.get("export"):
         lines += export_lines(results["export"])
+    if results.get("int8"):
+        lines += int8_lines(results["int8"])
     return "\n".join(lines)

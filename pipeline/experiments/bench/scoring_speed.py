@@ -21,7 +21,9 @@ import pandas as pd
 from pipeline.config import ModelConfig, TrackingConfig
 from pipeline.core.errors import InputError
 from pipeline.core.files import folder_bytes
+from pipeline.metrics import mcnemar_exact
 from pipeline.model.explain import TOP_ITEMS
+from pipeline.model.forward import predict_ids
 from pipeline.stages.export.check import as_bytes
 from pipeline.stages.score.csv_file import score_csv
 
@@ -52,7 +54,6 @@ def score_peak_memory(tracking: TrackingConfig, input_path: Path, output_path: P
 def measure_model_alone(classifier, texts: pd.Series) -> dict:
     """Tokenizer rates (``encode`` against ``encode_reference``, and the rows where they differ) and the model-alone
     scoring rate, compiled and eager, each after a warm-up."""
-    from pipeline.model.classifiers import predict_ids
 
     results = {}
     text_tokenizer = classifier.text_tokenizer
@@ -174,6 +175,41 @@ def measure_scoring(tracking: TrackingConfig, model_uri: str, texts: pd.Series, 
     return results
 
 
+def measure_int8(model_uri: str, texts: pd.Series, labels: np.ndarray) -> dict:
+    """The Transformer of the model at ``model_uri`` scored alone (compiled, as ``make score`` runs it) in float32 and
+    after Keras' post-training int8 quantization (``model.quantize("int8")``: int8 weights, activations quantized per
+    call), on the same rows: rows/s after a warm-up, accuracy, McNemar's test between the two, the largest difference
+    of a probability and the rows whose label changes."""
+    import keras
+
+    from pipeline.model.classifiers import load_classifier
+    from pipeline.stages.evaluate.scorecard import transformer_of
+
+    floats = transformer_of(load_classifier(model_uri))
+    if floats is None:
+        raise InputError(f"{model_uri} is an NBSVM model without a Transformer to quantize")
+    # a copy: the loaded model is shared with every other user of this URI in the process
+    quantized = keras.models.clone_model(floats.model)
+    quantized.set_weights(floats.model.get_weights())
+    quantized.quantize("int8")
+    ids = floats.text_tokenizer.encode(texts.tolist())
+    results: dict = {"rows": len(texts)}
+    probabilities = {}
+    for name, model in (("float32", floats.model), ("int8", quantized)):
+        predict_ids(model, ids, compiled=True)  # warm-up: compiles every batch width once
+        started = time.perf_counter()
+        probabilities[name] = predict_ids(model, ids, compiled=True)
+        results[f"{name}_rows_per_second"] = len(ids) / (time.perf_counter() - started)
+        results[f"{name}_accuracy"] = float((probabilities[name].argmax(axis=1) == labels).mean())
+    correct = {name: p.argmax(axis=1) == labels for name, p in probabilities.items()}
+    results["mcnemar"] = mcnemar_exact(correct["float32"], correct["int8"])
+    results["max_probability_difference"] = float(np.abs(probabilities["int8"] - probabilities["float32"]).max())
+    results["labels_changed"] = int(
+        (probabilities["int8"].argmax(axis=1) != probabilities["float32"].argmax(axis=1)).sum()
+    )
+    return results
+
+
 def measure_ngram_scoring(
     model_config: ModelConfig,
     vocabulary_size: int,
@@ -187,7 +223,6 @@ def measure_ngram_scoring(
     the work, so both are built fresh; each rate is the best of ``passes`` passes after a warm-up pass."""
     import keras
 
-    from pipeline.model.classifiers import predict_ids
     from pipeline.model.transformer import build_model
 
     ngram_max = model_config.ngram_max if model_config.ngram_max > 1 else ngram_max
