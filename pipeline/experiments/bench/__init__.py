@@ -49,7 +49,7 @@ from pipeline.experiments.bench.training_steps import (
 )
 from pipeline.stages.ingest.outputs import read_split, split_path
 from pipeline.stages.tokenize.outputs import load_split
-from pipeline.text.wordpiece import WordPieceTextTokenizer
+from pipeline.text.text_tokenizer import load_text_tokenizer
 
 __all__ = [
     "REFERENCE_ENCODERS",
@@ -97,7 +97,7 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
     tokenize_dir = require_output(config, "tokenize")
     ingest_dir = require_output(config, "ingest")
     everything = "all" in sections
-    text_tokenizer = WordPieceTextTokenizer.load(tokenize_dir)
+    text_tokenizer = load_text_tokenizer(tokenize_dir)  # the pipeline's WordPiece or a preset's
     train_ids = np.asarray(load_split(tokenize_dir, "train")[0])
     vocabulary_size, max_length = text_tokenizer.vocabulary_size, text_tokenizer.settings.max_sequence_length
     encoders = measured_encoders(config.model)
