@@ -97,7 +97,7 @@ INITS = ("scratch", "pretrained")
 TOKEN_EMBEDDINGS = ("random", "word2vec")
 BACKBONE_KEYS = ("position", "hidden_dim", "num_layers", "num_heads", "intermediate_dim", "dropout")
 NGRAM_KEYS = ("ngram_max", "ngram_buckets", "ngram_dropout")
-PRESET_KEYS = ("preset", "preset_max_parameters_on_cpu")
+PRESET_KEYS = ("preset", "preset_max_parameters_on_cpu", "preset_blocks")
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,9 @@ class ModelConfig:
     # tokenizer and backbone, the pipeline's pooling and head; the shape keys above then do not apply
     preset: str | None = None
     preset_max_parameters_on_cpu: int = 25_000_000  # refuse a larger preset without a GPU (all-MiniLM-L6-v2: 22.7 M)
+    # keep only the preset's first k Transformer blocks, each with its pretrained weights (null: every block): fewer
+    # layers to fine-tune and to score (docs/presets.md)
+    preset_blocks: int | None = None
     # How the trained model reads a review longer than tokenizer.max_sequence_length when it scores (training always
     # reads the tokenize stage's head+tail rows): truncate (that row alone) | windows (that row and rows of
     # consecutive tokens covering the whole review, their log-probabilities averaged; docs/results.md)
@@ -167,6 +170,8 @@ class ModelConfig:
         for name in ("dropout", "classifier_dropout", "ngram_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"model.{name} must be in [0, 1)")
+        if self.preset_blocks is not None and (self.preset is None or self.preset_blocks < 1):
+            raise ConfigError(f"model.preset_blocks must be 1 or more, with model.preset; got {self.preset_blocks}")
         if self.preset is not None:
             if not self.preset.strip():
                 raise ConfigError("model.preset must name a KerasHub preset or a preset folder (or be null)")
