@@ -176,8 +176,8 @@ class Config:
             for key in PRESET_KEYS:
                 del payload["model"][key]
         for (section, key), before in ADDED_KEYS.items():  # at the value that means what the config meant before it
-            if section in payload and payload[section][key] == before:
-                del payload[section][key]
+            if section in payload and payload[section].get(key, before) == before:
+                payload[section].pop(key, None)  # (a preset key is gone already while no preset is used)
         for (section, old), new in RENAMED_KEYS.items():  # hashed under the names runs were first recorded with
             if section in payload:
                 payload[section][old] = payload[section].pop(new)
