@@ -109,25 +109,26 @@ ADDED_KEYS = {
 # section's hash is computed under its old names, so a run recorded before a rename is reused, not rerun.
 RENAMED_SECTIONS = {"baseline": "nbsvm"}
 RENAMED_KEYS = {("nbsvm", "nbsvm_c"): "c_values"}
+HASHED_AS = {new: old for old, new in RENAMED_SECTIONS.items()}  # the section names a hash is computed under
 
 
-def renamed(section: str, key: str | None = None) -> tuple[str, str | None]:
-    """Today's ``(section, key)`` for a name a config may still use."""
-    section = RENAMED_SECTIONS.get(section, section)
-    return section, RENAMED_KEYS.get((section, key), key) if key is not None else None
+def current_key(section: str, key: str) -> str:
+    """Today's name of ``key`` in today's ``section`` (itself unless it was renamed)."""
+    return RENAMED_KEYS.get((section, key), key)
 
 
 def with_new_names(raw: dict[str, Any], source: str) -> dict[str, Any]:
     """``raw`` (a YAML file's sections) with old section and key names replaced by today's."""
     out: dict[str, Any] = {}
     for name, values in raw.items():
-        section, _ = renamed(name)
+        section = RENAMED_SECTIONS.get(name, name)
         if section in out:
-            old = next(old for old, new in RENAMED_SECTIONS.items() if new == section)
-            raise ConfigError(f"{source}: sets both {section!r} and its old name {old!r}; keep one of them")
+            raise ConfigError(
+                f"{source}: sets both {section!r} and its old name {HASHED_AS[section]!r}; keep one of them"
+            )
         out[section] = values
         if isinstance(values, dict):
-            keys = [renamed(section, key)[1] for key in values]
+            keys = [current_key(section, key) for key in values]
             if len(set(keys)) < len(keys):
                 raise ConfigError(f"{source}: {section} holds a key under its old and its new name; keep one")
             out[section] = dict(zip(keys, values.values()))
@@ -181,8 +182,7 @@ class Config:
         for (section, old), new in RENAMED_KEYS.items():  # hashed under the names runs were first recorded with
             if section in payload:
                 payload[section][old] = payload[section].pop(new)
-        old_names = {new: old for old, new in RENAMED_SECTIONS.items()}
-        payload = {old_names.get(name, name): values for name, values in payload.items()}
+        payload = {HASHED_AS.get(name, name): values for name, values in payload.items()}
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
     def with_settings(self, settings: Iterable[tuple[str, Any]]) -> Config:
@@ -206,8 +206,9 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     if "=" not in text or "." not in text.split("=", 1)[0]:
         raise ConfigError(f"--set expects section.key=value, got {text!r}")
     dotted, value_text = text.split("=", 1)
-    section, key = renamed(*dotted.strip().split(".", 1))
-    assert key is not None
+    section, key = dotted.strip().split(".", 1)
+    section = RENAMED_SECTIONS.get(section, section)
+    key = current_key(section, key)
     return section, key, yaml.safe_load(value_text) if value_text.strip() else None
 
 

@@ -113,7 +113,8 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
         results.update(
             measure_training_steps(encoders, vocabulary_size, max_length, batches, config.pretrain.mask_rate)
         )
-    texts = read_split(ingest_dir, "test", columns=["text"])["text"].head(rows)  # what both scoring sections score
+    test = read_split(ingest_dir, "test", columns=["text", "label"]).head(rows)  # what every scoring section scores
+    texts = test["text"]
     model_uri = model_uri or champion_uri(config.tracking)  # a name only: read where score or export is asked
     if everything or {"score", "export", "int8"} & set(sections):
         setup_tracking(config.tracking)
@@ -132,8 +133,7 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
     if everything or "export" in sections:
         results["export"] = measure_export(model_uri, texts)
     if everything or "int8" in sections:
-        labels = read_split(ingest_dir, "test", columns=["label"])["label"].head(rows).to_numpy()
-        results["int8"] = {"model_uri": model_uri, **measure_int8(model_uri, texts, labels)}
+        results["int8"] = {"model_uri": model_uri, **measure_int8(model_uri, texts, test["label"].to_numpy())}
     json_path = atomic_write_json(config.reports_dir / "bench.json", results)
     md_path = atomic_write_text(config.reports_dir / "bench.md", markdown_report(results))
     read = f"{len(train_ids):,} train rows from {tokenize_dir}/ and {split_path(ingest_dir, 'test')}"

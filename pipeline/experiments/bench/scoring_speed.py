@@ -12,6 +12,7 @@ import multiprocessing
 import resource
 import tempfile
 import time
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -191,7 +192,9 @@ def measure_int8(model_uri: str, texts: pd.Series, labels: np.ndarray) -> dict:
     # a copy: the loaded model is shared with every other user of this URI in the process
     quantized = keras.models.clone_model(floats.model)
     quantized.set_weights(floats.model.get_weights())
-    quantized.quantize("int8")
+    with warnings.catch_warnings():  # Keras warns once per layer it has no int8 form for (norms, pooling, ...)
+        warnings.filterwarnings("ignore", message=r"Layer .* does not have a `quantize` method")
+        quantized.quantize("int8")
     ids = floats.text_tokenizer.encode(texts.tolist())
     results: dict = {"rows": len(texts)}
     probabilities = {}

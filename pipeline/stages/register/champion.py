@@ -46,10 +46,13 @@ def best_run(runs: list, candidates: dict[str, str] | None = None, tolerance: fl
     # in start order, so that ties go to the candidate that started first
     groups = dict(sorted(groups.items(), key=lambda item: min(r.info.start_time for r in item[1])))
 
+    def mean(group: list, read) -> float:
+        return float(np.mean([read(r.data.metrics) for r in group]))
+
     best_group = champion_choice(
-        {name: float(np.mean([selection_accuracy(r.data.metrics) for r in group])) for name, group in groups.items()},
+        {name: mean(group, selection_accuracy) for name, group in groups.items()},
         {
-            name: float(np.mean([r.data.metrics["val_crop_accuracy"] for r in group]))
+            name: mean(group, lambda metrics: metrics["val_crop_accuracy"])
             for name, group in groups.items()
             if all("val_crop_accuracy" in r.data.metrics for r in group)
         },
