@@ -195,7 +195,7 @@ MLFLOW_IMPORTERS = {
 HEAVY_PACKAGES = {
     "tensorflow", "tensorflow_text", "keras", "keras_hub", "jax", "jaxlib", "mlflow", "optuna", "pyspark", "sklearn",
     "scipy", "gensim", "playwright", "matplotlib", "skops", "torch", "huggingface_hub", "safetensors", "tokenizers",
-    "sentencepiece", "uvicorn", "fastapi", "requests", "psutil",
+    "sentencepiece", "uvicorn", "fastapi", "requests", "psutil", "onnx", "onnxruntime", "tf2onnx",
 }  # fmt: skip
 
 

@@ -177,6 +177,7 @@ def test_export_measures_the_graph_beside_make_scores_model_and_reports_both(com
 
 
 def test_int8_is_measured_beside_float32_on_the_same_rows_and_answers_close_to_it(trained_run):
+    """Keras' int8 and ONNX Runtime's float32 and int8, each against the float32 model on the same rows."""
     import json
 
     from pipeline.core.catalog import require_output
@@ -187,11 +188,18 @@ def test_int8_is_measured_beside_float32_on_the_same_rows_and_answers_close_to_i
     uri = f"runs:/{json.loads((run_dir / 'manifest.json').read_text())['mlflow_run_id']}/model"
     test = read_split(require_output(config, "ingest"), "test", columns=["text", "label"])
     measured = measure_int8(uri, test["text"], test["label"].to_numpy())
-    assert measured["rows"] == len(test) and measured["float32_rows_per_second"] > 0
-    assert measured["float32_accuracy"] > 0.9  # the tiny run separates its generated reviews
-    # int8 weights move a probability a little, never most labels
-    assert 0 < measured["max_probability_difference"] < 0.2 and measured["labels_changed"] <= len(test) // 10
-    changed = measured["mcnemar"]["only_a_correct"] + measured["mcnemar"]["only_b_correct"]
-    assert changed <= measured["labels_changed"]
+    variants = measured["variants"]
+    assert measured["rows"] == len(test) and list(variants) == ["float32", "keras_int8", "onnx_float32", "onnx_int8"]
+    assert variants["float32"]["accuracy"] > 0.9  # the tiny run separates its generated reviews
+    # ONNX Runtime's float32 graph is the same function: a rounding apart, no label changes
+    onnx_float32 = variants["onnx_float32"]
+    assert onnx_float32["max_probability_difference"] < 1e-4 and onnx_float32["labels_changed"] == 0
+    for name in ("keras_int8", "onnx_int8"):  # int8 weights move a probability a little, never most labels
+        int8 = variants[name]
+        assert 0 < int8["max_probability_difference"] < 0.2 and int8["labels_changed"] <= len(test) // 10, name
+        changed = int8["mcnemar"]["only_a_correct"] + int8["mcnemar"]["only_b_correct"]
+        assert changed <= int8["labels_changed"] and int8["rows_per_second"] > 0
+        assert int8["speedup"] == int8["rows_per_second"] / variants["float32"]["rows_per_second"]
     text = bench.markdown_report({**synthetic_results(), "int8": {"model_uri": uri, **measured}})
-    assert f'Keras int8 (`model.quantize("int8")`) against float32, the Transformer of {uri}' in text
+    assert f"Int8 against float32, the Transformer of {uri} alone" in text
+    assert "| ONNX Runtime dynamic int8 |" in text and '| Keras int8 (`model.quantize("int8")`) |' in text

@@ -32,6 +32,7 @@ from pipeline.core.errors import ConfigError
 from pipeline.core.files import atomic_write_json, atomic_write_text
 from pipeline.experiments.bench.report import markdown_report, utilisation_rows
 from pipeline.experiments.bench.scoring_speed import (
+    NoTransformer,
     measure_export,
     measure_int8,
     measure_ngram_scoring,
@@ -133,7 +134,12 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
     if everything or "export" in sections:
         results["export"] = measure_export(model_uri, texts)
     if everything or "int8" in sections:
-        results["int8"] = {"model_uri": model_uri, **measure_int8(model_uri, texts, test["label"].to_numpy())}
+        try:
+            results["int8"] = {"model_uri": model_uri, **measure_int8(model_uri, texts, test["label"].to_numpy())}
+        except NoTransformer as error:
+            if not everything:  # asked for by name: the user meant a model with a Transformer
+                raise
+            print(f"bench: int8 not measured: {error}")
     json_path = atomic_write_json(config.reports_dir / "bench.json", results)
     md_path = atomic_write_text(config.reports_dir / "bench.md", markdown_report(results))
     read = f"{len(train_ids):,} train rows from {tokenize_dir}/ and {split_path(ingest_dir, 'test')}"

@@ -193,19 +193,35 @@ def export_lines(export: dict) -> list[str]:
     ]
 
 
+INT8_VARIANTS = {
+    "keras_int8": 'Keras int8 (`model.quantize("int8")`)',
+    "onnx_float32": "ONNX Runtime float32",
+    "onnx_int8": "ONNX Runtime dynamic int8",
+}
+
+
 def int8_lines(int8: dict) -> list[str]:
-    test = int8["mcnemar"]
-    return [
-        f'Keras int8 (`model.quantize("int8")`) against float32, the Transformer of {int8["model_uri"]} alone, '
-        f"compiled, {int8['rows']:,} test reviews, side by side: {int8['int8_rows_per_second']:,.0f} against "
-        f"{int8['float32_rows_per_second']:,.0f} rows/s "
-        f"({int8['int8_rows_per_second'] / int8['float32_rows_per_second']:.2f}x); accuracy "
-        f"{int8['int8_accuracy']:.4f} against {int8['float32_accuracy']:.4f} (McNemar p = {test['p_value']:.3g}: "
-        f"{test['only_a_correct']} rows right in float32 only, {test['only_b_correct']} in int8 only); "
-        f"{int8['labels_changed']:,} labels changed, largest probability difference "
-        f"{int8['max_probability_difference']:.2e}.",
+    variants = int8["variants"]
+    floats = variants["float32"]
+    lines = [
+        f"Int8 against float32, the Transformer of {int8['model_uri']} alone, {int8['rows']:,} test reviews, side by "
+        f"side; float32 on the compiled path: {floats['rows_per_second']:,.0f} rows/s, accuracy "
+        f"{floats['accuracy']:.4f}.",
         "",
+        "| variant | rows/s | against float32 | accuracy | McNemar p (float32 only / variant only) | labels changed "
+        "| largest probability difference |",
+        "| --- | ---: | ---: | ---: | --- | ---: | ---: |",
     ]
+    for name, label in INT8_VARIANTS.items():
+        if name in variants:
+            measured, test = variants[name], variants[name]["mcnemar"]
+            lines.append(
+                f"| {label} | {measured['rows_per_second']:,.0f} | {measured['speedup']:.2f}x | "
+                f"{measured['accuracy']:.4f} | {test['p_value']:.3g} ({test['only_a_correct']} / "
+                f"{test['only_b_correct']}) | {measured['labels_changed']:,} | "
+                f"{measured['max_probability_difference']:.2e} |"
+            )
+    return [*lines, ""]
 
 
 def markdown_report(results: dict) -> str:

@@ -8,6 +8,7 @@ Writes: only temporary CSV files, removed before each function returns.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import multiprocessing
 import resource
 import tempfile
@@ -25,6 +26,8 @@ from pipeline.core.files import folder_bytes
 from pipeline.metrics import mcnemar_exact
 from pipeline.model.explain import TOP_ITEMS
 from pipeline.model.forward import predict_ids
+from pipeline.model.onnx_int8 import int8_graph, onnx_graph, predict_ids_onnx, session
+from pipeline.runtime.backend import uses_tensorflow
 from pipeline.stages.export.check import as_bytes
 from pipeline.stages.score.csv_file import score_csv
 
@@ -176,11 +179,17 @@ def measure_scoring(tracking: TrackingConfig, model_uri: str, texts: pd.Series, 
     return results
 
 
+class NoTransformer(InputError):
+    """The model asked for holds no Transformer (NBSVM alone)."""
+
+
 def measure_int8(model_uri: str, texts: pd.Series, labels: np.ndarray) -> dict:
-    """The Transformer of the model at ``model_uri`` scored alone (compiled, as ``make score`` runs it) in float32 and
-    after Keras' post-training int8 quantization (``model.quantize("int8")``: int8 weights, activations quantized per
-    call), on the same rows: rows/s after a warm-up, accuracy, McNemar's test between the two, the largest difference
-    of a probability and the rows whose label changes."""
+    """The Transformer of the model at ``model_uri`` scored alone, side by side on the same rows: float32 on the
+    product's compiled path (``predict_ids``, as ``make score`` runs it), Keras' post-training int8
+    (``model.quantize("int8")``: int8 weights, activations quantized per call) on the same path, and its ONNX graph
+    run by ONNX Runtime in float32 and with dynamic int8 weights (``pipeline.model.onnx_int8``; TensorFlow backend).
+    Each: rows/s after a warm-up pass and accuracy; each other than float32: McNemar's test against it, the largest
+    difference of a probability and the rows whose label changes."""
     import keras
 
     from pipeline.model.classifiers import load_classifier
@@ -188,7 +197,7 @@ def measure_int8(model_uri: str, texts: pd.Series, labels: np.ndarray) -> dict:
 
     floats = transformer_of(load_classifier(model_uri))
     if floats is None:
-        raise InputError(f"{model_uri} is an NBSVM model without a Transformer to quantize")
+        raise NoTransformer(f"{model_uri} is an NBSVM model without a Transformer to quantize")
     # a copy: the loaded model is shared with every other user of this URI in the process
     quantized = keras.models.clone_model(floats.model)
     quantized.set_weights(floats.model.get_weights())
@@ -196,20 +205,33 @@ def measure_int8(model_uri: str, texts: pd.Series, labels: np.ndarray) -> dict:
         warnings.filterwarnings("ignore", message=r"Layer .* does not have a `quantize` method")
         quantized.quantize("int8")
     ids = floats.text_tokenizer.encode(texts.tolist())
-    results: dict = {"rows": len(texts)}
+    forwards = {
+        "float32": lambda rows: predict_ids(floats.model, rows, compiled=True),
+        "keras_int8": lambda rows: predict_ids(quantized, rows, compiled=True),
+    }
+    if uses_tensorflow():
+        graph = onnx_graph(floats.model)
+        for name, variant in (("onnx_float32", graph), ("onnx_int8", int8_graph(graph))):
+            forwards[name] = functools.partial(predict_ids_onnx, session(variant))
+    results: dict = {"rows": len(texts), "variants": {}}
     probabilities = {}
-    for name, model in (("float32", floats.model), ("int8", quantized)):
-        predict_ids(model, ids, compiled=True)  # warm-up: compiles every batch width once
+    for name, forward in forwards.items():
+        forward(ids)  # warm-up: compiles every batch width once, or lets ONNX Runtime plan its buffers
         started = time.perf_counter()
-        probabilities[name] = predict_ids(model, ids, compiled=True)
-        results[f"{name}_rows_per_second"] = len(ids) / (time.perf_counter() - started)
-        results[f"{name}_accuracy"] = float((probabilities[name].argmax(axis=1) == labels).mean())
-    correct = {name: p.argmax(axis=1) == labels for name, p in probabilities.items()}
-    results["mcnemar"] = mcnemar_exact(correct["float32"], correct["int8"])
-    results["max_probability_difference"] = float(np.abs(probabilities["int8"] - probabilities["float32"]).max())
-    results["labels_changed"] = int(
-        (probabilities["int8"].argmax(axis=1) != probabilities["float32"].argmax(axis=1)).sum()
-    )
+        probabilities[name] = forward(ids)
+        results["variants"][name] = {
+            "rows_per_second": len(ids) / (time.perf_counter() - started),
+            "accuracy": float((probabilities[name].argmax(axis=1) == labels).mean()),
+        }
+    reference = probabilities["float32"]
+    for name, measured in results["variants"].items():
+        if name != "float32":
+            measured.update(
+                mcnemar=mcnemar_exact(reference.argmax(axis=1) == labels, probabilities[name].argmax(axis=1) == labels),
+                max_probability_difference=float(np.abs(probabilities[name] - reference).max()),
+                labels_changed=int((probabilities[name].argmax(axis=1) != reference.argmax(axis=1)).sum()),
+                speedup=measured["rows_per_second"] / results["variants"]["float32"]["rows_per_second"],
+            )
     return results
 
 
