@@ -10,6 +10,7 @@ as ``Gemm``, which dynamic quantization leaves in float32, so those are rewritte
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from pathlib import Path
 
@@ -116,15 +117,26 @@ def int8_graph(graph):
     with tempfile.TemporaryDirectory() as folder:  # quantize_dynamic reads and writes files
         source, target = Path(folder) / "float32.onnx", Path(folder) / "int8.onnx"
         onnx.save(gemm_as_matmul(folded(graph, Path(folder) / "folded.onnx")), source)
-        quantize_dynamic(
-            source,
-            target,
-            weight_type=QuantType.QInt8,
-            per_channel=True,
-            op_types_to_quantize=["MatMul"],
-            extra_options={"MatMulConstBOnly": True, "DefaultTensorType": onnx.TensorProto.FLOAT},
-        )
+        root = logging.getLogger()
+        root.addFilter(_no_preprocessing_advice)
+        try:
+            quantize_dynamic(
+                source,
+                target,
+                weight_type=QuantType.QInt8,
+                per_channel=True,
+                op_types_to_quantize=["MatMul"],
+                extra_options={"MatMulConstBOnly": True, "DefaultTensorType": onnx.TensorProto.FLOAT},
+            )
+        finally:
+            root.removeFilter(_no_preprocessing_advice)
         return onnx.load(target)
+
+
+def _no_preprocessing_advice(record: logging.LogRecord) -> bool:
+    """Drop the quantizer's advice to run its pre-processing first: :func:`folded` does its constant folding, and
+    the tensors whose type it would infer are given one (``DefaultTensorType``)."""
+    return "pre-processing before quantization" not in record.getMessage()
 
 
 def session(graph, threads: int | None = None):
