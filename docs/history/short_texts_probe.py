@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=None, help="model.preset_blocks (default: every block)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fraction", type=float, default=0.1, help="of each part of the mix (the same draw each run)")
-    parser.add_argument("--crops-kept", type=float, default=1.0, help="the first part of the drawn crops kept")
+    parser.add_argument("--crops-kept", type=float, default=1.0, help="the part of the drawn crops kept")
     parser.add_argument("--out", type=Path, default=Path("probe"))
     parser.add_argument("--xla", action="store_true", help="time training steps with jit_compile off and on instead")
     args = parser.parse_args()
@@ -60,7 +60,8 @@ def main() -> None:
         return np.sort(draw.choice(rows, int(rows * args.fraction), replace=False))
 
     reviews, distilled, crops = part(len(train_ids)), part(len(distilled_ids)), part(len(crop_texts))
-    crops = crops[: int(len(crops) * args.crops_kept)]
+    # a random part of the drawn crops (the crops file is in review order, and the reviews in label order)
+    crops = np.sort(np.random.default_rng(1).choice(crops, int(len(crops) * args.crops_kept), replace=False))
     ids = np.concatenate(
         [train_ids[reviews], distilled_ids[distilled], tokenizer.encode([crop_texts[i] for i in crops])]
     )
