@@ -4,8 +4,9 @@ ONNX Runtime on the CPU: the dynamic int8 path ``make bench --only int8`` measur
 ONNX Runtime's dynamic quantization stores every matrix product's constant weights as int8 (one scale per output
 column) and quantizes its activations per call, running the products on the CPU's integer instructions. The
 converter (tf2onnx, from a ``tf.function``: TensorFlow backend only) writes Keras' ``Dense`` layers on 2-D inputs
-as ``Gemm``, which dynamic quantization leaves in float32, so those are rewritten as ``MatMul`` + ``Add`` first
-(:func:`gemm_as_matmul`). Embedding tables, layer norms and the attention's activation products stay float32.
+as ``Gemm``, which dynamic quantization leaves in float32, and reshapes some weights on every call, which hides them
+from the quantizer; so constants are folded (:func:`folded`) and ``Gemm`` written as ``MatMul`` + ``Add``
+(:func:`gemm_as_matmul`) first. Embedding tables, layer norms and the attention's activation products stay float32.
 """
 
 from __future__ import annotations
@@ -80,11 +81,16 @@ def gemm_as_matmul(graph):
         if not plain:
             nodes.append(node)
             continue
-        weights = constants[node.input[1]]
-        if attributes.get("transB", 0):
-            weights.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weights).T.copy(), weights.name))
+        weights = node.input[1]
+        if attributes.get("transB", 0):  # a transposed copy, once: another node may read the weights as they are
+            transposed = weights + "/transposed"
+            if transposed not in constants:
+                array = numpy_helper.to_array(constants[weights]).T.copy()
+                constants[transposed] = numpy_helper.from_array(array, transposed)
+                graph.graph.initializer.append(constants[transposed])
+            weights = transposed
         product = node.output[0] + "/matmul"
-        nodes.append(helper.make_node("MatMul", [node.input[0], weights.name], [product], name=node.name + "/matmul"))
+        nodes.append(helper.make_node("MatMul", [node.input[0], weights], [product], name=node.name + "/matmul"))
         if len(node.input) > 2 and node.input[2]:
             nodes.append(helper.make_node("Add", [product, node.input[2]], list(node.output), name=node.name + "/add"))
         else:

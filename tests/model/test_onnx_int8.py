@@ -93,6 +93,9 @@ def test_a_gemm_with_constant_weights_becomes_matmul_and_add_with_the_same_answe
     rewritten = gemm_as_matmul(graph)
     assert [n.op_type for n in rewritten.graph.node] == ["MatMul", "Add", "Gemm"]
     assert [n.op_type for n in graph.graph.node] == ["Gemm", "Gemm"]  # the caller's graph as it was
+    kept = {tensor.name: numpy_helper.to_array(tensor) for tensor in rewritten.graph.initializer}
+    np.testing.assert_array_equal(kept["w"], weights)  # transposed into a copy: another reader of "w" sees it as it was
+    np.testing.assert_array_equal(kept["w/transposed"], weights.T)
     onnx.checker.check_model(rewritten)
     feeds = {"x": rng.normal(size=(5, 3)).astype(np.float32), "x2": rng.normal(size=(4, 2)).astype(np.float32)}
     np.testing.assert_allclose(
