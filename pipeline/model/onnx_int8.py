@@ -104,13 +104,8 @@ def folded(graph, path: Path):
     """``graph`` after ONNX Runtime's basic optimizations (written to ``path`` and read back): constants folded, so a
     weight the converter reshapes or transposes on every call is a constant the quantizer can see."""
     import onnx
-    import onnxruntime
 
-    options = onnxruntime.SessionOptions()
-    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    options.optimized_model_filepath = str(path)
-    options.log_severity_level = 3
-    onnxruntime.InferenceSession(graph.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session(graph, optimized_to=path)
     return onnx.load(path)
 
 
@@ -145,14 +140,16 @@ def _no_preprocessing_advice(record: logging.LogRecord) -> bool:
     return "pre-processing before quantization" not in record.getMessage()
 
 
-def session(graph, threads: int | None = None):
-    """An ONNX Runtime CPU session of ``graph`` (``threads``: its intra-op threads; None: ONNX Runtime's choice)."""
+def session(graph, optimized_to: Path | None = None):
+    """An ONNX Runtime CPU session of ``graph``; with ``optimized_to``, only its basic optimizations, the optimized
+    graph written there."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
-    if threads:
-        options.intra_op_num_threads = threads
     options.log_severity_level = 3  # its per-tensor "could not infer type" notes are not a user's business
+    if optimized_to is not None:
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.optimized_model_filepath = str(optimized_to)
     return onnxruntime.InferenceSession(graph.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
