@@ -14,13 +14,11 @@ from sklearn import metrics as skm
 from pipeline.core.predictions import fuse_probabilities, predicted_and_confidence
 
 
-def cross_fitted_accuracy(correct: dict, seed: int = 0) -> float:
-    """The validation accuracy of *choosing* among options (a regularisation strength, a fusion weight) on the
-    same validation rows, estimated without the optimism of choosing and scoring on one set: the option with
-    the best accuracy on one half of the rows is scored on the other half, both ways, and the two averaged.
+def cross_fitted_correct(correct: dict, seed: int = 0) -> np.ndarray:
+    """Per row, whether the option chosen on the *other* half of the rows gets it right: the rows behind
+    :func:`cross_fitted_accuracy` (a random half, ``seed``; ties go to the option listed first).
 
-    ``correct``: option -> boolean array, one entry per validation row (the same rows for every option);
-    ties go to the option listed first.
+    ``correct``: option -> boolean array, one entry per validation row (the same rows for every option).
     """
     options = list(correct)
     rows = len(correct[options[0]])
@@ -30,8 +28,17 @@ def cross_fitted_accuracy(correct: dict, seed: int = 0) -> float:
     def chosen_on(mask: np.ndarray):
         return max(options, key=lambda option: np.asarray(correct[option])[mask].mean())
 
-    right = np.asarray(correct[chosen_on(first)])[~first].sum() + np.asarray(correct[chosen_on(~first)])[first].sum()
-    return float(right / rows)
+    return np.where(first, np.asarray(correct[chosen_on(~first)]), np.asarray(correct[chosen_on(first)])).astype(bool)
+
+
+def cross_fitted_accuracy(correct: dict, seed: int = 0) -> float:
+    """The validation accuracy of *choosing* among options (a regularisation strength, a fusion weight) on the
+    same validation rows, estimated without the optimism of choosing and scoring on one set: the option with
+    the best accuracy on one half of the rows is scored on the other half, both ways, and the two averaged
+    (:func:`cross_fitted_correct`).
+    """
+    right = cross_fitted_correct(correct, seed)
+    return float(right.sum() / len(right))
 
 
 def expected_calibration_error(labels: np.ndarray, probabilities: np.ndarray, bins: int = 15) -> float:
@@ -264,6 +271,15 @@ def best_fusion_weight(
     cross-fitted validation accuracy of choosing the weight this way (``metrics.cross_fitted_accuracy``):
     the best of 21 weights on the rows it is scored on flatters the fusion, the cross-fitted one does not.
     """
+    best, by_weight, correct = fusion_weight_scan(val_transformer, val_lexical, val_labels, steps)
+    return best, by_weight, cross_fitted_accuracy(correct)
+
+
+def fusion_weight_scan(
+    val_transformer: np.ndarray, val_lexical: np.ndarray, val_labels: np.ndarray, steps: int
+) -> tuple[float, dict[float, float], dict[float, np.ndarray]]:
+    """:func:`best_fusion_weight`'s weight and accuracies, with each weight's per-row correctness (for
+    :func:`cross_fitted_correct`)."""
     scores, correct = {}, {}
     for weight in np.linspace(0.0, 1.0, steps):
         fused = fuse_probabilities(val_transformer, val_lexical, float(weight))
@@ -272,7 +288,7 @@ def best_fusion_weight(
         log_loss = float(-np.log(np.clip(fused[np.arange(len(val_labels)), val_labels], 1e-7, 1.0)).mean())
         scores[key] = (float(correct[key].mean()), -log_loss)
     best = max(scores, key=lambda w: scores[w])
-    return best, {w: s[0] for w, s in scores.items()}, cross_fitted_accuracy(correct)
+    return best, {w: s[0] for w, s in scores.items()}, correct
 
 
 def cross_fitted_fusion(

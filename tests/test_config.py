@@ -244,6 +244,8 @@ def test_ngrams_are_a_factor_named_by_their_setting():
         ("compare.inits=[scratch, scratch]", "one or two different levels"),
         ("compare.token_embeddings=[glove]", "glove"),
         ("compare.fusion_weights=1", "fusion_weights"),
+        ("compare.cascade_share=0", "cascade_share"),
+        ("compare.cascade_share=1.5", "cascade_share"),
         ("compare.ngrams=[1, 9]", "9"),
         ("model.ngram_max=0", "model.ngram_max"),
         ("model.ngram_buckets=1", "model.ngram_buckets"),
@@ -296,6 +298,7 @@ def test_keys_added_for_ngrams_presets_and_sparse_updates_leave_the_hashes_of_ru
             ("training", "adversarial_epsilon"),
             ("model", "long_reviews"),
             ("compare", "long_reviews"),
+            ("compare", "cascade_share"),
         ):
             payload.get(section, {}).pop(key, None)
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]

@@ -103,6 +103,7 @@ ADDED_KEYS = {
     ("compare", "short_fusion_words"): 0,
     ("nbsvm", "unlabeled_crops_per_review"): 0,
     ("model", "preset_blocks"): None,
+    ("compare", "cascade_share"): 1.0,
 }
 
 # Names a config file or ``--set`` may still use -> today's: read as the new name (both at once is an error). A

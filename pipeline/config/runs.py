@@ -57,6 +57,10 @@ class CompareConfig:
     # the validation sentence crops (cross-fitted for the figures the champion is chosen on); 0: one weight. 80: short
     # texts gain significantly and reviews lose nothing significant (docs/results.md)
     short_fusion_words: int = 80
+    # < 1: the fusion is a cascade: its Transformer reads only the texts NBSVM is least sure of, this share of the
+    # validation reviews (a confidence threshold chosen on them), and the rest keep NBSVM's answer; scoring gets
+    # faster by about the inverse of the share. 1: the Transformer reads every text
+    cascade_share: float = 1.0
     tfidf_baseline: bool = True  # the earlier TF-IDF + logistic regression baseline, a reference row
     tuned: str | None = None  # make compare-tuned: the tuned config file (null: <reports_dir>/tune/best.yaml)
     # make register: the candidates within this of the best full-review validation accuracy compete on the validation
@@ -82,6 +86,8 @@ class CompareConfig:
             raise ConfigError(
                 f"compare.short_fusion_words must be 0 (one weight) or more, got {self.short_fusion_words}"
             )
+        if not 0.0 < self.cascade_share <= 1.0:
+            raise ConfigError(f"compare.cascade_share must be in (0, 1] (1: no cascade), got {self.cascade_share}")
         if not 0.0 <= self.champion_tolerance <= 1.0:
             raise ConfigError(f"compare.champion_tolerance must be in [0, 1], got {self.champion_tolerance}")
 

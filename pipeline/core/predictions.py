@@ -114,6 +114,34 @@ def fuse_probabilities(transformer: np.ndarray, lexical: np.ndarray, weight) -> 
     return (fused / fused.sum(axis=1, keepdims=True)).astype(np.float32)
 
 
+def lexical_confidence(lexical: np.ndarray) -> np.ndarray:
+    """Each row's top-class probability (float64), for two classes from the positive class's probability as scored
+    tables store it (so a stored table and a live model give the same number)."""
+    probabilities = np.asarray(np.asarray(lexical, dtype=np.float32), dtype=np.float64)
+    if probabilities.shape[1] == 2:
+        return np.maximum(1.0 - probabilities[:, 1], probabilities[:, 1])
+    return probabilities.max(axis=1)
+
+
+def cascade_threshold(lexical: np.ndarray, share: float) -> float:
+    """The confidence at or below which ``share`` of these rows fall (one of their own values, so the rule
+    :func:`cascade_rows` gives the same answer in float32 and float64)."""
+    return float(np.quantile(lexical_confidence(lexical), share, method="lower"))
+
+
+def cascade_rows(lexical: np.ndarray, threshold: float | None) -> np.ndarray:
+    """Which rows a cascaded fusion reads with its Transformer: those whose lexical confidence is at most
+    ``threshold`` (None: every row)."""
+    if threshold is None:
+        return np.ones(len(lexical), dtype=bool)
+    return lexical_confidence(lexical) <= threshold
+
+
+def cascade_probabilities(fused: np.ndarray, lexical: np.ndarray, routed: np.ndarray) -> np.ndarray:
+    """A cascade's answer: the fused probabilities on the ``routed`` rows, the lexical model's on the rest."""
+    return np.where(np.asarray(routed)[:, None], np.asarray(fused, np.float32), np.asarray(lexical, np.float32))
+
+
 def pool_windows(probabilities: np.ndarray, owner: np.ndarray) -> np.ndarray:
     """``[texts, k]`` from the ``[rows, k]`` probabilities of every text's rows
     (``WordPieceTextTokenizer.encode_windows``: each text's own row first, in order, then its windows; ``owner`` the

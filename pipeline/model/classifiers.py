@@ -36,6 +36,7 @@ from pipeline.core.catalog import LABELS_FILE, TOKENIZER_SETTINGS_FILE
 from pipeline.core.errors import InputError, MissingInputError
 from pipeline.core.files import sha256_file
 from pipeline.core.predictions import (
+    cascade_rows,
     check_shape,
     fuse_probabilities,
     pool_windows,
@@ -308,7 +309,11 @@ class FusedClassifier(PipelineModel):
     """A Transformer and a lexical model in one artifact: their log-probabilities averaged with the weight
     chosen on validation (:func:`fuse_probabilities`; ``fusion.json`` holds it). A length-aware fusion also holds
     ``short_transformer_weight`` and ``short_max_words``: texts of at most that many words (``word_counts``) get
-    that weight instead."""
+    that weight instead. A cascade (``cascade_threshold``) runs its Transformer only on the texts whose lexical
+    confidence is at most the threshold (``cascade_rows``); the others get the lexical model's probabilities.
+
+    ``prepare`` gives (ids of the Transformer's texts, n-gram counts of every text, every text's weight, the rows the
+    Transformer reads or None for every row)."""
 
     kind = "fusion"
 
@@ -333,6 +338,8 @@ class FusedClassifier(PipelineModel):
         self.weight = float(settings["transformer_weight"])
         self.short_max_words = int(settings.get("short_max_words", 0))  # 0: one weight for every text
         self.short_weight = float(settings.get("short_transformer_weight", self.weight))
+        threshold = settings.get("cascade_threshold")  # None: the Transformer reads every text
+        self.cascade_threshold = None if threshold is None else float(threshold)
         self.transformer_run_id = settings.get("transformer_run_id")  # where its Transformer was trained
         self.labels = self.transformer.labels
         if self.lexical.labels != self.labels or settings.get("labels", self.labels) != self.labels:
@@ -351,14 +358,22 @@ class FusedClassifier(PipelineModel):
     def prepare(self, texts: Sequence[str]):
         # a part with weight 0 cannot change the answer: it is not run (validation may give all weight to one)
         weights = self.row_weights(texts)
-        return (
-            self.transformer.prepare(texts) if max(self.weight, self.short_weight) > 0 else None,
-            self.lexical.prepare(texts) if min(self.weight, self.short_weight) < 1 else None,
-            weights,
-        )
+        runs_transformer = max(self.weight, self.short_weight) > 0
+        runs_lexical = min(self.weight, self.short_weight) < 1
+        counts = self.lexical.prepare(texts) if runs_lexical else None
+        routed = None
+        if runs_transformer and runs_lexical and self.cascade_threshold is not None:
+            routed = np.flatnonzero(cascade_rows(self.lexical.score(counts), self.cascade_threshold))
+            texts = [texts[int(row)] for row in routed]
+        return (self.transformer.prepare(texts) if runs_transformer else None, counts, weights, routed)
 
     def score(self, prepared) -> np.ndarray:
-        ids, counts, weights = prepared
+        ids, counts, weights, routed = prepared
+        if routed is not None:  # the cascade: the lexical model's answer where it is sure, the fusion elsewhere
+            answer = self.lexical.score(counts)
+            if len(routed):
+                answer[routed] = fuse_probabilities(self.transformer.score(ids), answer[routed], weights[routed])
+            return answer
         transformer = self.transformer.score(ids) if ids is not None else None
         lexical = self.lexical.score(counts) if counts is not None else None
         if transformer is None:  # one part alone is fused with itself

@@ -18,7 +18,7 @@ predicted class (NBSVM: its one-vs-rest logit).
   Gradients come from the Keras backend in use (TensorFlow's tape, ``jax.grad``).
 - **Fusion** (:func:`explain`): the fused log-odds is ``w`` times the Transformer's plus ``1 - w`` times NBSVM's
   (``pipeline.core.predictions.fuse_probabilities``; ``w`` the text's own in a length-aware fusion), so the items
-  are the two parts' items weighted the same way.
+  are the two parts' items weighted the same way. A cascade's texts that its Transformer does not read get NBSVM's.
 
 :func:`explanation_text` writes the items that moved the log-odds most as ``+great, +loved, -boring``.
 """
@@ -342,17 +342,15 @@ def explain(classifier, prepared, steps: int = IG_STEPS) -> list[Explanation]:
     if kind == "nbsvm":
         return lexical_explanations(classifier, prepared)
     if kind == "fusion":
-        ids, counts, weights = prepared
+        ids, counts, weights, routed = prepared
         if counts is None:  # weight 1: the Transformer alone, as the fused model scores
             return transformer_explanations(classifier.transformer, ids, steps)
+        lexical = lexical_explanations(classifier.lexical, counts)
         if ids is None:
-            return lexical_explanations(classifier.lexical, counts)
-        return [
-            fused_explanation(t, x, float(w))
-            for t, x, w in zip(
-                transformer_explanations(classifier.transformer, ids, steps),
-                lexical_explanations(classifier.lexical, counts),
-                weights,
-            )
-        ]
+            return lexical
+        rows = range(len(lexical)) if routed is None else routed  # a cascade: the lexical model's alone elsewhere
+        read = transformer_explanations(classifier.transformer, ids, steps) if len(rows) else []
+        for row, transformer in zip(rows, read):
+            lexical[row] = fused_explanation(transformer, lexical[row], float(weights[row]))
+        return lexical
     raise InputError(f"explanations: no explanation for a {type(classifier).__name__}")

@@ -441,6 +441,38 @@ def test_a_fused_model_skips_a_part_whose_weight_is_zero_and_answers_the_same(co
     assert isinstance(fused, FusedClassifier)
 
 
+def test_a_cascade_reads_with_its_transformer_only_the_texts_nbsvm_is_least_sure_of(comparison):
+    """A cascaded fusion: the Transformer gets the texts whose NBSVM confidence is at most the threshold, in order;
+    they get the fused answer and the rest NBSVM's; its explanations follow the same split; no threshold: the
+    fusion of every text."""
+    from pipeline.core.predictions import lexical_confidence
+    from pipeline.model.classifiers import load_classifier
+
+    config, _ = comparison
+    mlflow.set_tracking_uri(config.tracking.tracking_uri)
+    payload = json.loads((config.reports_dir / "comparison.json").read_text())
+    fused = load_classifier(f"runs:/{payload['summary'][FUSED[1]]['run_ids'][0]}/model")
+    fused.weight = fused.short_weight = 0.35  # the tiny comparison's fusions chose weight 0; both parts must count
+    texts = ["a superb and wonderful film", "dull and awful", "the plot was a film", "great", "bad bad bad", "a film"]
+    every_text = fuse_probabilities_of(fused, texts, 0.35)
+    lexical = fused.lexical.probabilities(texts)
+    confidence = lexical_confidence(lexical)
+    fused.cascade_threshold = float(np.sort(confidence)[2])  # the three least sure texts
+    read = []
+    original = fused.transformer.prepare
+    fused.transformer.prepare = lambda batch: read.extend(batch) or original(batch)
+    answer = fused.probabilities(texts)
+    routed = confidence <= fused.cascade_threshold
+    assert read == [text for text, r in zip(texts, routed) if r] and 0 < routed.sum() < len(texts)
+    np.testing.assert_allclose(answer[routed], every_text[routed], atol=1e-6)
+    np.testing.assert_array_equal(answer[~routed], lexical[~routed])
+    explained = fused.explanations(fused.prepare(texts), top=3)
+    lexical_only = fused.lexical.explanations(fused.lexical.prepare(texts), top=3)
+    assert [e == x for e, x in zip(explained, lexical_only)] == (~routed).tolist()
+    fused.cascade_threshold = None
+    np.testing.assert_allclose(fused.probabilities(texts), every_text, atol=1e-6)
+
+
 def fuse_probabilities_of(fused, texts, weight):
     from pipeline.model.classifiers import fuse_probabilities
 
@@ -590,18 +622,22 @@ def test_the_report_says_which_encoder_a_comparison_varied():
 
 def test_a_length_aware_fusion_gives_short_texts_their_own_weight(own_comparison, monkeypatch, capsys):
     """compare.short_fusion_words: the Transformers are reused, every fused run logs its two weights, its model scores
-    a short text with the short one and a long text with the other, and the model card says so."""
+    a short text with the short one and a long text with the other, and the model card says so. With
+    compare.cascade_share too, each fusion is a cascade: its threshold is logged and loaded, the model answers the test
+    reviews as the comparison recorded, and the card says so."""
     from pipeline.model.classifiers import load_classifier
     from pipeline.stages.compare import fusion_weights
     from pipeline.stages.register import card as register_card
 
     config, _ = own_comparison
     monkeypatch.setattr(fusion_weights, "MIN_ROWS", 2)  # the tiny data's few short texts still choose
-    config = config.replace(compare={"short_fusion_words": 12})
+    config = config.replace(compare={"short_fusion_words": 12, "cascade_share": 0.5})
     compare.run(config)
     output = capsys.readouterr().out
     assert output.count("train: up to date") == 4
     assert "up to 12 words) on the Transformer" in output, output
+    assert "a cascade: the Transformer reads" in output, output
+    test_texts = pd.read_parquet(config.data_dir / "ingest" / "test.parquet")["text"].tolist()
     payload = json.loads((config.reports_dir / "comparison.json").read_text())
     client = mlflow.tracking.MlflowClient()
     for name in FUSED:
@@ -613,5 +649,13 @@ def test_a_length_aware_fusion_gives_short_texts_their_own_weight(own_comparison
             assert classifier.short_weight == pytest.approx(float(params["fusion.short_transformer_weight"]))
             weights = classifier.row_weights(["Dull.", " ".join(["word"] * 13)])
             assert weights.tolist() == [classifier.short_weight, classifier.weight]
+            assert params["fusion.cascade_share"] == "0.5"
+            assert classifier.cascade_threshold == float(params["fusion.cascade_threshold"])
+            folder = f"fusion-{params['fusion.transformer_run']}-{params['fusion.lexical_run']}-s12-c0.5"
+            recorded = pd.read_parquet(config.reports_dir / folder / "test_predictions.parquet")
+            np.testing.assert_allclose(
+                classifier.probabilities(test_texts)[:, 1], recorded["positive_probability"], atol=1e-5
+            )
             _, lines, _ = register_card.model_lines(client.get_run(run_id), client)
             assert "texts of at most 12 words get their own" in lines[0]
+            assert "A cascade: the Transformer reads only the texts NBSVM is least sure of" in lines[0]

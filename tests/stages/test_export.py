@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.core.errors import ConfigError, InputError, PipelineError
+from pipeline.core.predictions import lexical_confidence
 from pipeline.text.conventions import text_problem
 from pipeline.text.token_rows import pad_rows, window_offsets
 
@@ -59,7 +60,8 @@ def exported(classifier, folder: Path):
 
 
 @pytest.mark.parametrize(
-    "kind", ["transformer", "nbsvm", "fusion", "fusion at 0.35", "fusion by length", "transformer by windows"]
+    "kind",
+    ["transformer", "nbsvm", "fusion", "fusion at 0.35", "fusion by length in a cascade", "transformer by windows"],
 )
 def test_the_graph_answers_as_make_score_does(comparison, tmp_path, kind):
     from pipeline.model.classifiers import load_classifier
@@ -71,7 +73,7 @@ def test_the_graph_answers_as_make_score_does(comparison, tmp_path, kind):
     texts = sample_texts(config)
     if kind == "fusion at 0.35":  # the tiny comparison's fusions chose weight 0; both parts must count
         classifier.weight = 0.35
-    if kind == "fusion by length":  # texts of at most 6 words (as str.split counts them, any Unicode space) their own
+    if kind == "fusion by length in a cascade":  # texts of at most 6 words (as str.split counts them) their own
         classifier.weight, classifier.short_weight, classifier.short_max_words = 0.35, 0.9, 6
         texts += [
             "Dull.",
@@ -82,6 +84,9 @@ def test_the_graph_answers_as_make_score_does(comparison, tmp_path, kind):
             "a<br />b c d e f",
         ]
         assert {0.35, 0.9} <= set(classifier.row_weights(texts).tolist())
+        confidence = lexical_confidence(classifier.lexical.probabilities(texts))
+        classifier.cascade_threshold = float(np.median(confidence))  # the Transformer reads about half the texts
+        assert 0 < (confidence <= classifier.cascade_threshold).sum() < len(texts)
     if kind == "transformer by windows":
         classifier.settings = {"long_reviews": "windows"}
         assert classifier.reads_windows

@@ -13,12 +13,13 @@ validation, each text by its word count, as the fused model scores.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.core.predictions import fuse_probabilities
-from pipeline.metrics import best_fusion_weight, cross_fitted_fusion
+from pipeline.core.predictions import cascade_probabilities, cascade_rows, cascade_threshold, fuse_probabilities
+from pipeline.metrics import cross_fitted_accuracy, cross_fitted_correct, cross_fitted_fusion, fusion_weight_scan
 
 MIN_ROWS = 20  # fewer short (or long) validation texts than this: one weight for all (too few to choose on)
 
@@ -52,19 +53,21 @@ class FusionChoice:
     short_max_words: int  # 0: one weight
     by_weight: dict[float, float]  # validation accuracy of every weight tried (the long texts' with a limit)
     honest: float  # cross-fitted validation accuracy of choosing the weight(s) this way
+    honest_rows: np.ndarray  # per validation review, whether it is right in that cross-fitted figure
     val: np.ndarray  # the fused validation probabilities (short texts cross-fitted)
     test: np.ndarray
     crops: dict[str, np.ndarray]  # per crop split (validation crops of short texts cross-fitted)
 
 
 def one_weight(transformer: PartScores, lexical: PartScores, rows: EvaluatedRows, steps: int) -> FusionChoice:
-    weight, by_weight, honest = best_fusion_weight(transformer.val, lexical.val, rows.val_labels, steps)
+    weight, by_weight, correct = fusion_weight_scan(transformer.val, lexical.val, rows.val_labels, steps)
     return FusionChoice(
         weight,
         weight,
         0,
         by_weight,
-        honest,
+        cross_fitted_accuracy(correct),
+        cross_fitted_correct(correct),
         fuse_probabilities(transformer.val, lexical.val, weight),
         fuse_probabilities(transformer.test, lexical.test, weight),
         {
@@ -84,9 +87,10 @@ def choose_fusion(
     short_crops = rows.crop_words["val"] <= short_max_words
     if min(long.sum(), (~long).sum() + short_crops.sum()) < MIN_ROWS:
         return one_weight(transformer, lexical, rows, steps)
-    weight, by_weight, honest_long = best_fusion_weight(
+    weight, by_weight, correct = fusion_weight_scan(
         transformer.val[long], lexical.val[long], rows.val_labels[long], steps
     )
+    honest_long = cross_fitted_accuracy(correct)
     short_reviews = np.flatnonzero(~long)
     short_weight, honest_short = cross_fitted_fusion(
         np.concatenate([transformer.val[~long], transformer.crops["val"][short_crops]]),
@@ -108,13 +112,54 @@ def choose_fusion(
     crops["val"][short_crops] = honest_short[len(short_reviews) :]
     short_correct = (val[~long].argmax(axis=1) == rows.val_labels[~long]).sum()
     honest = float((honest_long * long.sum() + short_correct) / len(long))
+    honest_rows = val.argmax(axis=1) == rows.val_labels
+    honest_rows[long] = cross_fitted_correct(correct)
     return FusionChoice(
         weight,
         short_weight,
         short_max_words,
         by_weight,
         honest,
+        honest_rows,
         val,
         by_length(transformer.test, lexical.test, rows.test_words),
         crops,
     )
+
+
+@dataclass(frozen=True)
+class Cascade:
+    """A fusion that reads with its Transformer only the texts NBSVM is least sure of (``compare.cascade_share``):
+    the figures it is chosen and reported on, and what it saves."""
+
+    choice: FusionChoice  # val, test and crops probabilities and the cross-fitted figure, as the cascade answers
+    threshold: float  # texts whose NBSVM confidence is at most this read both parts; the rest NBSVM's answer
+    routed: dict[str, float]  # the share of each evaluated set read by the Transformer: val, test, crops_<split>
+
+
+def cascade(choice: FusionChoice, lexical: PartScores, rows: EvaluatedRows, share: float) -> Cascade:
+    """``choice`` (the fusion of every text) as a cascade: the threshold is the NBSVM confidence of the ``share`` of
+    validation reviews it is least sure of (no label read, so the validation figures stay honest), and every text above
+    it keeps NBSVM's probability. The cross-fitted figure: the fusion's cross-fitted rows where the Transformer reads,
+    NBSVM's own answer elsewhere."""
+    threshold = cascade_threshold(lexical.val, share)
+    routed_val = cascade_rows(lexical.val, threshold)
+    honest_rows = np.where(routed_val, choice.honest_rows, lexical.val.argmax(axis=1) == rows.val_labels)
+
+    def gated(fused: np.ndarray, lexical_part: np.ndarray) -> np.ndarray:
+        return cascade_probabilities(fused, lexical_part, cascade_rows(lexical_part, threshold))
+
+    cascaded = dataclasses.replace(
+        choice,
+        honest=float(honest_rows.mean()),
+        honest_rows=honest_rows,
+        val=gated(choice.val, lexical.val),
+        test=gated(choice.test, lexical.test),
+        crops={split: gated(choice.crops[split], lexical.crops[split]) for split in choice.crops},
+    )
+    routed = {
+        "val": float(routed_val.mean()),
+        "test": float(cascade_rows(lexical.test, threshold).mean()),
+        **{f"crops_{split}": float(cascade_rows(lexical.crops[split], threshold).mean()) for split in lexical.crops},
+    }
+    return Cascade(cascaded, threshold, routed)

@@ -34,10 +34,11 @@ from pipeline.core.files import atomic_dump, atomic_write_json
 from pipeline.core.logs import duration
 from pipeline.core.predictions import from_probability_columns
 from pipeline.lexical import CropRows, class_probabilities, nbsvm_baseline, tfidf_baseline, tfidf_params
+from pipeline.metrics import mcnemar_exact
 from pipeline.model.classifiers import FusedClassifier, LexicalClassifier, PipelineModel
 from pipeline.stages.compare.candidates import NBSVM, TFIDF, Candidate, fused_name
 from pipeline.stages.compare.designs import Design, level_name, variant_config, variant_name
-from pipeline.stages.compare.fusion_weights import EvaluatedRows, PartScores, choose_fusion
+from pipeline.stages.compare.fusion_weights import EvaluatedRows, PartScores, cascade, choose_fusion
 from pipeline.stages.compare.recorder import EVALUATED_FILES, Produced, Slot, TrainedCandidate, adopt, record
 from pipeline.stages.evaluate.lengths import validation_crops
 from pipeline.stages.evaluate.scorecard import GivenProbabilities, ReviewLengths, evaluate_run
@@ -50,6 +51,8 @@ from pipeline.text.conventions import load_labels
 from pipeline.text.crops import CROP_SPLITS, word_counts
 from pipeline.tracking import (
     CROSS_FITTED_METRIC,
+    FUSION_CASCADE_SHARE_PARAM,
+    FUSION_CASCADE_THRESHOLD_PARAM,
     FUSION_LEXICAL_RUN_PARAM,
     FUSION_SHORT_WEIGHT_PARAM,
     FUSION_SHORT_WORDS_PARAM,
@@ -268,18 +271,29 @@ def check_fusable(child: Candidate, lexical: Candidate) -> None:
             )
 
 
+def fusion_suffix(config: Config) -> str:
+    """What sets a fusion's key and folder apart: a length-aware fusion's limit and a cascade's share (none: as before
+    them)."""
+    limit, share = config.compare.short_fusion_words, config.compare.cascade_share
+    return (f"-s{limit}" if limit else "") + (f"-c{share:g}" if share < 1 else "")
+
+
 def fuse(
     config: Config, child: Candidate, lexical: Candidate, frames: IngestedRows, names: list[str], out_dir: Path
 ) -> Produced:
-    """The fusion's weight chosen on validation (and a short texts' weight when configured); ``fusion.json``."""
+    """The fusion's weight chosen on validation (and a short texts' weight when configured), and a cascade's threshold
+    when ``compare.cascade_share`` is below 1; ``fusion.json``."""
     check_fusable(child, lexical)
+    lexical_scores, rows = part_scores(lexical, names), evaluated_rows(frames, child)
     choice = choose_fusion(
         part_scores(child, names),
-        part_scores(lexical, names),
-        evaluated_rows(frames, child),
+        lexical_scores,
+        rows,
         config.compare.fusion_weights,
         config.compare.short_fusion_words,
     )
+    share = config.compare.cascade_share
+    cascaded = cascade(choice, lexical_scores, rows, share) if share < 1 else None
     weight, by_weight = choice.weight, choice.by_weight
     short = (
         {FUSION_SHORT_WEIGHT_PARAM: choice.short_weight, FUSION_SHORT_WORDS_PARAM: choice.short_max_words}
@@ -295,6 +309,7 @@ def fuse(
                 if short
                 else {}
             ),
+            **({"cascade_threshold": cascaded.threshold, "cascade_share": share} if cascaded else {}),
             "labels": names,
             "transformer_run_id": child.run_id,
             "lexical_run_id": lexical.run_id,
@@ -307,6 +322,29 @@ def fuse(
         **FusedClassifier.lexical_artifacts(lexical.run_folder() / LEXICAL_MODEL_FILE, tokenizer_dir, fusion_file),
     }
     short_text = f" ({choice.short_weight:g} up to {choice.short_max_words} words)" if short else ""
+    summary = (
+        f"weight {weight:g}{short_text} on the Transformer, val_accuracy {by_weight[weight]:.4f} at that weight "
+        f"({choice.honest:.4f} cross-fitted)"
+    )
+    cascade_figures: dict[str, float] = {}
+    if cascaded:
+        test_labels = frames.test["label"].to_numpy()
+        every_text, gated = choice.test.argmax(axis=1), cascaded.choice.test.argmax(axis=1)
+        p_value = mcnemar_exact(gated == test_labels, every_text == test_labels)["p_value"]
+        cascade_figures = {
+            **{f"cascade_share_{name}": value for name, value in cascaded.routed.items()},
+            "val_accuracy_cross_fitted_every_text": choice.honest,
+            "test_accuracy_every_text": float((every_text == test_labels).mean()),
+            "cascade_test_labels_changed": float((gated != every_text).sum()),
+            "cascade_test_mcnemar_p": p_value,
+        }
+        summary += (
+            f"; a cascade: the Transformer reads {cascaded.routed['test']:.0%} of the test reviews (NBSVM confidence "
+            f"<= {cascaded.threshold:.4f}), cross-fitted {cascaded.choice.honest:.4f}, test "
+            f"{(gated == test_labels).mean():.4f} against {cascade_figures['test_accuracy_every_text']:.4f} reading "
+            f"every text (McNemar p = {p_value:.2g})"
+        )
+        choice = cascaded.choice
     return Produced(
         FusedClassifier.from_artifacts(artifacts),
         {
@@ -315,6 +353,11 @@ def fuse(
             FUSION_TRANSFORMER_RUN_PARAM: child.run_id,
             FUSION_LEXICAL_RUN_PARAM: lexical.run_id,
             **short,
+            **(
+                {FUSION_CASCADE_SHARE_PARAM: share, FUSION_CASCADE_THRESHOLD_PARAM: cascaded.threshold}
+                if cascaded
+                else {}
+            ),
             "training.seed": child.seed,
             **{f"fused.{k}": v for k, v in child.settings.items()},
         },
@@ -323,9 +366,9 @@ def fuse(
             CROSS_FITTED_METRIC: choice.honest,
             "val_accuracy_chosen_weight": by_weight[weight],
             **{f"val_accuracy_w_{w:g}": a for w, a in by_weight.items()},
+            **cascade_figures,
         },
-        f"weight {weight:g}{short_text} on the Transformer, val_accuracy {by_weight[weight]:.4f} at that weight "
-        f"({choice.honest:.4f} cross-fitted)",
+        summary,
         artifacts=artifacts,
         given=GivenProbabilities(choice.test, choice.val, choice.crops),
         lengths=ReviewLengths(frames.test_token_counts, child.max_tokens or config.tokenizer.max_sequence_length - 1),
@@ -337,12 +380,11 @@ def fusion_candidate(
 ) -> Candidate:
     """Fuse one Transformer run with NBSVM: its own run and one pyfunc artifact, or a finished one reused."""
     name = fused_name(child.name)
-    limit = config.compare.short_fusion_words  # a length-aware fusion's files apart from the one-weight fusion's
     slot = Slot(
         name,
         "fusion",
         child.seed,
-        config.reports_dir / (f"fusion-{child.run_id}-{lexical.run_id}" + (f"-s{limit}" if limit else "")),
+        config.reports_dir / (f"fusion-{child.run_id}-{lexical.run_id}" + fusion_suffix(config)),
         f"fusion-{child.name}-seed{child.seed}".replace("/", "-"),
         fusion_tags(key, name, child.run_id, lexical.run_id),
         lambda: find_fusion_run(config.tracking, key, child.run_id, lexical.run_id),

@@ -42,6 +42,7 @@ from pipeline.stages.compare.candidates import NBSVM, SELECTION, Candidate, fuse
 from pipeline.stages.compare.designs import Design, design_for, level_name, variant_config, variant_name, variants
 from pipeline.stages.compare.producers import (
     fusion_candidate,
+    fusion_suffix,
     nbsvm_candidate,
     tfidf_candidate,
     transformer_candidate,
@@ -314,10 +315,9 @@ def run_candidates(
         if with_lexical
         else None
     )
-    # a fusion's key: the lexical model's, the weights tried and a length-aware fusion's limit (none: as before it)
-    fusion_key = f"{lexical_key}-w{config.compare.fusion_weights}" + (
-        f"-s{config.compare.short_fusion_words}" if config.compare.short_fusion_words else ""
-    )
+    # a fusion's key: the lexical model's, the weights tried, a length-aware fusion's limit and a cascade's share
+    # (none: as before them)
+    fusion_key = f"{lexical_key}-w{config.compare.fusion_weights}" + fusion_suffix(config)
     fused: list[Candidate] = []
     if fusing:
         if lexical is None:  # fusing implies with_lexical

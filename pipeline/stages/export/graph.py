@@ -139,6 +139,18 @@ def fuse(transformer, lexical, weight):
     return tf.cast(tf.nn.softmax(logits, axis=1), tf.float32)
 
 
+def cascade_rows(lexical, threshold: float):
+    """``pipeline.core.predictions.cascade_rows``: the rows whose lexical confidence (float64, for two classes from the
+    positive class's probability) is at most ``threshold``."""
+    import tensorflow as tf
+
+    positive = tf.cast(lexical, tf.float64)
+    confidence = (
+        tf.maximum(1.0 - positive[:, 1], positive[:, 1]) if lexical.shape[-1] == 2 else tf.reduce_max(positive, axis=1)
+    )
+    return confidence <= tf.constant(threshold, tf.float64)
+
+
 def scoring_parts(classifier: PipelineModel) -> tuple[list, object]:
     """(what to track, cleaned texts -> ``[N, k]``) for any model the pipeline logs."""
     k = len(classifier.labels)
@@ -159,8 +171,17 @@ def scoring_parts(classifier: PipelineModel) -> tuple[list, object]:
             tracked, parts = tracked + part_tracked, parts + [lexical]
 
         def fused(texts):  # one part alone (a weight of 0 or 1) is run once and fused with itself, as the pyfunc does
+            import tensorflow as tf
+
             first = parts[0](texts)
-            return fuse(first, parts[-1](texts) if len(parts) > 1 else first, row_weights(classifier, texts))
+            last = parts[-1](texts) if len(parts) > 1 else first
+            answer = fuse(first, last, row_weights(classifier, texts))
+            if len(parts) > 1 and classifier.cascade_threshold is not None:
+                # a cascade: the same answers as the pyfunc's (both parts run here: a graph has no faster branch)
+                answer = tf.where(
+                    cascade_rows(last, classifier.cascade_threshold)[:, None], answer, tf.cast(last, tf.float32)
+                )
+            return answer
 
         return tracked, fused
     raise InputError(f"export: no graph form for a {type(classifier).__name__}")

@@ -20,6 +20,8 @@ from pipeline.tracking import (
     CHECKPOINT_ARTIFACTS,
     CHECKPOINT_LICENCE_TAG,
     CHECKPOINT_SOURCE_TAG,
+    FUSION_CASCADE_SHARE_PARAM,
+    FUSION_CASCADE_THRESHOLD_PARAM,
     FUSION_LEXICAL_RUN_PARAM,
     FUSION_SHORT_WEIGHT_PARAM,
     FUSION_SHORT_WORDS_PARAM,
@@ -111,9 +113,16 @@ def model_lines(run, client) -> tuple[str, list[str], dict]:
             if FUSION_SHORT_WEIGHT_PARAM in params
             else ""
         )
+        cascade = (
+            f" A cascade: the Transformer reads only the texts NBSVM is least sure of (its confidence at most "
+            f"{float(params[FUSION_CASCADE_THRESHOLD_PARAM]):.4f}, {float(params[FUSION_CASCADE_SHARE_PARAM]):.0%} of "
+            "the validation reviews); every other text gets NBSVM's probability."
+            if FUSION_CASCADE_THRESHOLD_PARAM in params
+            else ""
+        )
         lines = [
             f"- A fused model in one artifact: the weighted average of two models' logits, **{weight:g} on the "
-            f"Transformer** and {1 - weight:g} on NBSVM (the weight chosen on validation){short}. Runs "
+            f"Transformer** and {1 - weight:g} on NBSVM (the weight chosen on validation){short}.{cascade} Runs "
             f"`{transformer.info.run_id}` and `{lexical.info.run_id}`."
         ]
         lines += transformer_lines(transformer.data.params, transformer.data.tags, "Part one: ")

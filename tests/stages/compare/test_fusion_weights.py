@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from pipeline.core.predictions import fuse_probabilities
+from pipeline.core.predictions import cascade_rows, cascade_threshold, fuse_probabilities, lexical_confidence
 from pipeline.metrics import cross_fitted_fusion
 from pipeline.stages.compare import fusion_weights
-from pipeline.stages.compare.fusion_weights import EvaluatedRows, PartScores, choose_fusion
+from pipeline.stages.compare.fusion_weights import EvaluatedRows, PartScores, cascade, choose_fusion
 
 
 def probabilities(labels, right: np.ndarray, rng, sure: float = 0.8) -> np.ndarray:
@@ -116,3 +116,43 @@ def test_per_row_weights_fuse_each_row_with_its_own():
         fuse_probabilities(t, x, np.array([0.5, 0.5, 0.5]))
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         fuse_probabilities(t, x, np.array([0.5, 1.5]))
+
+
+@pytest.mark.parametrize("short_max_words", [0, 80])
+def test_a_cascade_keeps_nbsvms_answer_where_it_is_sure_and_the_fusions_elsewhere(short_max_words):
+    transformer, lexical, rows, labels = synthetic()
+    choice = choose_fusion(transformer, lexical, rows, steps=21, short_max_words=short_max_words)
+    cascaded = cascade(choice, lexical, rows, share=0.3)
+    confidence = lexical_confidence(lexical.val)
+    assert cascaded.threshold in confidence and cascaded.routed["val"] == pytest.approx(0.3, abs=0.01)
+    for name, fused, part in (
+        ("val", choice.val, lexical.val),
+        ("test", choice.test, lexical.test),
+        ("crops_test", choice.crops["test"], lexical.crops["test"]),
+    ):
+        got = {"val": cascaded.choice.val, "test": cascaded.choice.test}.get(name, cascaded.choice.crops["test"])
+        routed = lexical_confidence(part) <= cascaded.threshold
+        np.testing.assert_array_equal(got[routed], fused[routed].astype(np.float32))
+        np.testing.assert_array_equal(got[~routed], part[~routed].astype(np.float32))
+        assert cascaded.routed[name] == routed.mean()
+    # the honest figure: the fusion's cross-fitted rows where the Transformer reads, NBSVM's own answer elsewhere
+    routed = lexical_confidence(lexical.val) <= cascaded.threshold
+    nbsvm_right = lexical.val.argmax(axis=1) == labels["val"]
+    assert cascaded.choice.honest == np.where(routed, choice.honest_rows, nbsvm_right).mean()
+    assert choice.honest_rows.mean() == pytest.approx(choice.honest)
+    assert cascaded.choice.weight == choice.weight and cascaded.choice.short_weight == choice.short_weight
+
+
+def test_a_cascade_of_every_text_is_the_fusion_and_the_rule_reads_the_positive_probability():
+    transformer, lexical, rows, _ = synthetic()
+    choice = choose_fusion(transformer, lexical, rows, steps=21)
+    whole = cascade(choice, lexical, rows, share=1.0)
+    assert whole.routed["test"] <= 1.0 and whole.routed["val"] == 1.0
+    np.testing.assert_array_equal(whole.choice.val, choice.val.astype(np.float32))
+    assert whole.choice.honest == choice.honest
+    # two classes: the confidence is read from the positive class's probability, as a scored table stores it
+    stored = np.array([[0.0, 0.9], [0.0, 0.2], [0.0, 0.55]], dtype=np.float32)
+    live = np.array([[0.1, 0.9], [0.8, 0.2], [0.45, 0.55]], dtype=np.float32)
+    np.testing.assert_array_equal(cascade_rows(stored, 0.8), cascade_rows(live, 0.8))
+    assert cascade_rows(live, 0.8).tolist() == [False, True, True] and cascade_rows(live, None).all()
+    assert cascade_threshold(live, 0.5) == pytest.approx(0.8)  # one of the rows' own values ("lower")
