@@ -341,6 +341,7 @@ class FusedClassifier(PipelineModel):
         threshold = settings.get("cascade_threshold")  # None: the Transformer reads every text
         self.cascade_threshold = None if threshold is None else float(threshold)
         self.transformer_run_id = settings.get("transformer_run_id")  # where its Transformer was trained
+        self.lexical_run_id = settings.get("lexical_run_id")  # and its lexical model
         self.labels = self.transformer.labels
         if self.lexical.labels != self.labels or settings.get("labels", self.labels) != self.labels:
             raise InputError(

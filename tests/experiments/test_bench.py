@@ -1,6 +1,9 @@
 """The benchmark report's arithmetic (timings themselves live in `make bench`, never in tests)."""
 
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 from pipeline.config import ModelConfig
 from pipeline.experiments import bench
@@ -203,3 +206,48 @@ def test_int8_is_measured_beside_float32_on_the_same_rows_and_answers_close_to_i
     text = bench.markdown_report({**synthetic_results(), "int8": {"model_uri": uri, **measured}})
     assert f"Int8 against float32, the Transformer of {uri} alone" in text
     assert "| ONNX Runtime dynamic int8 |" in text and '| Keras int8 (`model.quantize("int8")`) |' in text
+
+
+def test_a_cascade_is_measured_beside_its_transformer_and_its_nbsvm_and_answers_as_the_fusion_where_it_reads(
+    comparison, tmp_path
+):
+    """A cascaded copy of a tiny fused run (weight 0.35: both parts count, the Transformer reads about half the
+    texts): make score's rates side by side, and the cascade equal to the fusion of every text where it reads."""
+    import json
+
+    import mlflow
+
+    from pipeline.core.catalog import require_output
+    from pipeline.core.predictions import lexical_confidence
+    from pipeline.experiments.bench.report import cascade_lines
+    from pipeline.experiments.bench.scoring_speed import NoCascade, measure_cascade
+    from pipeline.model.classifiers import load_classifier
+    from pipeline.stages.ingest.outputs import read_split
+
+    config, _ = comparison
+    mlflow.set_tracking_uri(config.tracking.tracking_uri)
+    fused = next(
+        r
+        for r in mlflow.search_runs(search_all_experiments=True, output_format="list")
+        if r.data.tags.get("model_kind") == "fusion"
+    )
+    fused_uri = f"runs:/{fused.info.run_id}/model"
+    test = read_split(require_output(config, "ingest"), "test", columns=["text", "label"])
+    with pytest.raises(NoCascade, match="not a cascaded fusion"):
+        measure_cascade(config.tracking, fused_uri, test["text"], test["label"].to_numpy())
+    folder = Path(mlflow.artifacts.download_artifacts(fused_uri, dst_path=str(tmp_path)))
+    fusion_file = next(folder.rglob("fusion.json"))
+    settings = json.loads(fusion_file.read_text())
+    confidence = lexical_confidence(load_classifier(fused_uri).lexical.probabilities(test["text"].tolist()))
+    settings.update(transformer_weight=0.35, short_transformer_weight=0.35)
+    settings["cascade_threshold"] = float(np.median(confidence))
+    fusion_file.write_text(json.dumps(settings))
+    measured = measure_cascade(config.tracking, str(folder), test["text"], test["label"].to_numpy())
+    every, rates = measured["every_text"], {k: v["rows_per_second"] for k, v in measured["variants"].items()}
+    assert measured["rows"] == len(test) and list(rates) == ["cascade", "transformer", "nbsvm"]
+    assert 0.3 < every["transformer_share"] < 0.7 and every["max_difference_where_read"] < 1e-4
+    assert every["labels_changed"] <= round((1 - every["transformer_share"]) * len(test))  # only where NBSVM answers
+    assert measured["cascade_over_transformer"] == rates["cascade"] / rates["transformer"]
+    text = "\n".join(cascade_lines({"model_uri": str(folder), **measured}))
+    assert f"Its Transformer read {every['transformer_share']:.1%} of them" in text
+    assert "| its Transformer alone (float32) |" in text and "| its NBSVM alone |" in text

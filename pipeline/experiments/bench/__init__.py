@@ -32,7 +32,9 @@ from pipeline.core.errors import ConfigError
 from pipeline.core.files import atomic_write_json, atomic_write_text
 from pipeline.experiments.bench.report import markdown_report, utilisation_rows
 from pipeline.experiments.bench.scoring_speed import (
+    NoCascade,
     NoTransformer,
+    measure_cascade,
     measure_export,
     measure_int8,
     measure_ngram_scoring,
@@ -89,7 +91,7 @@ def summary_line(results: dict, read: str, wrote: str) -> str:
 
 def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections: tuple[str, ...] = ("all",)) -> dict:
     """Measure the ``sections`` asked for (``all``, ``train``, ``score``, ``sparse``, ``ngrams``, ``export``,
-    ``int8``) and write
+    ``int8``, ``cascade``) and write
     ``reports/bench.{json,md}``; returns the results."""
     from pipeline.tracking import champion_uri, setup_tracking
 
@@ -117,7 +119,7 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
     test = read_split(ingest_dir, "test", columns=["text", "label"]).head(rows)  # what every scoring section scores
     texts = test["text"]
     model_uri = model_uri or champion_uri(config.tracking)  # a name only: read where score or export is asked
-    if everything or {"score", "export", "int8"} & set(sections):
+    if everything or {"score", "export", "int8", "cascade"} & set(sections):
         setup_tracking(config.tracking)
     if everything or "score" in sections:
         results["scoring"] = {
@@ -140,6 +142,14 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
             if not everything:  # asked for by name: the user meant a model with a Transformer
                 raise
             print(f"bench: int8 not measured: {error}")
+    if everything or "cascade" in sections:
+        try:
+            measured = measure_cascade(config.tracking, model_uri, texts, test["label"].to_numpy())
+            results["cascade"] = {"model_uri": model_uri, **measured}
+        except NoCascade as error:
+            if not everything:
+                raise
+            print(f"bench: cascade not measured: {error}")
     json_path = atomic_write_json(config.reports_dir / "bench.json", results)
     md_path = atomic_write_text(config.reports_dir / "bench.md", markdown_report(results))
     read = f"{len(train_ids):,} train rows from {tokenize_dir}/ and {split_path(ingest_dir, 'test')}"

@@ -224,6 +224,42 @@ def int8_lines(int8: dict) -> list[str]:
     return [*lines, ""]
 
 
+CASCADE_VARIANTS = {
+    "cascade": "the cascade",
+    "transformer": "its Transformer alone (float32)",
+    "nbsvm": "its NBSVM alone",
+}
+
+
+def cascade_lines(cascade: dict) -> list[str]:
+    every, test = cascade["every_text"], cascade["every_text"]["mcnemar"]
+    lines = [
+        f"A cascaded fusion, {cascade['model_uri']}: `make score` on {cascade['rows']:,} test reviews, side by side, "
+        f"rows/s after the model load. Its Transformer read {every['transformer_share']:.1%} of them (NBSVM "
+        f"confidence at most {cascade['threshold']:.4f}).",
+        "",
+        "| model | rows/s after the load | load (s) | accuracy |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for name, label in CASCADE_VARIANTS.items():
+        measured = cascade["variants"][name]
+        lines.append(
+            f"| {label} | {measured['rows_per_second']:,.0f} | {measured['load_seconds']:.1f} | "
+            f"{measured['accuracy']:.4f} |"
+        )
+    lines += [
+        "",
+        f"The cascade: {cascade['cascade_over_transformer']:.2f}x its Transformer's rate and "
+        f"{cascade['cascade_fraction_of_nbsvm']:.1%} of NBSVM's. Against the fusion of every text "
+        f"({every['accuracy']:.4f}, from the two parts' scored files): McNemar p = {test['p_value']:.3g} (every "
+        "text only / cascade only: "
+        f"{test['only_a_correct']} / {test['only_b_correct']}), {every['labels_changed']:,} labels changed, largest "
+        f"probability difference on the rows the Transformer read {every['max_difference_where_read']:.2e}.",
+        "",
+    ]
+    return lines
+
+
 def markdown_report(results: dict) -> str:
     """The whole report as Markdown: utilisation, threads and padding, then each scoring section measured."""
     lines = utilisation_lines(results)
@@ -240,4 +276,6 @@ def markdown_report(results: dict) -> str:
         lines += export_lines(results["export"])
     if results.get("int8"):
         lines += int8_lines(results["int8"])
+    if results.get("cascade"):
+        lines += cascade_lines(results["cascade"])
     return "\n".join(lines)

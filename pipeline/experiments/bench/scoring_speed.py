@@ -23,6 +23,7 @@ import pandas as pd
 from pipeline.config import ModelConfig, TrackingConfig
 from pipeline.core.errors import InputError
 from pipeline.core.files import folder_bytes
+from pipeline.core.predictions import cascade_rows, from_probability_columns, fuse_probabilities
 from pipeline.metrics import mcnemar_exact
 from pipeline.model.explain import TOP_ITEMS
 from pipeline.model.forward import predict_ids
@@ -232,6 +233,67 @@ def measure_int8(model_uri: str, texts: pd.Series, labels: np.ndarray) -> dict:
                 labels_changed=int((probabilities[name].argmax(axis=1) != reference.argmax(axis=1)).sum()),
                 speedup=measured["rows_per_second"] / results["variants"]["float32"]["rows_per_second"],
             )
+    return results
+
+
+class NoCascade(InputError):
+    """The model asked for is not a cascaded fusion (``compare.cascade_share`` below 1)."""
+
+
+def scored_probabilities(path: Path, labels: list[str]) -> np.ndarray:
+    """The ``[N, k]`` probabilities a scored CSV holds (``make score``'s output columns)."""
+    return from_probability_columns(pd.read_csv(path), labels)
+
+
+def measure_cascade(tracking: TrackingConfig, model_uri: str, texts: pd.Series, labels: np.ndarray) -> dict:
+    """``make score`` (``score_csv``) on the same CSV, side by side, for a cascaded fusion, its Transformer alone (the
+    float32 model that would read every text) and its NBSVM alone (the lexical part, the default config's kind of
+    champion): rows/s after the model load (each after a warm-up call on the first rows that loads it and compiles its
+    forward pass) and accuracy. Against the fusion of every text (computed from the two parts' scored files and the
+    fusion's weights): the share of rows the Transformer read, McNemar's test, the labels that change and the largest
+    difference of a probability on the rows it read."""
+    from pipeline.model.classifiers import FusedClassifier, load_classifier
+
+    cascade = load_classifier(model_uri)
+    if not isinstance(cascade, FusedClassifier) or cascade.cascade_threshold is None:
+        raise NoCascade(f"{model_uri} is not a cascaded fusion (compare.cascade_share below 1 makes one)")
+    models = {
+        "cascade": model_uri,
+        "transformer": f"runs:/{cascade.transformer_run_id}/model",
+        "nbsvm": f"runs:/{cascade.lexical_run_id}/model",
+    }
+    results: dict = {"rows": len(texts), "threshold": cascade.cascade_threshold, "variants": {}}
+    probabilities = {}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        small, csv_path = tmp / "warm_up.csv", tmp / "reviews.csv"
+        pd.DataFrame({"text": texts.head(64)}).to_csv(small, index=False)
+        pd.DataFrame({"text": texts}).to_csv(csv_path, index=False)
+        for name, uri in models.items():
+            score_csv(tracking, small, tmp / f"warm_up_{name}.csv", model_uri=uri)
+            summary = score_csv(tracking, csv_path, tmp / f"scored_{name}.csv", model_uri=uri)
+            probabilities[name] = scored_probabilities(tmp / f"scored_{name}.csv", cascade.labels)
+            results["variants"][name] = {
+                "model_uri": uri,
+                "rows_per_second": summary["rows"] / (summary["seconds"] - summary["load_seconds"]),
+                "load_seconds": summary["load_seconds"],
+                "accuracy": float((probabilities[name].argmax(axis=1) == labels).mean()),
+            }
+    every_text = fuse_probabilities(
+        probabilities["transformer"], probabilities["nbsvm"], cascade.row_weights(texts.tolist())
+    )
+    read = cascade_rows(probabilities["nbsvm"], cascade.cascade_threshold)
+    answer = probabilities["cascade"]
+    results["every_text"] = {
+        "accuracy": float((every_text.argmax(axis=1) == labels).mean()),
+        "transformer_share": float(read.mean()),
+        "mcnemar": mcnemar_exact(every_text.argmax(axis=1) == labels, answer.argmax(axis=1) == labels),
+        "labels_changed": int((every_text.argmax(axis=1) != answer.argmax(axis=1)).sum()),
+        "max_difference_where_read": float(np.abs(every_text[read] - answer[read]).max()) if read.any() else 0.0,
+    }
+    rates = {name: measured["rows_per_second"] for name, measured in results["variants"].items()}
+    results["cascade_over_transformer"] = rates["cascade"] / rates["transformer"]
+    results["cascade_fraction_of_nbsvm"] = rates["cascade"] / rates["nbsvm"]
     return results
 
 
