@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.config import Config
+from pipeline.config import CompareConfig, Config
 from pipeline.core.catalog import (
     FUSION_FILE,
     LABELS_FILE,
@@ -271,10 +271,10 @@ def check_fusable(child: Candidate, lexical: Candidate) -> None:
             )
 
 
-def fusion_suffix(config: Config) -> str:
+def fusion_suffix(compare: CompareConfig) -> str:
     """What sets a fusion's key and folder apart: a length-aware fusion's limit and a cascade's share (none: as before
     them)."""
-    limit, share = config.compare.short_fusion_words, config.compare.cascade_share
+    limit, share = compare.short_fusion_words, compare.cascade_share
     return (f"-s{limit}" if limit else "") + (f"-c{share:g}" if share < 1 else "")
 
 
@@ -384,7 +384,7 @@ def fusion_candidate(
         name,
         "fusion",
         child.seed,
-        config.reports_dir / (f"fusion-{child.run_id}-{lexical.run_id}" + fusion_suffix(config)),
+        config.reports_dir / (f"fusion-{child.run_id}-{lexical.run_id}" + fusion_suffix(config.compare)),
         f"fusion-{child.name}-seed{child.seed}".replace("/", "-"),
         fusion_tags(key, name, child.run_id, lexical.run_id),
         lambda: find_fusion_run(config.tracking, key, child.run_id, lexical.run_id),

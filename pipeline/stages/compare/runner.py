@@ -317,7 +317,7 @@ def run_candidates(
     )
     # a fusion's key: the lexical model's, the weights tried, a length-aware fusion's limit and a cascade's share
     # (none: as before them)
-    fusion_key = f"{lexical_key}-w{config.compare.fusion_weights}" + fusion_suffix(config)
+    fusion_key = f"{lexical_key}-w{config.compare.fusion_weights}" + fusion_suffix(config.compare)
     fused: list[Candidate] = []
     if fusing:
         if lexical is None:  # fusing implies with_lexical
