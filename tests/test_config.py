@@ -312,6 +312,7 @@ def test_keys_added_for_ngrams_presets_and_sparse_updates_leave_the_hashes_of_ru
                 "training.sparse_updates=false",
                 "model.long_reviews=truncate",
                 "training.adversarial_epsilon=0",
+                "compare.cascade_share=1",
             ],
         )
         for sections in (("model", "training"), ("compare", "model", "training")):
@@ -327,6 +328,8 @@ def test_keys_added_for_ngrams_presets_and_sparse_updates_leave_the_hashes_of_ru
         PROJECT_ROOT / "configs" / "smoke.yaml", ["model.ngram_max=1", "compare.sparse_updates=[false, true]"]
     )
     assert config.section_hash("compare") != earlier_hash(config, "compare")
+    config = load_config(PROJECT_ROOT / "configs" / "short_texts.yaml", ["model.preset=null", "model.ngram_max=1"])
+    assert config.section_hash("compare") != earlier_hash(config, "compare")  # its cascade is a comparison of its own
     config = load_config(
         PROJECT_ROOT / "configs" / "smoke.yaml",
         ["model.ngram_max=1", "training.sparse_updates=false", "training.adversarial_epsilon=1.0"],
