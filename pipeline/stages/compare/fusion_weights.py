@@ -143,23 +143,21 @@ def cascade(choice: FusionChoice, lexical: PartScores, rows: EvaluatedRows, shar
     it keeps NBSVM's probability. The cross-fitted figure: the fusion's cross-fitted rows where the Transformer reads,
     NBSVM's own answer elsewhere."""
     threshold = cascade_threshold(lexical.val, share)
-    routed_val = cascade_rows(lexical.val, threshold)
-    honest_rows = np.where(routed_val, choice.honest_rows, lexical.val.argmax(axis=1) == rows.val_labels)
-
-    def gated(fused: np.ndarray, lexical_part: np.ndarray) -> np.ndarray:
-        return cascade_probabilities(fused, lexical_part, cascade_rows(lexical_part, threshold))
-
+    parts = {  # each evaluated set: (the fusion's probabilities, NBSVM's)
+        "val": (choice.val, lexical.val),
+        "test": (choice.test, lexical.test),
+        **{f"crops_{split}": (choice.crops[split], lexical.crops[split]) for split in choice.crops},
+    }
+    read = {name: cascade_rows(nbsvm, threshold) for name, (_, nbsvm) in parts.items()}
+    answers = {name: cascade_probabilities(fused, nbsvm, read[name]) for name, (fused, nbsvm) in parts.items()}
+    honest_rows = np.where(read["val"], choice.honest_rows, lexical.val.argmax(axis=1) == rows.val_labels)
     cascaded = dataclasses.replace(
         choice,
         honest=float(honest_rows.mean()),
         honest_rows=honest_rows,
-        val=gated(choice.val, lexical.val),
-        test=gated(choice.test, lexical.test),
-        crops={split: gated(choice.crops[split], lexical.crops[split]) for split in choice.crops},
+        val=answers["val"],
+        test=answers["test"],
+        crops={split: answers[f"crops_{split}"] for split in choice.crops},
     )
-    routed = {
-        "val": float(routed_val.mean()),
-        "test": float(cascade_rows(lexical.test, threshold).mean()),
-        **{f"crops_{split}": float(cascade_rows(lexical.crops[split], threshold).mean()) for split in lexical.crops},
-    }
+    routed = {name: float(mask.mean()) for name, mask in read.items()}
     return Cascade(cascaded, threshold, routed)
