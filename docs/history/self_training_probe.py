@@ -1,4 +1,4 @@
-"""The probe behind history/short-texts.md's self-training rows (issue 58's Build 3): a second round of fine-tuning for
+"""The probe behind history/short-texts.md's self-training rows: a second round of fine-tuning for
 a finished short-texts comparison's Transformer, on sentence crops of unlabeled reviews it never trained on, with the
 comparison's fused champion as the teacher. Then the comparison's protocol on both rounds: each fused with the same
 NBSVM (``choose_fusion``, ``compare.short_fusion_words``) and made a cascade at ``compare.cascade_share``; the round
