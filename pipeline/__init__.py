@@ -2,7 +2,7 @@
 
 The map of the package is in ``docs/design.md``: ``stages/`` (one package per ``make`` target), the shared
 libraries grouped by concern (``core``, ``config``, ``text``, ``model``, ``runtime``, ``lexical``, ``metrics``,
-``tracking``) and ``experiments/``.
+``tracking``). The experiments that study it live in the lab beside it (``lab/``), which this package never imports.
 """
 
 __version__ = "0.1.0"

@@ -1,8 +1,8 @@
 """Command line: ``python -m pipeline <stage> [--config FILE] [--set section.key=value ...]``.
 
-The sub-commands come from the stage table (:data:`pipeline.stages.STAGES`) and the experiments'
-(:data:`pipeline.experiments.EXPERIMENTS`): every one takes
-``--config`` and ``--set``, ``--force`` where the stage honours it, and its own options. A
+The sub-commands come from the stage table (:data:`pipeline.stages.STAGES`): every one takes ``--config`` and
+``--set``, ``--force`` where the stage honours it, and its own options. The lab's command line (``python -m lab``)
+builds its experiments' sub-commands with the same :func:`build_parser` and runs them with :func:`run_command`. A
 user's mistake (a ``PipelineError``: a bad config, input or model, ``MissingInputError`` for a file that
 is not there) prints one ``error:`` line naming the file, row or field and exits with status 2; any
 other exception is a bug and keeps its traceback, a bare ``FileNotFoundError`` included.
@@ -16,16 +16,21 @@ import argparse
 import importlib
 import os
 import sys
+from collections.abc import Mapping
 
 from pipeline.config import load_config
+from pipeline.core.catalog import Stage
 from pipeline.core.errors import PipelineError
 from pipeline.core.logs import VERBOSE_ENV, quiet_third_party, verbose_requested
-from pipeline.experiments import EXPERIMENTS
 from pipeline.stages import STAGES
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__.splitlines()[0])
+def build_parser(
+    table: Mapping[str, Stage] = STAGES, prog: str = "python -m pipeline", description: str = __doc__
+) -> argparse.ArgumentParser:
+    """One sub-command per entry of ``table`` (the stages by default), each with ``--config``, ``--set``, ``--force``
+    where the entry honours it and the entry's own options; ``description``'s first line is the help's."""
+    parser = argparse.ArgumentParser(prog=prog, description=description.splitlines()[0])
     parser.add_argument(
         "-v",
         "--verbose",
@@ -33,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"also show TensorFlow's C++ start-up lines and known third-party warnings (or {VERBOSE_ENV}=1)",
     )
     subparsers = parser.add_subparsers(dest="stage", required=True, metavar="STAGE")
-    for stage in (*STAGES.values(), *EXPERIMENTS.values()):
+    for stage in table.values():
         sub = subparsers.add_parser(stage.name, help=stage.help, description=stage.help)
         sub.add_argument("--config", default=None, help="YAML config file (default: built-in defaults)")
         sub.add_argument(
@@ -48,17 +53,19 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--force", action="store_true", help="run even when outputs are up to date")
         if stage.arguments is not None:
             stage.arguments(sub)
-        sub.set_defaults(module_name=stage.module)
+        sub.set_defaults(module_name=stage.module, tensorflow=stage.tensorflow)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_command(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
+    """Parse ``argv`` with ``parser`` (from :func:`build_parser`) and run the chosen entry's ``main``; the exit
+    status: 0, 2 for a user's mistake (one ``error:`` line), 130 when interrupted."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    args = build_parser().parse_args(argv)
+    args = parser.parse_args(argv)
     if args.verbose:
         os.environ[VERBOSE_ENV] = "1"  # for the processes a stage starts, too
     if not verbose_requested():
-        quiet_third_party()
+        quiet_third_party(tensorflow=args.tensorflow)
     try:
         config = load_config(args.config, args.overrides)
         module = importlib.import_module(args.module_name)
@@ -70,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted; outputs already written are intact", file=sys.stderr)
         return 130
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(build_parser(), argv)
 
 
 if __name__ == "__main__":

@@ -154,7 +154,8 @@ TYPE_CONTROL_SOURCE = "def words(text: str) -> int:\n    return text.split()\n" 
 
 
 def type_check_command(folder: Path) -> list[str]:
-    """mypy with the project's settings over ``pipeline/`` and the control file in ``folder``, in one process."""
+    """mypy with the project's settings over ``pipeline/``, ``lab/`` and the control file in ``folder``, in one
+    process."""
     return [
         sys.executable,
         "-m",
@@ -164,6 +165,7 @@ def type_check_command(folder: Path) -> list[str]:
         "--cache-dir",
         str(folder / "cache"),
         "pipeline",
+        "lab",
         str(folder / TYPE_CONTROL),
     ]
 

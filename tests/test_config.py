@@ -196,12 +196,10 @@ def test_the_comparison_design_comes_from_the_compare_section():
     design = design_for(load_config(None, ["compare.inits=[pretrained, scratch]"]))
     assert [key for key, _ in design.factors] == ["model.pooling", "model.init"]
     assert design.fixed == () and design.champion_pool  # the other settings: as the model section says
-    fixed = design_for(load_config(None, ["compare.token_embeddings=[word2vec]"]))
-    assert fixed.fixed == (("model.token_embedding", "word2vec"),)
-    lever = design_for(
-        load_config(None, ["compare.poolings=[first_token]", "compare.token_embeddings=[random, word2vec]"])
-    )
-    assert lever.factors == (("model.token_embedding", ("random", "word2vec")),)
+    fixed = design_for(load_config(None, ["compare.sparse_updates=[false]"]))
+    assert fixed.fixed == (("training.sparse_updates", False),)
+    lever = design_for(load_config(None, ["compare.poolings=[first_token]", "compare.sparse_updates=[false, true]"]))
+    assert lever.factors == (("training.sparse_updates", (False, True)),)
     assert ("model.pooling", "first_token") in lever.fixed
     assert design_for(load_config(), "position").report_name == "ablation_position"
 
@@ -242,7 +240,7 @@ def test_ngrams_are_a_factor_named_by_their_setting():
     [
         ("compare.poolings=[first_token, mean, max]", "max"),
         ("compare.inits=[scratch, scratch]", "one or two different levels"),
-        ("compare.token_embeddings=[glove]", "glove"),
+        ("compare.long_reviews=[whole]", "whole"),
         ("compare.fusion_weights=1", "fusion_weights"),
         ("compare.cascade_share=0", "cascade_share"),
         ("compare.cascade_share=1.5", "cascade_share"),
@@ -259,7 +257,7 @@ def test_a_bad_comparison_is_refused_naming_the_key(override, message):
 
 def test_at_most_two_factors_vary_at_once():
     with pytest.raises(ConfigError, match="at most two factors"):
-        load_config(None, ["compare.inits=[pretrained, scratch]", "compare.token_embeddings=[random, word2vec]"])
+        load_config(None, ["compare.inits=[pretrained, scratch]", "compare.sparse_updates=[false, true]"])
 
 
 def test_pseudo_label_max_rows_counts_in_the_hash_only_when_set():
@@ -279,7 +277,8 @@ def test_pseudo_label_max_rows_counts_in_the_hash_only_when_set():
 
 def test_keys_added_for_ngrams_presets_and_sparse_updates_leave_the_hashes_of_runs_without_them_as_they_were():
     """A run recorded before n-grams and presets existed keeps its folder (model + training hash) and its comparison
-    (compare hash): the hash is the one the earlier code computed, json of the section without the new keys."""
+    (compare hash): the hash is the one the earlier code computed, json of the section without the new keys (and
+    with the keys retired since, at the value every such run had)."""
     import dataclasses
     import hashlib
     import json
@@ -288,6 +287,10 @@ def test_keys_added_for_ngrams_presets_and_sparse_updates_leave_the_hashes_of_ru
 
     def earlier_hash(config, *sections):
         payload = {name: dataclasses.asdict(getattr(config, name)) for name in sections}
+        if "model" in payload:
+            payload["model"]["token_embedding"] = "random"
+        if "compare" in payload:
+            payload["compare"]["token_embeddings"] = None
         for key in NGRAM_KEYS + PRESET_KEYS:
             payload.get("model", {}).pop(key, None)
         payload.get("compare", {}).pop("ngrams", None)
@@ -371,3 +374,64 @@ def test_the_nbsvm_section_reads_its_old_names_and_hashes_as_it_did(tmp_path):
     both.write_text("nbsvm:\n  nbsvm_c: [1.0]\n  c_values: [2.0]\n")
     with pytest.raises(ConfigError, match="old and its new name"):
         load_config(both)
+
+
+# The settings measured, found not to pay and removed: a config naming one (a YAML file's sections), the key and where
+# the measurement is written up
+RETIRED = [
+    ({"model": {"preset": "somewhere", "ngram_max": 1, "preset_blocks": 4}}, "model.preset_blocks", "fewer-blocks"),
+    ({"model": {"token_embedding": "word2vec"}}, "model.token_embedding", "docs/results.md"),
+    ({"compare": {"token_embeddings": ["random", "word2vec"]}}, "compare.token_embeddings", "docs/results.md"),
+]
+
+
+@pytest.mark.parametrize("sections, key, write_up", RETIRED, ids=[key for _, key, _ in RETIRED])
+def test_a_config_file_setting_a_retired_key_is_refused_in_one_line_naming_it(tmp_path, sections, key, write_up):
+    import re
+
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(sections))
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    where = re.escape(str(path))
+    pattern = rf"{where}: {re.escape(key)} was retired \([^\n]*{re.escape(write_up)}[^\n]*\); remove it from {where}"
+    assert re.fullmatch(pattern, str(error.value)), str(error.value)
+
+
+@pytest.mark.parametrize(
+    "override", ["model.token_embedding=word2vec", "model.preset_blocks=2", "compare.token_embeddings=[word2vec]"]
+)
+def test_a_set_naming_a_retired_key_is_one_error_line_naming_it(override, capsys):
+    import re
+
+    from pipeline.__main__ import main
+
+    assert main(["train", "--set", override]) == 2
+    said = capsys.readouterr().err
+    key = override.split("=")[0]
+    pattern = rf"error: --set {re.escape(override)}: {re.escape(key)} was retired \([^\n]+\); leave that --set out\n"
+    assert re.fullmatch(pattern, said), said
+
+
+def test_a_config_written_before_the_retirement_still_loads_as_todays(tmp_path):
+    """A tune's ``best.yaml`` or an old copy of a shipped config holds every key, the retired ones at the value every
+    run had (which means what today's code does): it loads as today's config, and so does ``--set`` at that value.
+    The retired keys are no run's parameters any more (``tracking.flat_params`` logs the resolved config)."""
+    import json
+
+    from pipeline.tracking import flat_params
+
+    today = load_config(PROJECT_ROOT / "configs" / "smoke.yaml")
+    raw = json.loads(json.dumps(today.to_dict()))
+    raw["model"].update(token_embedding="random", preset_blocks=None)
+    raw["compare"]["token_embeddings"] = None
+    old = tmp_path / "best.yaml"
+    old.write_text(yaml.safe_dump(raw))
+    assert load_config(old) == today
+    at_old_values = ["model.token_embedding=random", "model.preset_blocks=null", "compare.token_embeddings=[random]"]
+    assert load_config(PROJECT_ROOT / "configs" / "smoke.yaml", at_old_values) == today
+    assert not {"model.token_embedding", "model.preset_blocks", "compare.token_embeddings"} & set(flat_params(today))
+    raw["model"]["preset_blocks"] = 2  # the control: the same file with the retired setting on is refused
+    old.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match="model.preset_blocks was retired"):
+        load_config(old)

@@ -8,7 +8,7 @@ documentation (no workplace wording). Each check is first shown failing on a bro
 import re
 from pathlib import Path
 
-from pipeline.config import load_config
+from pipeline.config import RETIRED_KEYS, load_config
 from tests.conftest import PROJECT_ROOT
 
 HISTORY = PROJECT_ROOT / "docs" / "history"
@@ -34,7 +34,7 @@ FILE_SUFFIXES = {
     "gz",
     "tar",
 }
-REPOSITORY_FOLDERS = ("pipeline/", "configs/", "docs/", "tests/", "tools/", ".ci/")
+REPOSITORY_FOLDERS = ("pipeline/", "lab/", "configs/", "docs/", "tests/", "tools/", ".ci/")
 WORKPLACE_WORDING = re.compile(r"this session|last session|previous session|\bissue \d+|/tmp/", re.IGNORECASE)
 
 
@@ -76,7 +76,11 @@ def unknown_targets(text: str, targets: set[str]) -> list[str]:
 
 
 def config_keys() -> dict[str, set[str]]:
-    return {section: set(values) for section, values in load_config(None).to_dict().items()}
+    """Today's keys, and the retired ones (``RETIRED_KEYS``: a page may say that one was retired, and why)."""
+    keys = {section: set(values) for section, values in load_config(None).to_dict().items()}
+    for section, key in RETIRED_KEYS:
+        keys[section].add(key)
+    return keys
 
 
 def unknown_keys(text: str, keys: dict[str, set[str]]) -> list[str]:

@@ -1,11 +1,12 @@
 """The package's layout, as rules a newcomer can rely on:
 
-- the package root holds a handful of entries: the CLI, ``stages/``, ``experiments/`` and the shared libraries
-  grouped by concern;
+- the package root holds a handful of entries: the CLI, ``stages/`` and the shared libraries grouped by concern;
+- the product never imports its lab: nothing under ``pipeline/`` imports ``lab`` (the experiments and probes beside
+  it, ``lab/``), so a user's install holds what the product runs;
 - one package per ``make`` stage under ``pipeline/stages/`` (its entry point in ``__init__``, its logic beside
-  it), one module per experiment under ``pipeline/experiments/``;
+  it), one module (or package) per experiment under ``lab/experiments/``;
 - a stage imports shared libraries and the packages of the stages upstream of it (what the stage table says it
-  reads or runs), never one downstream or beside it; libraries never import a stage or an experiment; no cycle;
+  reads or runs), never one downstream or beside it; libraries never import a stage or the lab; no cycle;
 - imports stand at the top of a module; one sits inside a function only when it loads a heavy or optional package
   (``HEAVY_PACKAGES``), directly or through the package modules it imports at their top, so a module's import list
   says what it needs and ``python -m pipeline --help`` loads no framework;
@@ -16,13 +17,18 @@
 - the Makefile's prerequisites and the stage table agree (the stage graph is written once);
 - one name per idea: no two modules named after forms of one word (``tokenize``/``tokenizer``/``tokenization``);
 - every file name a stage hands on is written once (in ``pipeline.core.catalog``);
+- a model kind owns its behaviour: outside ``pipeline/model/kinds/`` no code compares something named a kind with a
+  kind's name (``kind == "fusion"``, ``summary[name]["kind"] != "nbsvm"``) or tests a kind's class
+  (``isinstance(model, FusedClassifier)``); it asks the kind (``kind_of(name).deployable``, ``model.graph(k)``);
 - sizes: no module over 300 statements, no function over 50 statements or with more than 8 parameters;
 - functions take the config section they use: a shared library takes sections, never the whole ``Config`` (but
   ``pipeline.tracking.flat_params``, which logs every value); a stage or experiment function takes the whole
   ``Config`` only when it is an entry point (``run``, ``main``), reads two sections or more, hands the config on,
   or uses what only the whole config has (``section_hash``, ``replace``, ``with_settings``, ``to_dict``);
 - tests mirror the layout: ``tests/<folder>/test_<name>.py`` tests a module or package ``<name>`` under
-  ``pipeline/<folder>/``, and every stage has its ``tests/stages/test_<stage>.py``.
+  ``pipeline/<folder>/`` or ``lab/<folder>/``, and every stage has its ``tests/stages/test_<stage>.py``.
+
+The rules other than the first two read ``pipeline/`` and ``lab/`` alike: the lab is held to the product's layout.
 
 Each rule is checked by a function that reads sources as text (``ast``), and each function is first shown to
 catch a broken input, so a rule that silently stopped checking would fail here.
@@ -31,16 +37,20 @@ catch a broken input, so a rule that silently stopped checking would fail here.
 from __future__ import annotations
 
 import ast
+import fnmatch
 import graphlib
 import re
+import tomllib
 from pathlib import Path
 
+from lab.experiments import EXPERIMENTS
 from pipeline.core import catalog
-from pipeline.experiments import EXPERIMENTS
+from pipeline.model.kinds import KINDS
 from pipeline.stages import STAGES
 from tests.conftest import PROJECT_ROOT
 
 PACKAGE = PROJECT_ROOT / "pipeline"
+LAB = PROJECT_ROOT / "lab"
 TESTS = PROJECT_ROOT / "tests"
 CROSS_CUTTING = {"test_layout", "test_quality_gates", "test_docs"}  # the whole project: layout; lint, types; docs
 ROOT_ENTRIES = 12
@@ -53,7 +63,8 @@ PATH_PROPERTIES = {"data_dir", "reports_dir"}  # Config's shortcuts to the paths
 PATH_FUNCTIONS = {"stage_dir", "require_output"}  # pipeline.core.catalog: read config.data_dir alone
 WHOLE_CONFIG_LIBRARY = {"pipeline.tracking.flat_params"}  # logs every resolved value
 ENTRY_POINTS = {"run", "main"}
-SHARED_MODULE_NAMES = {"outputs", "report"}  # declared conventions: a stage's readers of its outputs; a report
+# declared conventions: a stage's readers of its outputs; a report; a package's command line (the product's, the lab's)
+SHARED_MODULE_NAMES = {"outputs", "report", "__main__"}
 
 
 def module_name(path: Path) -> str:
@@ -62,7 +73,8 @@ def module_name(path: Path) -> str:
 
 
 def sources() -> dict[str, str]:
-    return {module_name(path): path.read_text() for path in sorted(PACKAGE.rglob("*.py"))}
+    """Every module of the product and of its lab, by dotted name."""
+    return {module_name(path): path.read_text() for root in (PACKAGE, LAB) for path in sorted(root.rglob("*.py"))}
 
 
 def imported_modules(source: str, known: set[str]) -> set[str]:
@@ -98,8 +110,38 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-RUNNER_PACKAGES = ("pipeline.stages", "pipeline.experiments")
+RUNNER_PACKAGES = ("pipeline.stages", "lab")
 CLI = "pipeline.__main__"
+
+
+def in_lab(module: str) -> bool:
+    return module == "lab" or module.startswith("lab.")
+
+
+def lab_imports(modules: dict[str, str]) -> list[str]:
+    """Where a module of the product imports the lab (``lab`` or anything in it): an import statement anywhere in
+    the module (its top, a function, an ``if TYPE_CHECKING:`` block) or an ``import_module``/``__import__`` call
+    naming a lab module. The product cannot depend on its lab: a user's install does not hold it."""
+    found = []
+    for name, source in modules.items():
+        if in_lab(name):
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                named = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                named = [node.module or ""]
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
+                "import_module",
+                "__import__",
+            ):
+                named = [
+                    arg.value for arg in node.args[:1] if isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+                ]
+            else:
+                continue
+            found += [f"{name}:{node.lineno} imports {target}" for target in named if in_lab(target)]
+    return sorted(found)
 
 
 def owner(module: str, table: dict) -> str | None:
@@ -128,8 +170,8 @@ def upstream_closure(name: str, table: dict) -> set[str]:
 
 
 def library_violations(graph: dict[str, set[str]]) -> list[str]:
-    """Imports of anything in ``pipeline.stages`` or ``pipeline.experiments`` (their tables included) by a
-    library: a module outside those packages other than the CLI."""
+    """Imports of anything in ``pipeline.stages`` or ``lab`` (their tables included) by a library: a module outside
+    those packages other than the CLI."""
 
     def runs_things(module: str) -> bool:
         return module == CLI or any(module == p or module.startswith(p + ".") for p in RUNNER_PACKAGES)
@@ -171,7 +213,8 @@ LIBRARY_LAYERS = (
 MLFLOW_IMPORTERS = {
     "pipeline.tracking",  # MLflow's names and queries
     "pipeline.core.logs",  # replaces the terminal handler MLflow's logger installs on import
-    "pipeline.model.classifiers",  # the pyfunc models (mlflow.pyfunc.PythonModel)
+    "pipeline.model.classifiers",  # loading the pyfunc models (mlflow.pyfunc.load_model)
+    "pipeline.model.kinds.base",  # what every pyfunc model is (mlflow.pyfunc.PythonModel)
     "pipeline.model.logged_model",  # how they are logged
     "pipeline.model.progress",  # what a training run logs: its epochs' metrics and its summary
     # stages and experiments that open, read or register runs and models
@@ -186,8 +229,8 @@ MLFLOW_IMPORTERS = {
     "pipeline.stages.register.champion",
     "pipeline.stages.score.spark",
     "pipeline.stages.train.fit_and_log",
-    "pipeline.experiments.learning_curve",
-    "pipeline.experiments.tune",
+    "lab.experiments.learning_curve",
+    "lab.experiments.tune",
 }
 
 # what a function may import inside itself: packages slow to load (a framework, a tracker, a plotting library) or
@@ -344,6 +387,62 @@ def word_stem(name: str) -> str:
     return stem
 
 
+KINDS_PACKAGE = "pipeline.model.kinds"
+
+
+def kind_switches(modules: dict[str, str]) -> list[str]:
+    """Outside :data:`KINDS_PACKAGE`: comparisons of an expression that names a kind (``kind``, ``x.kind``,
+    ``entry["kind"]``) with a kind's name, and ``isinstance``/``issubclass`` tests of a kind's class."""
+    from pipeline.tracking import OLD_MODEL_KINDS
+
+    names = set(KINDS) | set(OLD_MODEL_KINDS)
+    classes = {kind.__name__ for kind in KINDS.values()}
+    found = []
+    for module, source in modules.items():
+        if module == KINDS_PACKAGE or module.startswith(KINDS_PACKAGE + "."):
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                literals = {
+                    c.value
+                    for o in operands
+                    for c in ([o] if isinstance(o, ast.Constant) else getattr(o, "elts", []))
+                    if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                }
+                named = [o for o in operands if "kind" in ast.unparse(o).lower() and not isinstance(o, ast.Constant)]
+                if literals & names and named:
+                    found.append(f"{module}:{node.lineno}: {ast.unparse(node)}")
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("isinstance", "issubclass")
+                and len(node.args) == 2
+                and {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)} & classes
+            ):
+                found.append(f"{module}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_kind_rule_catches_a_switch_on_a_kinds_name_or_class():
+    switches = {
+        "pipeline.stages.register.card": 'if kind == "fusion":\n    pass\n',
+        "pipeline.stages.compare.effects": 'x = [n for n in s if s[n]["kind"] in ("transformer", "nbsvm")]\n',
+        "pipeline.stages.export.graph": "if isinstance(classifier, FusedClassifier):\n    pass\n",
+        "pipeline.model.kinds.fusion_classifier": 'if kind == "fusion":\n    pass\n',  # inside the kinds: allowed
+        "pipeline.stages.compare.runner": 'x = encoder if variant == "transformer" else variant\n',  # not a kind
+    }
+    assert kind_switches(switches) == [
+        "pipeline.stages.register.card:1: kind == 'fusion'",
+        "pipeline.stages.compare.effects:1: s[n]['kind'] in ('transformer', 'nbsvm')",
+        "pipeline.stages.export.graph:1: isinstance(classifier, FusedClassifier)",
+    ]
+
+
+def test_no_code_outside_the_kinds_switches_on_a_kind():
+    assert kind_switches(sources()) == []
+
+
 def names_of_one_idea(modules: list[str]) -> dict[str, list[str]]:
     """Module and package names (last part) that are forms of one word, by their stem."""
     by_stem: dict[str, set[str]] = {}
@@ -470,7 +569,7 @@ def whole_config_violations(modules: dict[str, str]) -> list[str]:
     """Functions that take the whole ``Config`` where the section they use would do (the rule in the docstring)."""
     found = []
     for module, source in modules.items():
-        library = not module.startswith(("pipeline.stages", "pipeline.experiments", "pipeline.config"))
+        library = not (module.startswith(("pipeline.stages", "pipeline.config")) or in_lab(module))
         for node in ast.walk(ast.parse(source)):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not config_parameters(node):
                 continue
@@ -485,16 +584,17 @@ def whole_config_violations(modules: dict[str, str]) -> list[str]:
 
 
 def unmirrored_tests(test_files: list[Path]) -> list[str]:
-    """Test files whose path does not mirror the package's: ``tests/<path>/test_<name>.py`` (or
-    ``test_<name>_<topic>.py``) needs ``pipeline/<path>/<name>.py`` or the package ``pipeline/<path>/<name>/``, in
-    that very folder (a test of ``stages/ingest/tables.py`` lives in ``tests/stages/ingest/``)."""
+    """Test files whose path does not mirror the package's or the lab's: ``tests/<path>/test_<name>.py`` (or
+    ``test_<name>_<topic>.py``) needs ``<path>/<name>.py`` or the package ``<path>/<name>/`` in that very folder of
+    ``pipeline/`` or ``lab/`` (a test of ``stages/ingest/tables.py`` lives in ``tests/stages/ingest/``, one of
+    ``lab/experiments/tune.py`` in ``tests/experiments/``)."""
     found = []
     for path in test_files:
         relative = path.relative_to(TESTS)
         if relative.stem in CROSS_CUTTING:
             continue
-        folder = PACKAGE.joinpath(*relative.parts[:-1])
-        entries = folder.iterdir() if folder.is_dir() else []
+        folders = [root.joinpath(*relative.parts[:-1]) for root in (PACKAGE, LAB)]
+        entries = [entry for folder in folders if folder.is_dir() for entry in folder.iterdir()]
         names = {
             entry.stem
             for entry in entries
@@ -517,16 +617,33 @@ def test_the_checks_catch_a_cycle_a_library_importing_a_stage_and_a_repeated_fil
     assert find_cycle({"pipeline.a": {"pipeline.b"}, "pipeline.b": {"pipeline.a"}}) is not None
     assert find_cycle({"pipeline.a": {"pipeline.b"}, "pipeline.b": set()}) is None
     library = "from pipeline.stages import require_output\n"
-    known = {"pipeline.stages", "pipeline.experiments", "pipeline.experiments.tune"}
+    known = {"pipeline.stages", "lab.experiments", "lab.experiments.tune"}
     assert library_violations({"pipeline.model.fit": imported_modules(library, known)}) == [
         "pipeline.model.fit imports pipeline.stages"
     ]
-    assert library_violations({"pipeline.lexical": {"pipeline.experiments.tune"}}) == [
-        "pipeline.lexical imports pipeline.experiments.tune"
+    assert library_violations({"pipeline.lexical": {"lab.experiments.tune"}}) == [
+        "pipeline.lexical imports lab.experiments.tune"
     ]
     assert library_violations({"pipeline.stages.train": {"pipeline.lexical"}, CLI: {"pipeline.stages"}}) == []
     modules = {"pipeline.core.catalog": 'A = "x.parquet"', "pipeline.stages.y": 'path = "x.parquet"'}
     assert repeated_file_names(modules, {"x.parquet"}) == {"x.parquet": ["pipeline.core.catalog", "pipeline.stages.y"]}
+
+
+def test_the_lab_rule_catches_the_product_importing_its_lab():
+    modules = {
+        "pipeline.__main__": "from lab.experiments import EXPERIMENTS\n",  # the import this rule removed
+        "pipeline.stages.compare.runner": "def f():\n    import lab.experiments.tune\n",
+        "pipeline.core.catalog": 'import importlib\n\nMODULE = importlib.import_module("lab.probes.cascade")\n',
+        "pipeline.text.crops": "import labels\nfrom pipeline import lexical\nfrom .lab import x\n",
+        "lab.experiments.tune": "from lab.experiments import parse_seeds\nfrom pipeline.stages import train\n",
+    }
+    assert lab_imports(modules) == [
+        "pipeline.__main__:1 imports lab.experiments",
+        "pipeline.core.catalog:3 imports lab.probes.cascade",
+        "pipeline.stages.compare.runner:2 imports lab.experiments.tune",
+    ]
+    assert shipped_packages(["lab*"]) >= {"lab", "lab.experiments.bench"}  # the wheel check's control
+    assert not shipped_packages(["pipeline*"]) & shipped_packages(["lab*", "tests*"])
 
 
 def test_the_layer_and_mlflow_rules_catch_an_arrow_up_and_a_new_importer():
@@ -576,7 +693,7 @@ def test_the_stage_rule_catches_a_stage_importing_one_downstream_or_beside_it():
     assert len(stage_violations(beside, STAGES)) == 1
     upstream = {
         "pipeline.stages.compare.runner": {"pipeline.stages.train.fit_and_log"},
-        "pipeline.experiments.bench": {"pipeline.stages.score.csv_file"},
+        "lab.experiments.bench": {"pipeline.stages.score.csv_file"},
     }
     assert stage_violations(upstream, EVERYTHING) == []
 
@@ -675,13 +792,13 @@ def test_the_name_check_catches_one_module_name_in_two_packages_but_not_the_conv
                 "pipeline.stages.train.outputs",
                 "pipeline.stages.ingest.outputs",
                 "pipeline.stages.compare.report",
-                "pipeline.experiments.bench.report",
+                "lab.experiments.bench.report",
             ]
         )
         == {}
     )
-    assert repeated_module_names(["pipeline.stages.serve", "pipeline.experiments.serve"]) == {
-        "serve": ["pipeline.experiments.serve", "pipeline.stages.serve"]
+    assert repeated_module_names(["pipeline.stages.serve", "lab.experiments.serve"]) == {
+        "serve": ["lab.experiments.serve", "pipeline.stages.serve"]
     }
 
 
@@ -697,13 +814,32 @@ def files_folders() -> dict[str, str]:
     return catalog.FOLDERS
 
 
+def shipped_packages(include: list[str]) -> set[str]:
+    """The packages of the checkout (folders with an ``__init__.py``) that setuptools' ``packages.find`` with
+    ``include`` patterns puts in the wheel (it matches dotted names with ``fnmatch``)."""
+    names = {module_name(path.parent) for root in (PACKAGE, LAB, TESTS) for path in root.rglob("__init__.py")}
+    return {name for name in names if any(fnmatch.fnmatchcase(name, pattern) for pattern in include)}
+
+
 # --------------------------------------------------------------------------- the package
 
 
 def test_the_package_root_holds_a_handful_of_entries():
     entries = sorted(p.name for p in PACKAGE.iterdir() if p.name != "__pycache__")
     assert len(entries) <= ROOT_ENTRIES, entries
-    assert {"__init__.py", "__main__.py", "stages", "experiments", "core", "config"} <= set(entries)
+    assert {"__init__.py", "__main__.py", "stages", "core", "config"} <= set(entries)
+    lab = {p.name for p in LAB.iterdir() if p.name != "__pycache__"}
+    assert lab == {"__init__.py", "__main__.py", "experiments", "probes"}, lab
+
+
+def test_the_wheel_ships_the_product_and_the_type_check_reads_the_lab_too():
+    """``pip install`` gets ``pipeline`` and nothing of the lab, which runs from a checkout; mypy (like ruff, which
+    reads the whole tree) checks both."""
+    settings = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["tool"]
+    shipped = shipped_packages(settings["setuptools"]["packages"]["find"]["include"])
+    assert {"pipeline", "pipeline.stages.compare", "pipeline.model"} <= shipped
+    assert all(name == "pipeline" or name.startswith("pipeline.") for name in shipped), sorted(shipped)
+    assert set(settings["mypy"]["files"]) == {"pipeline", "lab"}
 
 
 def test_one_package_per_stage_and_one_module_per_experiment():
@@ -711,12 +847,16 @@ def test_one_package_per_stage_and_one_module_per_experiment():
     assert packages == {stage.module for stage in STAGES.values()}
     for name, stage in STAGES.items():
         assert stage.module == f"pipeline.stages.{name.replace('-', '_')}", name
-    # an experiment is one module, or a package when it outgrows one: pipeline/experiments/<name>/__init__.py
-    modules = {module_name(path) for path in (PACKAGE / "experiments").glob("*.py") if path.name != "__init__.py"}
-    experiment_packages = {module_name(path.parent) for path in (PACKAGE / "experiments").glob("*/__init__.py")}
+    # an experiment is one module, or a package when it outgrows one: lab/experiments/<name>/__init__.py
+    modules = {module_name(path) for path in (LAB / "experiments").glob("*.py") if path.name != "__init__.py"}
+    experiment_packages = {module_name(path.parent) for path in (LAB / "experiments").glob("*/__init__.py")}
     assert not modules & experiment_packages
     assert modules | experiment_packages == {stage.module for stage in EXPERIMENTS.values()}
     assert not set(STAGES) & set(EXPERIMENTS)
+
+
+def test_the_product_never_imports_its_lab():
+    assert lab_imports(sources()) == []
 
 
 def test_stages_import_only_upstream_stages_and_libraries_never_import_a_stage():

@@ -1,9 +1,9 @@
 """The quality gates of ``pyproject.toml`` pass on the tree, and each fails on a file that breaks it.
 
 ``ruff check`` (lint: the rules ``[tool.ruff.lint]`` selects), ``ruff format --check`` (the formatter's layout) and
-``mypy`` (types, over ``pipeline/``; a run of the whole suite starts it at once, beside the other tests). They run
-here so that ``make test``, and CI with it, runs them; each control hands the same tool, with the project's
-settings, a small file it must refuse.
+``mypy`` (types, over ``pipeline/`` and ``lab/``; a run of the whole suite starts it at once, beside the other
+tests). They run here so that ``make test``, and CI with it, runs them; each control hands the same tool, with the
+project's settings, a small file it must refuse.
 """
 
 import os
@@ -48,8 +48,8 @@ def test_the_format_control_a_badly_formatted_file_fails(tmp_path):
 
 
 def type_check(scratch: Path) -> tuple[int, str]:
-    """mypy over ``pipeline/`` and a control file with a wrong type, in one process: the run of the whole suite started
-    it in the background (``tests/conftest.py``); a run of chosen files runs it here."""
+    """mypy over ``pipeline/``, ``lab/`` and a control file with a wrong type, in one process: the run of the whole
+    suite started it in the background (``tests/conftest.py``); a run of chosen files runs it here."""
     started = os.environ.get(TYPE_CHECK_ENV)
     if started:
         folder = Path(started)

@@ -1,35 +1,41 @@
-"""The stage and experiment tables: the CLI, `make help` and the README agree with them; --force and errors behave."""
+"""The stage and experiment tables: the CLIs (``python -m pipeline`` for the stages, ``python -m lab`` for the
+experiments), `make help` and the README agree with them; --force and errors behave."""
 
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from lab.__main__ import build_parser as lab_parser
+from lab.__main__ import main as lab_main
+from lab.experiments import EXPERIMENTS
 from pipeline import stages
 from pipeline.__main__ import build_parser
 from pipeline.__main__ import main as cli_main
 from pipeline.core import catalog
 from pipeline.core.errors import MissingInputError
-from pipeline.experiments import EXPERIMENTS
 from tests.conftest import PROJECT_ROOT
 
 EVERYTHING = {**stages.STAGES, **EXPERIMENTS}
 
 
-def subcommands() -> dict:
-    parser = build_parser()
-    action = next(a for a in parser._actions if a.dest == "stage")
+def subcommands(parser=None) -> dict:
+    """The sub-commands of ``parser``: the product's command line by default."""
+    action = next(a for a in (parser or build_parser())._actions if a.dest == "stage")
     return action.choices
 
 
-def test_cli_offers_every_stage_and_experiment_of_the_tables_and_nothing_else():
-    assert set(subcommands()) == set(EVERYTHING) and not set(stages.STAGES) & set(EXPERIMENTS)
+def test_each_cli_offers_its_own_table_and_nothing_else():
+    assert set(subcommands()) == set(stages.STAGES)  # the product's: no experiment
+    assert set(subcommands(lab_parser())) == set(EXPERIMENTS)  # the lab's: no stage
+    assert not set(stages.STAGES) & set(EXPERIMENTS)
 
 
 def test_force_is_offered_exactly_where_the_stage_honours_it():
-    for name, sub in subcommands().items():
+    for name, sub in {**subcommands(), **subcommands(lab_parser())}.items():
         options = {option for action in sub._actions for option in action.option_strings}
         assert ("--force" in options) == EVERYTHING[name].force, name
 
@@ -89,11 +95,23 @@ def test_user_mistakes_are_one_line_and_bugs_keep_their_traceback(smoke_config, 
         cli_main(["register"])
 
 
-def test_bench_is_an_experiment_with_one_line_errors(smoke_config, capsys):
-    code = cli_main(["bench", "--set", f"paths.data_dir={smoke_config.data_dir}"])
+def test_bench_is_an_experiment_of_the_lab_with_one_line_errors(smoke_config, capsys):
+    code = lab_main(["bench", "--set", f"paths.data_dir={smoke_config.data_dir}"])
     assert code == 2 and "run `make tokenize` first" in capsys.readouterr().err
-    assert cli_main(["bench", "--rows", "0"]) == 2
+    assert lab_main(["bench", "--rows", "0"]) == 2
     assert "--rows and --repeat must be positive" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # not a stage of the product
+        cli_main(["bench"])
+    assert "invalid choice: 'bench'" in capsys.readouterr().err
+
+
+def test_python_m_lab_runs_an_experiment_from_the_checkout():
+    """The lab is not installed: ``python -m lab`` runs from the checkout's root, and its help lists the experiments."""
+    result = subprocess.run(
+        [sys.executable, "-m", "lab", "--help"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: python -m lab") and all(name in result.stdout for name in EXPERIMENTS)
 
 
 def test_force_reruns_ingest_tokenize_train_and_evaluate(smoke_config, capsys):

@@ -5,7 +5,8 @@ pseudo_label, nbsvm: ``pipeline.config.sections``) and how runs are carried out 
 spark: ``pipeline.config.runs``); every name is importable from ``pipeline.config``.
 ``load_config(path, overrides)`` reads a YAML file, applies ``section.key=value`` overrides and returns a frozen
 :class:`Config`. Unknown sections or keys and wrongly typed values raise ``ConfigError`` naming the key and the
-file, so a typo never silently falls back to a default.
+file, so a typo never silently falls back to a default. Old names still read (``RENAMED_SECTIONS``,
+``RENAMED_KEYS``); a retired setting (``RETIRED_KEYS``) reads only at the value that does what today's code does.
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ from pipeline.config.sections import (
     PRECISIONS,
     PRESET_KEYS,
     PSEUDO_LABEL_TEACHERS,
-    TOKEN_EMBEDDINGS,
     TRUNCATION_STRATEGIES,
     DataConfig,
     ModelConfig,
@@ -70,7 +70,6 @@ __all__ = [
     "PRESET_KEYS",
     "PSEUDO_LABEL_TEACHERS",
     "SPARK_OUTPUT_FORMATS",
-    "TOKEN_EMBEDDINGS",
     "TRUNCATION_STRATEGIES",
     "NbsvmConfig",
     "CompareConfig",
@@ -102,8 +101,35 @@ ADDED_KEYS = {
     ("compare", "long_reviews"): None,
     ("compare", "short_fusion_words"): 0,
     ("nbsvm", "unlabeled_crops_per_review"): 0,
-    ("model", "preset_blocks"): None,
+    ("model", "preset_blocks"): None,  # retired since (RETIRED_KEYS); never hashed
     ("compare", "cascade_share"): 1.0,
+}
+
+
+@dataclass(frozen=True)
+class Retired:
+    """A setting that was measured, did not pay, and was removed (one line in ``docs/results.md`` or its history)."""
+
+    value: Any  # what every run without the setting did: still read (and ignored), and hashed as it was
+    why: str  # what the measurement found, and where it is written up
+    kept: tuple[Any, ...] = ()  # other values meaning the same as ``value``
+
+
+# Settings retired after runs were recorded -> why. A config file (an old default.yaml, a tune's best.yaml) or
+# ``--set`` that gives one its ``value`` still loads; any other value is a ``ConfigError`` naming the key. A section's
+# hash is computed with the key at that value, so a run recorded before it was retired is reused, not rerun.
+RETIRED_KEYS = {
+    ("model", "token_embedding"): Retired(
+        "random", "word2vec token vectors gained +0.15 points, not significant: docs/results.md"
+    ),
+    ("compare", "token_embeddings"): Retired(
+        None,
+        "it compared word2vec token vectors, which gained +0.15 points, not significant: docs/results.md",
+        kept=(["random"],),
+    ),
+    ("model", "preset_blocks"): Retired(
+        None, "fewer of a preset's blocks lost accuracy on every seed: docs/history/short-texts.md#fewer-blocks"
+    ),
 }
 
 # Names a config file or ``--set`` may still use -> today's: read as the new name (both at once is an error). A
@@ -116,6 +142,30 @@ HASHED_AS = {new: old for old, new in RENAMED_SECTIONS.items()}  # the section n
 def current_key(section: str, key: str) -> str:
     """Today's name of ``key`` in today's ``section`` (itself unless it was renamed)."""
     return RENAMED_KEYS.get((section, key), key)
+
+
+def is_retired(section: str, key: str, value: Any, where: str, remedy: str) -> bool:
+    """Whether ``section.key`` is a retired setting at its old value (to be left out: it means what the config means
+    without it); at any other value a retired setting is a ``ConfigError`` naming it and saying ``remedy``."""
+    retired = RETIRED_KEYS.get((section, key))
+    if retired is None:
+        return False
+    if value == retired.value or value in retired.kept:
+        return True
+    raise ConfigError(f"{where}: {section}.{key} was retired ({retired.why}); {remedy}")
+
+
+def without_retired(raw: dict[str, Any], source: str) -> dict[str, Any]:
+    """``raw`` (a YAML file's sections, today's names) without the retired settings that hold their old value."""
+    out: dict[str, Any] = {}
+    for section, values in raw.items():
+        if isinstance(values, dict):
+            remedy = f"remove it from {source}"
+            values = {
+                key: value for key, value in values.items() if not is_retired(section, key, value, source, remedy)
+            }
+        out[section] = values
+    return out
 
 
 def with_new_names(raw: dict[str, Any], source: str) -> dict[str, Any]:
@@ -168,7 +218,8 @@ class Config:
         The keys added for n-grams are left out while nothing uses n-grams (``model.ngram_max`` 1 and no
         ``compare.ngrams`` level above 1 among the hashed sections), and the preset keys while ``model.preset`` is
         unset, and every key of ``ADDED_KEYS`` while it holds the value that does what the config did before the key
-        existed, so a run or comparison recorded before they existed keeps its hash and an upgrade reruns nothing."""
+        existed, so a run or comparison recorded before they existed keeps its hash and an upgrade reruns nothing. A
+        key of ``RETIRED_KEYS`` counts at the value every run had, as it did before it was retired."""
         payload = {name: dataclasses.asdict(getattr(self, name)) for name in sections}
         compared = "compare" in sections and any(level > 1 for level in self.compare.ngrams or ())
         if "model" in payload and self.model.ngram_max == 1 and not compared:
@@ -177,6 +228,9 @@ class Config:
         if "model" in payload and self.model.preset is None:  # likewise the preset keys while no preset is used
             for key in PRESET_KEYS:
                 del payload["model"][key]
+        for (section, key), retired in RETIRED_KEYS.items():  # as the code before hashed it (ADDED_KEYS: not at all)
+            if section in payload:
+                payload[section][key] = retired.value
         for (section, key), before in ADDED_KEYS.items():  # at the value that means what the config meant before it
             if section in payload and payload[section].get(key, before) == before:
                 payload[section].pop(key, None)  # (a preset key is gone already while no preset is used)
@@ -228,9 +282,11 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
             raise ConfigError(f"{path}: not valid YAML: {exc}") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of sections")
-        raw = with_new_names(raw, source)
+        raw = without_retired(with_new_names(raw, source), source)
     for text in overrides:
         section, key, value = parse_override(text)
+        if is_retired(section, key, value, f"--set {text}", "leave that --set out"):
+            continue
         section_values = raw.setdefault(section, {}) or {}
         raw[section] = {**section_values, key: value}
         source = f"{source} (with --set overrides)" if "--set" not in source else source

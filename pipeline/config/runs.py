@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.config.sections import INITS, LONG_REVIEWS, POOLINGS, TOKEN_EMBEDDINGS
+from pipeline.config.sections import INITS, LONG_REVIEWS, POOLINGS
 from pipeline.core.errors import ConfigError
 
 
@@ -22,7 +22,6 @@ class TrackingConfig:
 COMPARE_FACTORS = {
     "poolings": ("model.pooling", POOLINGS),
     "inits": ("model.init", INITS),
-    "token_embeddings": ("model.token_embedding", TOKEN_EMBEDDINGS),
     "pseudo_labels": ("training.pseudo_labels", (False, True)),
     "ngrams": ("model.ngram_max", (1, 2, 3, 4)),
     "sparse_updates": ("training.sparse_updates", (False, True)),
@@ -45,7 +44,6 @@ class CompareConfig:
     bootstrap_samples: int = 2000
     poolings: tuple[str, ...] | None = POOLINGS
     inits: tuple[str, ...] | None = None  # configs/gpu.yaml compares [pretrained, scratch]
-    token_embeddings: tuple[str, ...] | None = None
     pseudo_labels: tuple[bool, ...] | None = None
     ngrams: tuple[int, ...] | None = None  # model.ngram_max levels, e.g. [1, 3]: tokens alone vs with n-grams
     sparse_updates: tuple[bool, ...] | None = None  # training.sparse_updates levels: dense vs lazy embedding updates

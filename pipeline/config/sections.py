@@ -94,10 +94,9 @@ POOLINGS = ("first_token", "mean")
 LONG_REVIEWS = ("truncate", "windows")
 POSITIONS = ("learned", "sinusoidal", "none")
 INITS = ("scratch", "pretrained")
-TOKEN_EMBEDDINGS = ("random", "word2vec")
 BACKBONE_KEYS = ("position", "hidden_dim", "num_layers", "num_heads", "intermediate_dim", "dropout")
 NGRAM_KEYS = ("ngram_max", "ngram_buckets", "ngram_dropout")
-PRESET_KEYS = ("preset", "preset_max_parameters_on_cpu", "preset_blocks")
+PRESET_KEYS = ("preset", "preset_max_parameters_on_cpu")
 
 
 @dataclass(frozen=True)
@@ -114,9 +113,6 @@ class ModelConfig:
     classifier_dropout: float = 0.3
     init: str = "scratch"  # scratch | pretrained (`make pretrain`'s backbone; worse here: docs/results.md)
     pretrained: str | None = None  # a pretrain output folder or runs:/<run_id>/backbone; default data/pretrain
-    token_embedding: str = (
-        "random"  # random | word2vec (vectors learned on train + unlabeled, pipeline.model.word_vectors)
-    )
     ngram_max: int = 3  # 1: tokens alone; 3: + hashed 2- and 3-grams (significantly better: docs/results.md)
     ngram_buckets: int = 262_144  # rows of the hashed n-gram table shared by every n (2^18)
     ngram_dropout: float = 0.3  # drop whole n-gram vectors while training (without: over-fits, docs/results.md)
@@ -124,9 +120,6 @@ class ModelConfig:
     # tokenizer and backbone, the pipeline's pooling and head; the shape keys above then do not apply
     preset: str | None = None
     preset_max_parameters_on_cpu: int = 25_000_000  # refuse a larger preset without a GPU (all-MiniLM-L6-v2: 22.7 M)
-    # keep only the preset's first k Transformer blocks, each with its pretrained weights (null: every block): fewer
-    # layers to fine-tune and to score (docs/presets.md)
-    preset_blocks: int | None = None
     # How the trained model reads a review longer than tokenizer.max_sequence_length when it scores (training always
     # reads the tokenize stage's head+tail rows): truncate (that row alone) | windows (that row and rows of
     # consecutive tokens covering the whole review, their log-probabilities averaged; docs/results.md)
@@ -155,8 +148,6 @@ class ModelConfig:
                 "model.long_reviews=windows reads reviews with the pipeline's own tokenizer; a model.preset "
                 "reads each review's head and tail: set model.long_reviews=truncate"
             )
-        if self.token_embedding not in TOKEN_EMBEDDINGS:
-            raise ConfigError(f"model.token_embedding must be one of {TOKEN_EMBEDDINGS}, got {self.token_embedding!r}")
         if self.position not in POSITIONS:
             raise ConfigError(f"model.position must be one of {POSITIONS}, got {self.position!r}")
         if self.hidden_dim % self.num_heads:
@@ -170,16 +161,10 @@ class ModelConfig:
         for name in ("dropout", "classifier_dropout", "ngram_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"model.{name} must be in [0, 1)")
-        if self.preset_blocks is not None and (self.preset is None or self.preset_blocks < 1):
-            raise ConfigError(f"model.preset_blocks must be 1 or more, with model.preset; got {self.preset_blocks}")
         if self.preset is not None:
             if not self.preset.strip():
                 raise ConfigError("model.preset must name a KerasHub preset or a preset folder (or be null)")
-            own = {
-                "init": ("scratch", "masked-LM pretraining"),
-                "token_embedding": ("random", "word2vec vectors"),
-                "ngram_max": (1, "hashed n-grams"),
-            }
+            own = {"init": ("scratch", "masked-LM pretraining"), "ngram_max": (1, "hashed n-grams")}
             for key, (plain, what) in own.items():
                 if getattr(self, key) != plain:
                     raise ConfigError(

@@ -1,7 +1,7 @@
 """The catalog: the shape of a stage table entry, where the stages' outputs live and every file name they hand on.
 
 :class:`Stage` is one entry of a table of sub-commands: the product's stages
-(:data:`pipeline.stages.STAGES`) and the experiments (:data:`pipeline.experiments.EXPERIMENTS`).
+(:data:`pipeline.stages.STAGES`) and the lab's experiments (``lab.experiments.EXPERIMENTS``, outside the product).
 :data:`FOLDERS` names each stage's output folder under ``paths.data_dir`` once;
 :func:`stage_dir` and :func:`require_output` are how any module finds them, so a folder's
 location and the "run ``make X`` first" message are written once. Nothing here imports a stage.
@@ -44,7 +44,7 @@ METRICS_FILE = "metrics.json"  # evaluate -> compare, register, pretrain-budget
 TEST_PREDICTIONS_FILE = "test_predictions.parquet"  # evaluate, compare's baselines -> compare, register
 VAL_PREDICTIONS_FILE = "val_predictions.parquet"  # evaluate -> compare (fusion weights, the champion)
 CROP_PREDICTIONS_FILE = "crop_predictions.parquet"  # evaluate -> compare (the sentence crops: short texts)
-LEXICAL_MODEL_FILE = "nbsvm.joblib"  # compare's NBSVM baseline -> its fused models
+LEXICAL_MODEL_FILE = "nbsvm.npz"  # compare's NBSVM baseline (``pipeline.lexical.NbsvmArrays``) -> its fused models
 FUSION_FILE = "fusion.json"  # a fused model's weight
 COMPARISON_REPORT = "comparison"  # compare -> register, pretrain-budget: reports/comparison.*
 SAVED_MODEL_DIR = "saved_model"  # export -> TF Serving, any TensorFlow process: the SavedModel
@@ -111,6 +111,9 @@ class Stage:
     # evaluates), outputs it makes first when the config asks for them, saying so in a line of its own (pseudo
     # labels), or reads only when the config names them (a pretrained backbone); make does not build them first
     runs: tuple[str, ...] = ()
+    # whether it always runs TensorFlow (started quietly before it runs); a stage that only may (scoring a
+    # Transformer) starts it quietly when it loads one (``pipeline.core.logs.start_tensorflow_quietly``)
+    tensorflow: bool = True
 
     @property
     def upstream(self) -> tuple[str, ...]:

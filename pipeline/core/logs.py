@@ -143,17 +143,25 @@ def printed_to_log(environ=os.environ):
         yield
 
 
-def quiet_third_party(environ=os.environ) -> None:
-    """Start TensorFlow with its C++ start-up lines captured, drop the known third-party warnings, and send MLflow's
-    log lines to a file (:func:`log_third_parties_to_file`).
+def quiet_third_party(environ=os.environ, tensorflow: bool = True) -> None:
+    """Drop the known third-party warnings, send MLflow's log lines to a file (:func:`log_third_parties_to_file`)
+    and, with ``tensorflow``, start TensorFlow quietly (:func:`start_tensorflow_quietly`).
 
-    Sets ``TF_CPP_MIN_LOG_LEVEL=3`` unless the user set it (child processes inherit it), imports
-    TensorFlow and lists its devices once inside :func:`captured_stderr`, so the lines it prints only
-    once per process go nowhere.
+    Sets ``TF_CPP_MIN_LOG_LEVEL=3`` unless the user set it (child processes inherit it).
     """
     environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     ignore_known_warnings()
     log_third_parties_to_file(environ)
+    if tensorflow:
+        start_tensorflow_quietly(environ)
+
+
+def start_tensorflow_quietly(environ=os.environ) -> None:
+    """Import TensorFlow and list its devices once inside :func:`captured_stderr`, so the C++ lines it prints only
+    once per process go nowhere (shown with ``VERBOSE=1``); a no-op once TensorFlow is imported. A stage that may
+    not need TensorFlow (scoring NBSVM) calls it where it loads a Keras model, and never pays its import (seconds)."""
+    if verbose_requested(environ) or "tensorflow" in sys.modules:
+        return
     with captured_stderr():
         try:
             import tensorflow as tf

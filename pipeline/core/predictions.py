@@ -13,6 +13,7 @@ turns their ``[N, 1]`` output into ``[1 - p, p]``, the only place that knows abo
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -140,6 +141,82 @@ def cascade_rows(lexical: np.ndarray, threshold: float | None) -> np.ndarray:
 def cascade_probabilities(fused: np.ndarray, lexical: np.ndarray, routed: np.ndarray) -> np.ndarray:
     """A cascade's answer: the fused probabilities on the ``routed`` rows, the lexical model's on the rest."""
     return np.where(np.asarray(routed)[:, None], np.asarray(fused, np.float32), np.asarray(lexical, np.float32))
+
+
+@dataclass(frozen=True)
+class FusionRule:
+    """How a fused model (a Transformer and NBSVM) answers, written once: the pyfunc model
+    (``pipeline.model.kinds.fusion_classifier``), its explanations, its export graph and the comparison's evaluation
+    follow it.
+
+    Each text's Transformer weight is ``weight``, or ``short_weight`` for texts of at most ``short_max_words`` words (0:
+    one weight). Without a cascade every text gets :func:`fuse_probabilities` of the two parts. A cascade
+    (``cascade_threshold``) routes to the Transformer only the texts whose NBSVM confidence is at most the threshold
+    (:func:`cascade_rows`); they get the fusion, every other text NBSVM's own probabilities, whatever the weights. A
+    part that cannot change an answer is not run: the Transformer when every weight is 0; NBSVM when every weight is 1
+    and there is no cascade (a cascade needs NBSVM to route, even at weight 1).
+    """
+
+    weight: float
+    short_weight: float
+    short_max_words: int = 0
+    cascade_threshold: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("weight", "short_weight"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"fusion {name} must be in [0, 1], got {getattr(self, name)}")
+
+    @property
+    def runs_transformer(self) -> bool:
+        return max(self.weight, self.short_weight) > 0
+
+    @property
+    def runs_lexical(self) -> bool:
+        return min(self.weight, self.short_weight) < 1 or self.cascade_threshold is not None
+
+    def row_weights(self, count: int, words: np.ndarray | None = None) -> np.ndarray:
+        """Each of ``count`` texts' Transformer weight; ``words`` (their word counts) is read only with a limit."""
+        if not self.short_max_words or words is None:
+            return np.full(count, self.weight)
+        return np.where(np.asarray(words) <= self.short_max_words, self.short_weight, self.weight)
+
+    def reads(self, lexical: np.ndarray) -> np.ndarray:
+        """Whether the Transformer reads each row: the rows whose NBSVM confidence is at most the cascade's threshold
+        (:func:`cascade_rows`), every row without a cascade."""
+        return cascade_rows(lexical, self.cascade_threshold)
+
+    def routed(self, lexical: np.ndarray | None) -> np.ndarray | None:
+        """The rows (indices, in order) the Transformer reads; None: every row (no cascade)."""
+        if self.cascade_threshold is None:
+            return None
+        if lexical is None:
+            raise ValueError("a cascade routes on NBSVM's probabilities: none were given")
+        return np.flatnonzero(self.reads(lexical))
+
+    def answer(
+        self,
+        transformer: np.ndarray | None,
+        lexical: np.ndarray | None,
+        weights: np.ndarray,
+        routed: np.ndarray | None,
+    ) -> np.ndarray:
+        """The fused ``[N, k]`` answer from the parts: ``transformer`` on the ``routed`` rows (every row when None),
+        None when it is not run; ``lexical`` on every row, None when it is not run; ``weights`` per row."""
+        weights = np.asarray(weights, dtype=np.float64)
+        if routed is None:  # one part alone is fused with itself
+            if transformer is not None:
+                return fuse_probabilities(transformer, lexical if lexical is not None else transformer, weights)
+            if lexical is not None:
+                return fuse_probabilities(lexical, lexical, weights)
+            raise ValueError("a fused model scored neither part")
+        if lexical is None:
+            raise ValueError("a cascade answers with NBSVM's probabilities off its routed rows: none were given")
+        answer = np.array(lexical, dtype=np.float32)
+        if len(routed):
+            part = answer[routed]
+            answer[routed] = fuse_probabilities(transformer if transformer is not None else part, part, weights[routed])
+        return answer
 
 
 def pool_windows(probabilities: np.ndarray, owner: np.ndarray) -> np.ndarray:

@@ -1,13 +1,11 @@
 """Which classifier training fits, decided in one place: a pretrained preset's backbone under the pipeline's head,
-or the pipeline's own encoder started from what it is given (word2vec token vectors, a pretrained backbone),
-wrapped for adversarial training when asked. Pure construction: the train stage reads the files and compiles.
+or the pipeline's own encoder started from what it is given (a pretrained backbone), wrapped for adversarial
+training when asked. Pure construction: the train stage reads the files and compiles.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import numpy as np
 
 from pipeline.config import ModelConfig, TrainingConfig
 from pipeline.core.errors import ConfigError
@@ -22,7 +20,6 @@ from pipeline.text.text_tokenizer import TextTokenizer
 class StartingWeights:
     """What the pipeline's own encoder starts from besides its initialisers (nothing, by default)."""
 
-    token_vectors: np.ndarray | None = None  # [vocabulary, hidden_dim]: model.token_embedding word2vec
     backbone: dict[str, list] | None = None  # layer name -> weights: a pretrained backbone (model.init)
     backbone_source: str = ""  # where the backbone came from, for errors
 
@@ -65,8 +62,6 @@ def assemble_classifier(
     model = build_model(
         model_config, text_tokenizer.vocabulary_size, text_tokenizer.settings.max_sequence_length, num_classes
     )
-    if start.token_vectors is not None:
-        model.get_layer("token_embedding").embeddings.assign(start.token_vectors)
     loaded = []
     if start.backbone is not None:
         loaded = load_backbone_weights(model, start.backbone, start.backbone_source)

@@ -97,11 +97,9 @@ def lexical_explanations(lexical, counts, texts: Sequence[str] | None = None) ->
     """Explanations of a ``LexicalClassifier`` for the n-gram ``counts`` its ``prepare`` made; with ``texts`` (cleaned
     as ``prepare`` cleans them) each also lists the text's words in order, an n-gram's contribution shared equally
     among the words of each of its occurrences."""
-    from pipeline.lexical import nbsvm_weights
-
     weights = _NBSVM_WEIGHTS.get(lexical)
     if weights is None:  # the feature names and weights, once per loaded model
-        weights = _NBSVM_WEIGHTS[lexical] = nbsvm_weights(lexical.lexical, "explanations")
+        weights = _NBSVM_WEIGHTS[lexical] = lexical.weights("explanations")
     counts = counts.tocsr()
     # two classes: towards the second, whatever the scores; more: towards the predicted class
     targets = (
@@ -332,25 +330,3 @@ def fused_explanation(transformer: Explanation, lexical: Explanation, weight: fl
         weight * transformer.log_odds + (1.0 - weight) * lexical.log_odds,
         weight * transformer.reference + (1.0 - weight) * lexical.reference,
     )
-
-
-def explain(classifier, prepared, steps: int = IG_STEPS) -> list[Explanation]:
-    """Explanations of any model the pipeline logs (``pipeline.model.classifiers``) for what its ``prepare`` made."""
-    kind = getattr(classifier, "kind", "")
-    if kind == "transformer":
-        return transformer_explanations(classifier, prepared, steps)
-    if kind == "nbsvm":
-        return lexical_explanations(classifier, prepared)
-    if kind == "fusion":
-        ids, counts, weights, routed = prepared
-        if counts is None:  # weight 1: the Transformer alone, as the fused model scores
-            return transformer_explanations(classifier.transformer, ids, steps)
-        lexical = lexical_explanations(classifier.lexical, counts)
-        if ids is None:
-            return lexical
-        rows = range(len(lexical)) if routed is None else routed  # a cascade: the lexical model's alone elsewhere
-        read = transformer_explanations(classifier.transformer, ids, steps) if len(rows) else []
-        for row, transformer in zip(rows, read):
-            lexical[row] = fused_explanation(transformer, lexical[row], float(weights[row]))
-        return lexical
-    raise InputError(f"explanations: no explanation for a {type(classifier).__name__}")

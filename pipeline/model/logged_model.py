@@ -6,6 +6,8 @@ Reads nothing; writes the model under the active MLflow run (its artifact folder
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -16,7 +18,10 @@ from pipeline.core.errors import PipelineError
 from pipeline.model.explain import TOP_ITEMS
 
 EXAMPLE_TEXTS = ("A wonderful, moving film.", "Dull and far too long.")  # a logged model's input example
-PACKAGE_DIR = Path(__file__).resolve().parent.parent  # pipeline/: travels with every logged model
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # pipeline/: its libraries travel with every logged model
+# what loading and scoring a logged model never import (the stages import the libraries, never the reverse:
+# tests/test_layout.py), left out of the package's copy that travels with it
+CODE_LEFT_OUT = ("stages", "__main__.py", "__pycache__", "*.pyc")
 # what a logged model imports to answer (the package travels with it as code), pinned when it is logged
 MODEL_DISTRIBUTIONS = (
     "tensorflow",
@@ -58,14 +63,22 @@ def log_pipeline_model(python_model, artifacts: dict[str, str], example_texts=EX
     """
     example = pd.DataFrame({"text": list(example_texts)})
     loaded = type(python_model).from_artifacts(artifacts)
-    info = mlflow.pyfunc.log_model(
-        name="model",
-        python_model=python_model,
-        artifacts=artifacts,
-        code_paths=[str(PACKAGE_DIR)],
-        # the request options: mlflow models serve and spark_udf pass only the params the signature declares
-        signature=mlflow.models.infer_signature(example, loaded.predict(None, example), params=MODEL_PARAMS),
-        input_example=example,
-        pip_requirements=pinned_requirements(),
-    )
+    with tempfile.TemporaryDirectory() as folder:
+        code = model_code(Path(folder))
+        info = mlflow.pyfunc.log_model(
+            name="model",
+            python_model=python_model,
+            artifacts=artifacts,
+            code_paths=[str(code)],
+            # the request options: mlflow models serve and spark_udf pass only the params the signature declares
+            signature=mlflow.models.infer_signature(example, loaded.predict(None, example), params=MODEL_PARAMS),
+            input_example=example,
+            pip_requirements=pinned_requirements(),
+        )
     return info.model_uri
+
+
+def model_code(folder: Path) -> Path:
+    """A copy of the package under ``folder`` with what a logged model needs to load and score: its libraries, not
+    its stages (:data:`CODE_LEFT_OUT`)."""
+    return Path(shutil.copytree(PACKAGE_DIR, folder / PACKAGE_DIR.name, ignore=shutil.ignore_patterns(*CODE_LEFT_OUT)))

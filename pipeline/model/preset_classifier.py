@@ -30,21 +30,6 @@ def load_preset_backbone(preset: str, load_weights: bool = True, dtype: str | No
     return backbone
 
 
-def truncated_backbone(backbone, blocks: int | None):
-    """``backbone`` with only its first ``blocks`` Transformer blocks, each with its pretrained weights, and its
-    embeddings as they were (``model.preset_blocks``); ``None`` or every block: ``backbone`` itself."""
-    total = backbone.get_config().get("num_layers")
-    if blocks is None or blocks == total:
-        return backbone
-    if total is None or blocks > total:
-        raise ConfigError(f"model.preset_blocks is {blocks}, but the preset's {type(backbone).__name__} has {total}")
-    truncated = type(backbone).from_config({**backbone.get_config(), "num_layers": blocks})
-    for layer in truncated.layers:  # the blocks keep their names: transformer_layer_0, ...
-        if layer.weights:
-            layer.set_weights(backbone.get_layer(layer.name).get_weights())
-    return truncated
-
-
 def check_text_backbone(backbone, preset: str) -> None:
     inputs = backbone.input if isinstance(backbone.input, dict) else {}
     if not {"token_ids", "padding_mask"} <= set(inputs):
@@ -110,9 +95,7 @@ def preset_classifier(
         )
     if preset is None:
         raise ConfigError("a preset classifier needs model.preset (the pipeline's own encoder is built without one)")
-    backbone = truncated_backbone(
-        load_preset_backbone(preset, load_weights=True, dtype=dtype), model_config.preset_blocks
-    )
+    backbone = load_preset_backbone(preset, load_weights=True, dtype=dtype)
     parameters = backbone.count_params()
     limit = model_config.preset_max_parameters_on_cpu
     if on_cpu and parameters > limit:

@@ -1,7 +1,7 @@
 """The product's stages, one package per ``make`` target, and the declared table of them (:data:`STAGES`).
 
-``python -m pipeline`` builds its sub-commands from this table and the experiments' one
-(:data:`pipeline.experiments.EXPERIMENTS`); ``make help`` and the README's stage table list the
+``python -m pipeline`` builds its sub-commands from this table (the lab's experiments have a table and a command
+line of their own, ``python -m lab``, outside the product); ``make help`` and the README's stage table list the
 same stages, and the Makefile's prerequisites follow the table's ``reads`` (tests check all three).
 A stage's package holds its entry point in ``__init__`` (``run`` and ``main``, importing its work only when
 it runs) and its own logic beside it; it imports the shared libraries (``pipeline.core``, ``text``, ``model``,
@@ -105,6 +105,7 @@ STAGES: dict[str, Stage] = {
             reads=(),
             writes="train/val/test Parquet splits, labels.json, manifest",
             force=True,
+            tensorflow=False,
         ),
         Stage(
             "tokenize",
@@ -166,6 +167,7 @@ STAGES: dict[str, Stage] = {
             reads=("compare",),
             writes="a registered model version with the alias champion",
             force=True,
+            tensorflow=False,
         ),
         Stage(
             "score",
@@ -174,6 +176,7 @@ STAGES: dict[str, Stage] = {
             reads=("register",),
             writes="the CSV with probability, label and score_error columns",
             arguments=_score_arguments,
+            tensorflow=False,  # scoring a Transformer starts it when it loads the model
         ),
         Stage(
             "serve",
@@ -182,6 +185,7 @@ STAGES: dict[str, Stage] = {
             reads=("register",),
             writes="nothing (answers POST /invocations on 127.0.0.1)",
             arguments=_serve_arguments,
+            tensorflow=False,
         ),
         Stage(
             "export",
@@ -200,6 +204,7 @@ STAGES: dict[str, Stage] = {
             reads=("compare",),
             writes="nothing (serves the tracking store)",
             arguments=_ui_arguments,
+            tensorflow=False,
         ),
     )
 }

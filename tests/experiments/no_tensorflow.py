@@ -1,6 +1,6 @@
 """Run a module as ``python -m`` would, with TensorFlow (and tf-text) not importable, as on the GPU machine.
 
-``python tests/experiments/no_tensorflow.py -m pipeline gpu-check ...``
+``python tests/experiments/no_tensorflow.py -m lab gpu-check ...``
 """
 
 import runpy

@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lab.experiments import bench
 from pipeline.config import ModelConfig
-from pipeline.experiments import bench
 
 
 def synthetic_results() -> dict:
@@ -89,7 +89,7 @@ def test_explanations_are_measured_beside_plain_scoring_on_the_same_rows(trained
 
     import pandas as pd
 
-    from pipeline.experiments.bench.scoring_speed import measure_explain_csv
+    from lab.experiments.bench.scoring_speed import measure_explain_csv
 
     config, run_dir = trained_run
     uri = f"runs:/{json.loads((run_dir / 'manifest.json').read_text())['mlflow_run_id']}/model"
@@ -160,8 +160,8 @@ def test_export_measures_the_graph_beside_make_scores_model_and_reports_both(com
     import mlflow
     import pandas as pd
 
-    from pipeline.experiments.bench.report import export_lines
-    from pipeline.experiments.bench.scoring_speed import measure_export
+    from lab.experiments.bench.report import export_lines
+    from lab.experiments.bench.scoring_speed import measure_export
 
     config, _ = comparison
     mlflow.set_tracking_uri(config.tracking.tracking_uri)
@@ -183,8 +183,8 @@ def test_int8_is_measured_beside_float32_on_the_same_rows_and_answers_close_to_i
     """Keras' int8 and ONNX Runtime's float32 and int8, each against the float32 model on the same rows."""
     import json
 
+    from lab.experiments.bench.scoring_speed import measure_int8
     from pipeline.core.catalog import require_output
-    from pipeline.experiments.bench.scoring_speed import measure_int8
     from pipeline.stages.ingest.outputs import read_split
 
     config, run_dir = trained_run
@@ -217,10 +217,10 @@ def test_a_cascade_is_measured_beside_its_transformer_and_its_nbsvm_and_answers_
 
     import mlflow
 
+    from lab.experiments.bench.report import cascade_lines
+    from lab.experiments.bench.scoring_speed import NoCascade, measure_cascade
     from pipeline.core.catalog import require_output
     from pipeline.core.predictions import lexical_confidence
-    from pipeline.experiments.bench.report import cascade_lines
-    from pipeline.experiments.bench.scoring_speed import NoCascade, measure_cascade
     from pipeline.model.classifiers import load_classifier
     from pipeline.stages.ingest.outputs import read_split
 

@@ -27,7 +27,7 @@ CHECK_SETTINGS = ["training.epochs=1", "compare.poolings=null", "compare.seeds=[
 def test_the_check_runs_the_comparison_on_jax_without_tensorflow_and_its_model_scores_alike_on_tensorflow(
     prepared_config, tmp_path
 ):
-    from pipeline.experiments.gpu_check import BUNDLE_FILE, STORE_FILE, make_bundle
+    from lab.experiments.gpu_check import BUNDLE_FILE, STORE_FILE, make_bundle
     from pipeline.model.classifiers import load_classifier
     from pipeline.stages.ingest.outputs import read_split
     from pipeline.text.conventions import load_labels
@@ -44,7 +44,7 @@ def test_the_check_runs_the_comparison_on_jax_without_tensorflow_and_its_model_s
         sys.executable,
         str(PROJECT_ROOT / "tests" / "experiments" / "no_tensorflow.py"),
         "-m",
-        "pipeline",
+        "lab",
         "gpu-check",
         "--bundle",
         str(bundle),
@@ -113,7 +113,7 @@ def test_the_check_runs_the_comparison_on_jax_without_tensorflow_and_its_model_s
 
 
 def test_a_bundle_whose_store_does_not_rebuild_the_ids_is_refused(prepared_config, tmp_path):
-    from pipeline.experiments.gpu_check import BUNDLE_FILE, make_bundle, unpack
+    from lab.experiments.gpu_check import BUNDLE_FILE, make_bundle, unpack
 
     bundle = tmp_path / "bundle"
     make_bundle(prepared_config, bundle, wheels=False)
@@ -125,7 +125,7 @@ def test_a_bundle_whose_store_does_not_rebuild_the_ids_is_refused(prepared_confi
 
 
 def test_the_wheels_carried_are_what_the_check_needs_less_the_devices_packages_and_tensorflow():
-    from pipeline.experiments.gpu_check import DEVICE_PACKAGES, canonical, carried_packages
+    from lab.experiments.gpu_check import DEVICE_PACKAGES, canonical, carried_packages
 
     device = {canonical(line) for line in DEVICE_PACKAGES.read_text().splitlines() if line and line[0] != "#"}
     assert {"jax", "numpy", "pandas", "pyarrow", "scikit-learn", "rich", "h5py"} <= device
@@ -141,9 +141,9 @@ def test_the_wheels_carried_are_what_the_check_needs_less_the_devices_packages_a
 def test_the_bundle_carries_the_unlabeled_reviews_only_when_the_config_reads_them_and_stays_within_a_device_call(
     prepared_config, tmp_path, monkeypatch
 ):
+    from lab.experiments import gpu_check
     from pipeline.core.catalog import UNLABELED_IDS_FILE, UNLABELED_TABLE
     from pipeline.core.errors import ConfigError
-    from pipeline.experiments import gpu_check
 
     # the data folder holds the 150 unlabeled reviews and their ids, as a `make all` with $IMDB_UNSUP_ARCHIVE leaves it
     assert (prepared_config.data_dir / "ingest" / UNLABELED_TABLE).is_file()

@@ -7,9 +7,9 @@ import mlflow
 import numpy as np
 import pytest
 
+from lab.experiments import learning_curve
+from lab.experiments.learning_curve import Scored, deploy_at, merged, pairs_at, sizes_of, summarize
 from pipeline.core.errors import ConfigError, InputError
-from pipeline.experiments import learning_curve
-from pipeline.experiments.learning_curve import Scored, deploy_at, merged, pairs_at, sizes_of, summarize
 
 CANDIDATES = ["first_token", "mean", "nbsvm", "nbsvm+first_token", "nbsvm+mean"]
 

@@ -10,7 +10,7 @@ from pipeline.core.errors import ConfigError, InputError
 
 
 def test_keeps_the_short_reviews_of_every_split_with_their_names_and_splits():
-    from pipeline.experiments.short_reviews import short_reviews
+    from lab.experiments.short_reviews import short_reviews
 
     splits = {
         "train": pd.DataFrame({"text": ["one two", "a b c d e", "good"], "label": [1, 0, 0]}),
@@ -29,8 +29,8 @@ def test_keeps_the_short_reviews_of_every_split_with_their_names_and_splits():
 
 
 def test_the_table_is_what_ingest_reads_with_its_splits(prepared_config):
+    from lab.experiments import short_reviews
     from pipeline.core.catalog import stage_dir
-    from pipeline.experiments import short_reviews
     from pipeline.stages import ingest
     from pipeline.stages.ingest.outputs import read_split
 

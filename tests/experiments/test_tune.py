@@ -13,10 +13,10 @@ import optuna
 import pytest
 import yaml
 
-from pipeline.__main__ import main as cli_main
+from lab.__main__ import main as cli_main
+from lab.experiments import tune
 from pipeline.config import load_config
 from pipeline.core.errors import ConfigError, InputError
-from pipeline.experiments import tune
 from tests.conftest import PROJECT_ROOT
 
 SPACE = {
@@ -106,7 +106,7 @@ def cheap_trials(monkeypatch):
 
 
 def main_with_cheap_trials(argv: list[str]) -> int:
-    """``python -m pipeline tune ARGV`` with ``cheap_trial`` in place of training (for the subprocess tests)."""
+    """``python -m lab tune ARGV`` with ``cheap_trial`` in place of training (for the subprocess tests)."""
     tune.run_trial = cheap_trial
     return cli_main(["tune", *argv])
 

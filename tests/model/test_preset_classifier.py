@@ -80,7 +80,7 @@ def test_both_poolings_fine_tune_the_preset_in_the_comparison_and_register_choos
     champion = client.get_model_version_by_alias(config.tracking.registered_model_name, "champion")
     chosen = payload["recommendation"]["variant"]
     assert champion.run_id in payload["summary"][chosen]["run_ids"]
-    from pipeline.stages.register.card import transformer_lines
+    from pipeline.model.kinds.transformer_classifier import transformer_lines
 
     run = client.get_run(payload["summary"][POOLINGS[0]]["run_ids"][0])
     card = "\n".join(transformer_lines(run.data.params, run.data.tags))
@@ -241,7 +241,6 @@ def test_a_preset_distils_from_pseudo_labels_and_sentence_crops(prepared_config,
     [
         (["model.ngram_max=3"], "model.ngram_max must be 1 with model.preset"),
         (["model.init=pretrained"], "model.init must be scratch with model.preset"),
-        (["model.token_embedding=word2vec", "model.ngram_max=1"], "model.token_embedding must be random"),
         (["model.preset=' '"], "model.preset must name"),
     ],
 )
@@ -318,36 +317,3 @@ def test_a_real_checkpoint_folder_converts_to_the_embeddings_its_authors_library
     vectors = pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
     np.testing.assert_allclose(vectors[:, :8], reference["first_dimensions"], atol=5e-4)
     np.testing.assert_allclose(vectors @ vectors.T, reference["cosine_similarities"], atol=1e-3)
-
-
-def test_a_truncated_preset_keeps_its_first_blocks_with_their_pretrained_weights(tmp_path):
-    """model.preset_blocks=1 of the tiny preset's 2: the embeddings and block 0 are the checkpoint's, block 1 is gone
-    (the sequence it returns is another), and the classifier is built on the truncated backbone."""
-    from pipeline.config import ModelConfig
-    from pipeline.model.preset_classifier import (
-        build_preset_model,
-        load_preset_backbone,
-        preset_backbone_of,
-        truncated_backbone,
-    )
-
-    folder = str(write_tiny_preset(tmp_path / "preset"))
-    full = load_preset_backbone(folder)
-    one = truncated_backbone(full, 1)
-    assert one.get_config()["num_layers"] == 1 and one.count_params() < full.count_params()
-    assert truncated_backbone(full, None) is full and truncated_backbone(full, 2) is full
-    for name in ("token_embedding", "position_embedding", "embeddings_layer_norm", "transformer_layer_0"):
-        for kept, pretrained in zip(one.get_layer(name).get_weights(), full.get_layer(name).get_weights(), strict=True):
-            assert np.array_equal(kept, pretrained), name
-    inputs = {
-        "token_ids": np.array([[2, 5, 6, 7, 3, 0]]),
-        "padding_mask": np.array([[1, 1, 1, 1, 1, 0]]),
-        "segment_ids": np.zeros((1, 6), dtype="int32"),
-    }
-    assert not np.allclose(one(inputs)["sequence_output"], full(inputs)["sequence_output"])
-    model = build_preset_model(ModelConfig(preset=folder, ngram_max=1, preset_blocks=1), one)
-    assert preset_backbone_of(model).get_config()["num_layers"] == 1
-    with pytest.raises(ConfigError, match="preset_blocks is 3, but the preset's BertBackbone has 2"):
-        truncated_backbone(full, 3)
-    with pytest.raises(ConfigError, match="preset_blocks must be 1 or more, with model.preset"):
-        ModelConfig(preset_blocks=1)

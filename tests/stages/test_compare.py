@@ -486,7 +486,7 @@ def test_the_tuned_config_and_the_default_are_one_comparison_that_register_choos
     """`make compare-tuned`: tune's best.yaml (written by its own writer) against the configured model, with NBSVM
     and the fused candidates; a tuned tokenizer setting trains on a tokenization of its own; `make register`
     takes the comparison that finished last, a rerun one included."""
-    from pipeline.experiments import tune
+    from lab.experiments import tune
     from pipeline.stages import ingest, register, tokenize
 
     config = smoke_config.replace(
@@ -547,8 +547,8 @@ def test_the_tuned_config_and_the_default_are_one_comparison_that_register_choos
 def test_the_tuned_level_is_the_tuned_file_and_the_default_level_keeps_the_compare_sections_settings(
     smoke_config, tmp_path
 ):
+    from lab.experiments import tune
     from pipeline.core.errors import ConfigError, MissingInputError
-    from pipeline.experiments import tune
 
     with pytest.raises(MissingInputError, match="run `make tune` first"):
         design_for(smoke_config, "tuned")
@@ -561,11 +561,11 @@ def test_the_tuned_level_is_the_tuned_file_and_the_default_level_keeps_the_compa
     for settings in ({}, {"training.seed": 99}):  # nothing but the seed, which is the comparison's
         with pytest.raises(ConfigError, match="nothing to compare"):
             design(settings)
-    config = smoke_config.replace(compare={"token_embeddings": ["word2vec"]})  # a single level: fixed for the default
+    config = smoke_config.replace(compare={"long_reviews": ["windows"]})  # a single level: fixed for the default
     spec = design({"model.dropout": 0.1}, config)
     default, tuned = (variant_config(config, spec, {"config": level}, 1) for level in ("default", "tuned"))
-    assert (default.model.token_embedding, default.model.dropout) == ("word2vec", 0.0)
-    assert (tuned.model.token_embedding, tuned.model.dropout) == ("random", 0.1)  # the tuned file's own
+    assert (default.model.long_reviews, default.model.dropout) == ("windows", 0.0)
+    assert (tuned.model.long_reviews, tuned.model.dropout) == ("truncate", 0.1)  # the tuned file's own
     assert tuned.training.seed == default.training.seed == 1
     pretrained = smoke_config.replace(model={"init": "pretrained"})
     with pytest.raises(ConfigError, match="model.hidden_dim, which the masked-LM backbone is built for"):

@@ -122,8 +122,8 @@ def test_text_errors_and_cleaning_agree_with_python(texts):
     import tensorflow as tf
 
     from pipeline.stages.export.check import as_bytes
-    from pipeline.stages.export.text_ops import clean_texts, text_errors
     from pipeline.text.conventions import clean_text
+    from pipeline.text.graph_ops import clean_texts, text_errors
 
     batch = tf.constant(as_bytes(texts), dtype=tf.string)
     errors = [e.decode() for e in text_errors(batch).numpy()]
@@ -139,7 +139,7 @@ def test_text_errors_and_cleaning_agree_with_python(texts):
 def test_padded_and_window_rows_agree_with_numpy(truncation, end_id):
     import tensorflow as tf
 
-    from pipeline.stages.export.text_ops import padded_rows, window_rows
+    from pipeline.text.graph_ops import padded_rows, window_rows
 
     rng = np.random.default_rng(4)
     lengths = rng.integers(0, 40, size=30)

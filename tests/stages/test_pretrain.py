@@ -156,9 +156,9 @@ def test_pretraining_needs_the_mask_token(prepared_config):
 
 def test_budget_curve_fine_tunes_from_scratch_and_from_the_pretrained_backbone(prepared_config):
     """One encoder size's curve, added to a report that already holds another size's over the same data."""
+    from lab.experiments import pretrain_budget
     from pipeline.core.catalog import stage_dir
     from pipeline.core.files import manifest_hash
-    from pipeline.experiments import pretrain_budget
 
     config = prepared_config.replace(
         training={"epochs": 1}, pretrain={"max_steps": 20}
@@ -198,7 +198,7 @@ def test_budget_curve_fine_tunes_from_scratch_and_from_the_pretrained_backbone(p
 
 
 def test_rerunning_an_encoder_size_replaces_its_rows_and_other_data_starts_a_new_report():
-    from pipeline.experiments.pretrain_budget import merge_rows
+    from lab.experiments.pretrain_budget import merge_rows
 
     def row(encoder, minutes):
         return {"encoder": encoder, "pretrain_minutes": minutes, "seed": 1}
@@ -219,7 +219,7 @@ def test_rerunning_an_encoder_size_replaces_its_rows_and_other_data_starts_a_new
 
 
 def test_budget_summary_matches_seeds_and_picks_the_budget_on_validation():
-    from pipeline.experiments.pretrain_budget import chosen_budgets, summarize
+    from lab.experiments.pretrain_budget import chosen_budgets, summarize
 
     def row(encoder, minutes, seed, val, test):
         return {
@@ -250,7 +250,7 @@ def test_budget_summary_matches_seeds_and_picks_the_budget_on_validation():
 
 
 def test_budget_baseline_defaults_to_the_comparison_report(tmp_path):
-    from pipeline.experiments.pretrain_budget import comparison_baseline
+    from lab.experiments.pretrain_budget import comparison_baseline
 
     assert comparison_baseline(tmp_path) is None
     (tmp_path / "comparison.json").write_text(json.dumps({"summary": {"first_token": {}}}))
@@ -268,8 +268,8 @@ def test_budget_baseline_defaults_to_the_comparison_report(tmp_path):
 
 
 def test_an_unreadable_budget_report_is_refused_by_name_not_overwritten(tmp_path):
+    from lab.experiments.pretrain_budget import read_previous_report
     from pipeline.core.errors import InputError
-    from pipeline.experiments.pretrain_budget import read_previous_report
 
     assert read_previous_report(tmp_path / "pretraining_budget.json") is None
     broken = tmp_path / "pretraining_budget.json"

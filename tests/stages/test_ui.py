@@ -7,8 +7,8 @@ test's temporary folder.
 import mlflow
 import pytest
 
+from lab.experiments import ui_screenshots
 from pipeline.__main__ import main as cli_main
-from pipeline.experiments import ui_screenshots
 from pipeline.stages.ui import links as ui
 from pipeline.tracking import DESCRIPTION_TAG, EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
 from tests.conftest import PROJECT_ROOT

@@ -2,7 +2,7 @@
 # The GPU check, on the lent GPU machine (JAX, no TensorFlow, Keras, KerasHub or MLflow; no network), from the
 # repository root, with the bundle `make gpu-check-bundle` wrote here carried beside it:
 #   run(command="bash tools/gpu_check/run.sh", carry=["gpu_check"], timeout_s=540)
-# Installs the bundle's wheels into /tmp/site, then runs `python -m pipeline gpu-check` on Keras' JAX backend:
+# Installs the bundle's wheels into /tmp/site, then runs `python -m lab gpu-check` on Keras' JAX backend:
 # summary.md, comparison.{md,json,png} and mlflow.db land in $OUT (or the folder given as $1).
 # SET='compare.seeds=[1,2,3]' (any config key) changes the run; PYTHON=... another interpreter.
 set -euo pipefail
@@ -20,4 +20,4 @@ export MLFLOW_DISABLE_TELEMETRY=true PIPELINE_QUIET=1
 sets=()
 for setting in ${SET:-}; do sets+=(--set "$setting"); done
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
-exec "$python" -m pipeline gpu-check --bundle "$bundle" --out "$out" "${sets[@]}"
+exec "$python" -m lab gpu-check --bundle "$bundle" --out "$out" "${sets[@]}"

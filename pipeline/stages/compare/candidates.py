@@ -2,8 +2,9 @@
 
 A candidate is one model (or, for the TF-IDF reference row, one fitted baseline) with its MLflow run, its test and
 validation predictions (``pipeline.core.predictions.prediction_frame``), its sentence crops' predictions and the
-metrics a comparison reports. Kinds (:data:`KINDS`): ``transformer`` (one variant and seed), ``lexical`` (NBSVM),
-``fusion`` (a Transformer run fused with NBSVM) and ``reference`` (TF-IDF, not deployable). Producers
+metrics a comparison reports. Its kind is one of the model kinds (``pipeline.model.kinds.KINDS``): ``transformer``
+(one variant and seed), ``nbsvm``, ``fusion`` (a Transformer run fused with NBSVM) and ``reference`` (TF-IDF, not
+deployable); the kind's class says how it is shown and whether it may be deployed. Producers
 (``producers.py``) compute them; one recorder (``recorder.py``) logs, evaluates and reports every kind.
 """
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pipeline.model.kinds import KINDS
 from pipeline.stages.evaluate import behaviour
 from pipeline.tracking import selection_accuracy
 
@@ -24,21 +26,6 @@ CROP_METRICS = ("val_crop_accuracy", "test_crop_accuracy")  # the sentence crops
 NBSVM, TFIDF = "nbsvm", "tfidf"
 
 
-@dataclass(frozen=True)
-class Kind:
-    """How a kind of candidate is shown: its colour in plots, what deploying it means, whether it may be deployed."""
-
-    colour: str
-    deploys_as: str
-    deployable: bool = True
-
-
-KINDS = {
-    "transformer": Kind("tab:blue", "a Transformer alone"),
-    NBSVM: Kind("tab:green", "the NBSVM baseline alone"),
-    "fusion": Kind("tab:purple", "NBSVM fused with a Transformer (one artifact)"),
-    "reference": Kind("tab:gray", "a reference row", deployable=False),
-}
 LABELS = {NBSVM: "NBSVM (1-3-gram naive-Bayes logistic regression)", TFIDF: "TF-IDF + logistic regression (reference)"}
 
 

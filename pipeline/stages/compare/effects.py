@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.metrics import accuracy_interval, champion_choice, compare_pair, paired_bootstrap_difference
-from pipeline.stages.compare.candidates import KINDS, NBSVM, SELECTION, Candidate
+from pipeline.model.kinds import kind_of
+from pipeline.stages.compare.candidates import NBSVM, SELECTION, Candidate
 from pipeline.stages.compare.designs import Design, level_name, setting_text, variant_name, variants
 from pipeline.text.crops import CROP_SPLITS, word_bucket_names, word_buckets
 
@@ -121,7 +122,7 @@ def recommendation(summary: dict, candidates: list[str], tolerance: float) -> di
     deployable kinds whose mean full-review validation accuracy is within ``tolerance`` of the best, the best mean
     accuracy on the validation sentence crops."""
     scored = [
-        name for name in candidates if SELECTION in summary.get(name, {}) and KINDS[summary[name]["kind"]].deployable
+        name for name in candidates if SELECTION in summary.get(name, {}) and kind_of(summary[name]["kind"]).deployable
     ]
     best = champion_choice(
         {name: summary[name][SELECTION]["mean"] for name in scored},
@@ -140,7 +141,7 @@ def recommendation(summary: dict, candidates: list[str], tolerance: float) -> di
             if key in summary[best]
         },
     }
-    transformers = [name for name in scored if summary[name]["kind"] == "transformer"]
+    transformers = [name for name in scored if kind_of(summary[name]["kind"]).varies_pooling]
     if transformers:
         best_transformer = max(transformers, key=lambda name: summary[name][SELECTION]["mean"])
         entry["best_transformer"] = best_transformer

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.core.predictions import cascade_probabilities, cascade_rows, cascade_threshold, fuse_probabilities
+from pipeline.core.predictions import FusionRule, cascade_probabilities, cascade_threshold, fuse_probabilities
 from pipeline.metrics import cross_fitted_accuracy, cross_fitted_correct, cross_fitted_fusion, fusion_weight_scan
 
 MIN_ROWS = 20  # fewer short (or long) validation texts than this: one weight for all (too few to choose on)
@@ -143,12 +143,13 @@ def cascade(choice: FusionChoice, lexical: PartScores, rows: EvaluatedRows, shar
     it keeps NBSVM's probability. The cross-fitted figure: the fusion's cross-fitted rows where the Transformer reads,
     NBSVM's own answer elsewhere."""
     threshold = cascade_threshold(lexical.val, share)
+    rule = FusionRule(choice.weight, choice.short_weight, choice.short_max_words, threshold)  # as the model answers
     parts = {  # each evaluated set: (the fusion's probabilities, NBSVM's)
         "val": (choice.val, lexical.val),
         "test": (choice.test, lexical.test),
         **{f"crops_{split}": (choice.crops[split], lexical.crops[split]) for split in choice.crops},
     }
-    read = {name: cascade_rows(nbsvm, threshold) for name, (_, nbsvm) in parts.items()}
+    read = {name: rule.reads(nbsvm) for name, (_, nbsvm) in parts.items()}
     answers = {name: cascade_probabilities(fused, nbsvm, read[name]) for name, (fused, nbsvm) in parts.items()}
     honest_rows = np.where(read["val"], choice.honest_rows, lexical.val.argmax(axis=1) == rows.val_labels)
     cascaded = dataclasses.replace(

@@ -14,11 +14,8 @@ how a finished run is found) and hands :func:`~pipeline.stages.compare.recorder.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from pipeline.config import CompareConfig, Config
 from pipeline.core.catalog import (
@@ -30,12 +27,13 @@ from pipeline.core.catalog import (
     require_output,
 )
 from pipeline.core.errors import InputError
-from pipeline.core.files import atomic_dump, atomic_write_json
+from pipeline.core.files import atomic_write_json
 from pipeline.core.logs import duration
 from pipeline.core.predictions import from_probability_columns
-from pipeline.lexical import CropRows, class_probabilities, nbsvm_baseline, tfidf_baseline, tfidf_params
+from pipeline.lexical import CropRows, NbsvmArrays, nbsvm_baseline, tfidf_baseline, tfidf_params
 from pipeline.metrics import mcnemar_exact
-from pipeline.model.classifiers import FusedClassifier, LexicalClassifier, PipelineModel
+from pipeline.model.classifiers import FusedClassifier, LexicalClassifier
+from pipeline.model.kinds.reference_classifier import FittedTextModel
 from pipeline.stages.compare.candidates import NBSVM, TFIDF, Candidate, fused_name
 from pipeline.stages.compare.designs import Design, level_name, variant_config, variant_name
 from pipeline.stages.compare.fusion_weights import EvaluatedRows, PartScores, cascade, choose_fusion
@@ -140,7 +138,7 @@ def fit_nbsvm(config: Config, frames: IngestedRows, names: list[str], out_dir: P
         crop_rows,
         lambda step: print(f"compare: NBSVM: {step} ({duration(time.perf_counter() - started)} elapsed)", flush=True),
     )
-    atomic_dump(fitted.model, out_dir / LEXICAL_MODEL_FILE)
+    NbsvmArrays.from_pipeline(fitted.model).save(out_dir / LEXICAL_MODEL_FILE)
     atomic_write_json(out_dir / LABELS_FILE, {"labels": list(names)})
     artifacts = LexicalClassifier.artifacts(out_dir / LEXICAL_MODEL_FILE, out_dir)
     return Produced(
@@ -175,22 +173,6 @@ def nbsvm_candidate(
         needs=(*EVALUATED_FILES, LEXICAL_MODEL_FILE, LABELS_FILE),
     )
     return record(slot, lambda out_dir: fit_nbsvm(config, frames, names, out_dir), frames, force)
-
-
-class FittedTextModel(PipelineModel):
-    """A fitted scikit-learn text pipeline in memory, scored on raw texts (the TF-IDF reference row: evaluated like
-    every candidate, never logged as a model)."""
-
-    kind = "reference"
-
-    def __init__(self, model=None, labels: Sequence[str] = ()):
-        self.model, self.labels = model, list(labels)
-
-    def prepare(self, texts: Sequence[str]):
-        return list(texts)
-
-    def score(self, prepared) -> np.ndarray:
-        return class_probabilities(self.model, prepared, len(self.labels))
 
 
 def fit_tfidf(seed: int, frames: IngestedRows, names: list[str]) -> Produced:

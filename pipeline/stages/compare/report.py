@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.core.files import atomic_write_json, atomic_write_text
-from pipeline.stages.compare.candidates import KINDS, LABELS, NBSVM, SELECTION, SUMMARY_METRICS
+from pipeline.model.kinds import kind_of
+from pipeline.stages.compare.candidates import LABELS, NBSVM, SELECTION, SUMMARY_METRICS
 from pipeline.stages.evaluate import behaviour
 
 
@@ -36,7 +37,7 @@ def effect_sentence(effect: dict, n_test: int) -> str:
 
 
 def deploy_sentence(best: dict) -> str:
-    kind = KINDS[best["kind"]].deploys_as
+    kind = kind_of(best["kind"]).deploys_as
     if "val_crop_accuracy" in best:
         sentence = (
             f"Deploy `{best['variant']}`, {kind}: of the candidates within {best['tolerance'] * 100:.2g} "
@@ -92,7 +93,7 @@ def plot_comparison(payload: dict, path: Path) -> Path:
     for x, name in enumerate(names):
         entry = summary[name]
         values = entry["test_accuracy"]["values"]
-        accuracy_axis.scatter([x] * len(values), values, color=KINDS[entry["kind"]].colour, zorder=3)
+        accuracy_axis.scatter([x] * len(values), values, color=kind_of(entry["kind"]).colour, zorder=3)
         accuracy_axis.errorbar(
             x + 0.12,
             entry["test_accuracy"]["mean"],
@@ -145,7 +146,7 @@ def plot_short_texts(axis, lengths: dict, summary: dict) -> None:
             xerr=[[max(0.0, crops["accuracy"] - crops["ci_low"])], [max(0.0, crops["ci_high"] - crops["accuracy"])]],
             fmt="o",
             capsize=4,
-            color=KINDS[summary[name]["kind"]].colour,
+            color=kind_of(summary[name]["kind"]).colour,
         )
     axis.set_yticks(range(len(lengths)), list(lengths), fontsize=8)
     axis.set(
@@ -157,7 +158,7 @@ def plot_short_texts(axis, lengths: dict, summary: dict) -> None:
 def candidate_label(name: str, kind: str) -> str:
     if name in LABELS:
         return LABELS[name]
-    return f"`{name}`" + (" (fused)" if kind == "fusion" else "")
+    return f"`{name}`" + kind_of(kind).suffix
 
 
 def behaviour_table(payload: dict) -> list[str]:

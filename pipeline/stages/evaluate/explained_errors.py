@@ -19,43 +19,10 @@ import pandas as pd
 
 from pipeline.core.errors import InputError
 from pipeline.core.files import atomic_write_text
-from pipeline.model.explain import Explanation, explanation_text, lexical_explanations, transformer_explanations
-from pipeline.text.conventions import clean_text
+from pipeline.model.explain import Explanation, explanation_text
 
 EXPLAINED_ERRORS = 12
 ERRORS_PAGE = "confident_errors.html"
-
-
-def part_explanations(classifier, texts: list[str]) -> list[tuple[str, list[Explanation]]]:
-    """(part name with its weight, one explanation with words per text) for each part of ``classifier`` that scores:
-    the Transformer, NBSVM, or both for a fusion."""
-    kind = classifier.kind
-    if kind == "fusion":
-        weights, parts = (classifier.weight, classifier.short_weight), []
-        short = f" up to {classifier.short_max_words} words" if classifier.short_max_words else ""
-
-        def named(part: str, first: float, second: float) -> str:
-            return f"{part} (weight {first:.2f}" + (f"; {second:.2f}{short}" if short else "") + ")"
-
-        if max(weights) > 0:
-            parts += [(named("Transformer", *weights), transformer_words(classifier.transformer, texts))]
-        if min(weights) < 1:
-            parts += [(named("NBSVM", 1 - weights[0], 1 - weights[1]), lexical_words(classifier.lexical, texts))]
-        return parts
-    if kind == "transformer":
-        return [("Transformer", transformer_words(classifier, texts))]
-    if kind == "nbsvm":
-        return [("NBSVM", lexical_words(classifier, texts))]
-    raise InputError(f"a {kind} model has no word explanations")
-
-
-def transformer_words(transformer, texts: list[str]) -> list[Explanation]:
-    return transformer_explanations(transformer, transformer.text_tokenizer.encode(texts))
-
-
-def lexical_words(lexical, texts: list[str]) -> list[Explanation]:
-    cleaned = [clean_text(text) for text in texts]
-    return lexical_explanations(lexical, lexical.prepare(cleaned), cleaned)
 
 
 def highlighted(words: tuple[tuple[str, float], ...]) -> str:
@@ -112,7 +79,7 @@ def write_errors_page(
     shown = errors.head(limit)
     texts = test.loc[shown.index, "text"].tolist()
     try:
-        parts = part_explanations(classifier, texts) if texts else []
+        parts = classifier.part_explanations(texts) if texts else []
     except InputError as error:  # a model without explanations (the TF-IDF reference row): the page says why
         parts, title = [], f"{title} (no word explanations: {error})"
     atomic_write_text(path, errors_page(title, shown, texts, parts))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import mlflow
 import numpy as np
@@ -210,13 +211,6 @@ class GivenProbabilities:
     crops: dict[str, np.ndarray]  # per split of ``pipeline.text.crops.CROP_SPLITS``
 
 
-def transformer_of(classifier: PipelineModel) -> SentimentClassifier | None:
-    """The Transformer inside ``classifier`` (itself, or a fused model's), or None for a lexical model."""
-    if isinstance(classifier, SentimentClassifier):
-        return classifier
-    return getattr(classifier, "transformer", None)
-
-
 @dataclass(frozen=True)
 class SplitScores:
     """A model's probabilities on the test and validation reviews and their sentence crops, and the test reviews'
@@ -253,14 +247,14 @@ def score_splits(
             f"{crop_rows:,} sentence crops"
         )
     started = time.perf_counter()
-    transformer = transformer_of(classifier)
+    transformer: Any = classifier.transformer_part  # a SentimentClassifier or None
     reads_windows = False
     if transformer is not None:
         ids, token_counts, _ = transformer.text_tokenizer.encode_with_counts(test["text"].tolist())
         max_tokens = transformer.text_tokenizer.settings.max_sequence_length - 1
-        reads_windows = transformer.reads_windows
+        reads_windows, keras_model = transformer.reads_windows, transformer.model
         if probabilities is None and classifier is transformer and not reads_windows:
-            probabilities = predict_ids(transformer.model, ids)  # else below, through its windows
+            probabilities = predict_ids(keras_model, ids)  # else below, through its windows
     if probabilities is None:
         probabilities = classifier.probabilities(test["text"].tolist())
     seconds = time.perf_counter() - started
@@ -324,7 +318,7 @@ def evaluate_model(
             truncates=not scores.reads_windows,
         )
         plots.append(plot_length_buckets(buckets, out_dir / "accuracy_by_length.png"))
-    transformer = transformer_of(classifier)
+    transformer: Any = classifier.transformer_part  # a SentimentClassifier or None
     if transformer is not None and pooling is not None:
         plots.append(plot_attention(transformer, pooling, out_dir / "attention.png"))
     behaviour_rates = run_behaviour_tests(classifier, title, out_dir)

@@ -9,7 +9,8 @@ Writes: ``data/export/saved_model/`` (signature ``serving_default``: ``text: str
         ``saved_model``, named in the version's model card.
 
 Nothing is written unless the graph gives ``make score``'s answers on the test split (``pipeline.stages.export.check``);
-a previous export stays until a new one has passed. The graph's parts are in ``graph`` and ``text_ops``.
+a previous export stays until a new one has passed. Each kind of model builds its own graph (``pipeline.model.kinds``:
+its ``graph``) from ``pipeline.text.graph_ops``.
 """
 
 from __future__ import annotations

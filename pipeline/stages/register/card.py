@@ -15,19 +15,9 @@ from pipeline.core.errors import PipelineError
 from pipeline.core.files import atomic_write_text
 from pipeline.core.predictions import from_probability_columns
 from pipeline.metrics import bootstrap_intervals
+from pipeline.model.kinds import kind_of
 from pipeline.stages.evaluate import behaviour
 from pipeline.tracking import (
-    CHECKPOINT_ARTIFACTS,
-    CHECKPOINT_LICENCE_TAG,
-    CHECKPOINT_SOURCE_TAG,
-    FUSION_CASCADE_SHARE_PARAM,
-    FUSION_CASCADE_THRESHOLD_PARAM,
-    FUSION_LEXICAL_RUN_PARAM,
-    FUSION_SHORT_WEIGHT_PARAM,
-    FUSION_SHORT_WORDS_PARAM,
-    FUSION_TRANSFORMER_RUN_PARAM,
-    FUSION_WEIGHT_PARAM,
-    PRETRAINED_FROM_TAG,
     VARIANT_TAG,
     VERSION_EXPORT_TAG,
     model_kind,
@@ -38,97 +28,12 @@ CARD_SAMPLES = 500  # bootstrap resamples of the test set for the card's interva
 WEAK_PASS_RATE = 0.8  # behaviour capabilities below this pass rate are named as limitations
 
 
-def transformer_lines(params: dict, tags: dict, prefix: str = "") -> list[str]:
-    get = params.get
-    pretrained = tags.get(PRETRAINED_FROM_TAG)
-    if get("model.preset") not in (None, "None"):
-        licence = tags.get(CHECKPOINT_LICENCE_TAG, "not recorded")
-        return [
-            f"- {prefix}Transformer encoder: the pretrained KerasHub preset `{get('model.preset')}`, fine-tuned "
-            f"(Keras 3 / KerasHub), **{get('model.pooling')} pooling**, {get('parameters')} parameters.",
-            f"- Checkpoint: {tags.get(CHECKPOINT_SOURCE_TAG, 'not recorded')}; licence: **{licence}**. A model "
-            f"fine-tuned from it is a derivative of its weights: its licence files are logged with the training "
-            f"run (`{CHECKPOINT_ARTIFACTS}/`).",
-            f"- Tokenizer: the preset's own, {get('vocabulary_size')} tokens; reviews are cut to "
-            f"**{get('tokenizer.max_sequence_length')} tokens** ({get('tokenizer.truncation')} truncation).",
-        ]
-    return [
-        f"- {prefix}Transformer encoder (Keras 3 / KerasHub): {get('model.num_layers')} block(s), width "
-        f"{get('model.hidden_dim')}, {get('model.num_heads')} heads, feed-forward {get('model.intermediate_dim')}, "
-        f"{get('model.position')} positions, **{get('model.pooling')} pooling**, {get('parameters')} parameters; "
-        f"initialisation {get('model.init')}"
-        + (f" (masked-LM pretrained backbone from MLflow run `{pretrained}`)" if pretrained else "")
-        + (f", token embedding {get('model.token_embedding')}" if get("model.token_embedding") else "")
-        + ".",
-        f"- Tokenizer: WordPiece, {get('vocabulary_size')} tokens learned on the training texts; reviews are "
-        f"cut to **{get('tokenizer.max_sequence_length')} tokens** ({get('tokenizer.truncation')} truncation)"
-        + (
-            " for training; a longer review is scored as that row and **windows covering all of it**, their "
-            "log-probabilities averaged."
-            if get("model.long_reviews") == "windows"
-            else "."
-        ),
-    ]
-
-
-def lexical_lines(params: dict, prefix: str = "") -> list[str]:
-    get = params.get
-    unlabeled_reviews = int(get("nbsvm.unlabeled_reviews") or 0)
-    return [
-        f"- {prefix}NBSVM: binary {get('nbsvm.ngram_range', '1,3').replace(',', '-')}-gram counts "
-        f"({get('nbsvm.vocabulary')} n-grams), scaled by the naive-Bayes log-count ratio, liblinear logistic "
-        f"regression with C={get('nbsvm.C')} (chosen on validation from {get('nbsvm.C_grid')}). It reads the "
-        "whole review, however long."
-        + (
-            f" Trained on the reviews and {get('nbsvm.crops_per_review')} random 1-2-sentence crops of each, the "
-            f"crops with soft labels ({get('nbsvm.crop_label_weight')} on the review's label, the rest a "
-            "cross-fitted NBSVM's probability)."
-            if int(get("nbsvm.crops_per_review") or 0)
-            else ""
-        )
-        + (
-            f" Also {get('nbsvm.unlabeled_crops_per_review')} crops of each of "
-            f"{unlabeled_reviews:,} unlabeled reviews, each labelled with the class an NBSVM of "
-            "the train reviews gives its whole review (mixed the same way with its probability on the crop)."
-            if unlabeled_reviews
-            else ""
-        )
-    ]
-
-
 def model_lines(run, client) -> tuple[str, list[str], dict]:
-    """What the model is (its kind, lines for the card) and the params of its Transformer, if it has one."""
+    """What the model is (its kind, lines for the card, from the kind itself) and the params of its Transformer, if it
+    has one."""
     kind = model_kind(run.data.tags)
-    params = run.data.params
-    if kind == "nbsvm":
-        return kind, lexical_lines(params), params
-    if kind == "fusion":
-        transformer = client.get_run(params[FUSION_TRANSFORMER_RUN_PARAM])
-        lexical = client.get_run(params[FUSION_LEXICAL_RUN_PARAM])
-        weight = float(params[FUSION_WEIGHT_PARAM])
-        short = (
-            f"; texts of at most {params[FUSION_SHORT_WORDS_PARAM]} words get their own, "
-            f"**{float(params[FUSION_SHORT_WEIGHT_PARAM]):g}** (chosen on the short validation reviews and "
-            "sentence crops)"
-            if FUSION_SHORT_WEIGHT_PARAM in params
-            else ""
-        )
-        cascade = (
-            f" A cascade: the Transformer reads only the texts NBSVM is least sure of (its confidence at most "
-            f"{float(params[FUSION_CASCADE_THRESHOLD_PARAM]):.4f}, {float(params[FUSION_CASCADE_SHARE_PARAM]):.0%} of "
-            "the validation reviews); every other text gets NBSVM's probability."
-            if FUSION_CASCADE_THRESHOLD_PARAM in params
-            else ""
-        )
-        lines = [
-            f"- A fused model in one artifact: the weighted average of two models' logits, **{weight:g} on the "
-            f"Transformer** and {1 - weight:g} on NBSVM (the weight chosen on validation){short}.{cascade} Runs "
-            f"`{transformer.info.run_id}` and `{lexical.info.run_id}`."
-        ]
-        lines += transformer_lines(transformer.data.params, transformer.data.tags, "Part one: ")
-        lines += lexical_lines(lexical.data.params, "Part two: ")
-        return kind, lines, transformer.data.params
-    return kind, transformer_lines(params, run.data.tags), params
+    lines, params = kind_of(kind).card_lines(run, client)
+    return kind, lines, params
 
 
 def metric_with_interval(test: dict, intervals: dict, key: str) -> str:
@@ -260,20 +165,15 @@ def use_and_limit_lines(params: dict, kind: str, weak: list[str], evaluation: di
         "",
         "- Intended use: scoring the overall sentiment of English reviews of films (and similar reviews) in "
         "bulk, with `make score`, `make serve` or Spark; the probability is calibrated as above.",
-        *(
-            [
-                f"- Reviews longer than {get('tokenizer.max_sequence_length')} tokens are "
-                + (
-                    "read whole by the Transformer, as their first and last tokens and windows of consecutive tokens "
-                    "covering every one, the windows' answers averaged."
-                    if get("model.long_reviews") == "windows"
-                    else "cut for the Transformer: text in the cut part does not count"
-                    + (" for that part of the model." if kind == "fusion" else ".")
+        *[
+            note
+            for note in [
+                kind_of(kind).cut_note(
+                    get("tokenizer.max_sequence_length"), windows=get("model.long_reviews") == "windows"
                 )
             ]
-            if kind != "nbsvm"
-            else []
-        ),
+            if note
+        ],
         short_text_limit(evaluation),
         "- Not for decisions about people. Missing, blank or numeric texts get no score (a `score_error`).",
     ]

@@ -27,7 +27,7 @@ import keras
 import mlflow
 import numpy as np
 
-from pipeline.config import Config, TrainingConfig
+from pipeline.config import Config, ModelConfig, TrainingConfig
 from pipeline.core.catalog import (
     BACKBONE_WEIGHTS_FILE,
     BACKUP_DIR,
@@ -58,7 +58,6 @@ from pipeline.model.assembly import Device, StartingWeights, assemble_classifier
 from pipeline.model.classifiers import SentimentClassifier
 from pipeline.model.fit import FitResult, TrainingData, balanced_class_weights, compile_model, fit
 from pipeline.model.logged_model import log_pipeline_model
-from pipeline.model.word_vectors import cached_embedding
 from pipeline.runtime.backend import (
     DistributionStrategy,
     check_training_settings,
@@ -251,27 +250,15 @@ def load_training_data(
 
 
 def starting_weights(
-    config: Config, data: TrainingData, tokenize_dir: Path, pretrained_dir: Path | None
+    model_config: ModelConfig, data: TrainingData, tokenize_dir: Path, pretrained_dir: Path | None
 ) -> tuple[StartingWeights, dict | None]:
-    """What the pipeline's own encoder starts from, read from files: word2vec vectors (learned once, cached in the
-    train folder) and a pretrained backbone, its vocabulary checked; and that backbone's spec."""
-    if uses_preset(config.model, data.text_tokenizer):
+    """What the pipeline's own encoder starts from, read from files: a pretrained backbone, its vocabulary checked;
+    and that backbone's spec."""
+    if uses_preset(model_config, data.text_tokenizer) or pretrained_dir is None:
         return StartingWeights(), None
-    vectors, weights, spec = None, None, None
-    if config.model.token_embedding == "word2vec":
-        vectors = np.load(
-            cached_embedding(
-                tokenize_dir,
-                stage_dir(config, STAGE),
-                data.text_tokenizer.vocabulary_size,
-                config.model.hidden_dim,
-                seed=0,
-            )
-        )
-    if pretrained_dir is not None:
-        weights, spec = load_backbone(pretrained_dir)
-        check_vocabulary(spec, require_manifest(tokenize_dir)["vocabulary_sha256"], str(pretrained_dir))
-    return StartingWeights(vectors, weights, str(pretrained_dir or "")), spec
+    weights, spec = load_backbone(pretrained_dir)
+    check_vocabulary(spec, require_manifest(tokenize_dir)["vocabulary_sha256"], str(pretrained_dir))
+    return StartingWeights(backbone=weights, backbone_source=str(pretrained_dir)), spec
 
 
 def build_and_compile(
@@ -279,7 +266,7 @@ def build_and_compile(
 ) -> tuple[keras.Model, dict | None]:
     """The compiled classifier (``pipeline.model.assembly``), its backbone loaded from ``pretrained_dir`` when given;
     and that backbone's spec."""
-    start, spec = starting_weights(config, data, tokenize_dir, pretrained_dir)
+    start, spec = starting_weights(config.model, data, tokenize_dir, pretrained_dir)
     with hardware.strategy.scope():
         model, loaded = assemble_classifier(
             config.model,

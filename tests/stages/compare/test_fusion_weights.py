@@ -147,7 +147,10 @@ def test_a_cascade_of_every_text_is_the_fusion_and_the_rule_reads_the_positive_p
     transformer, lexical, rows, _ = synthetic()
     choice = choose_fusion(transformer, lexical, rows, steps=21)
     whole = cascade(choice, lexical, rows, share=1.0)
-    assert whole.routed["test"] <= 1.0 and whole.routed["val"] == 1.0
+    # share 1: the threshold is the most sure validation row's confidence, so every validation row is read, and a test
+    # row only when NBSVM is no surer of it than of any validation row
+    assert whole.threshold == lexical_confidence(lexical.val).max() and whole.routed["val"] == 1.0
+    assert whole.routed["test"] == (lexical_confidence(lexical.test) <= whole.threshold).mean()
     np.testing.assert_array_equal(whole.choice.val, choice.val.astype(np.float32))
     assert whole.choice.honest == choice.honest
     # two classes: the confidence is read from the positive class's probability, as a scored table stores it

@@ -18,7 +18,7 @@ from pipeline.core.catalog import (
 )
 from pipeline.core.files import atomic_write_json
 from pipeline.model.classifiers import PipelineModel
-from pipeline.stages.compare.candidates import KINDS, Kind
+from pipeline.model.kinds import KINDS
 from pipeline.stages.compare.recorder import Produced, Slot, record
 from pipeline.stages.tokenize.outputs import read_ingested_rows
 from pipeline.text.conventions import load_labels
@@ -31,6 +31,8 @@ class GoodWordModel(PipelineModel):
     """A toy kind: the more times a review says "good", the likelier positive."""
 
     kind = "toy"
+    colour = "tab:olive"
+    deploys_as = "the toy kind alone"
 
     @staticmethod
     def artifacts(labels_dir) -> dict[str, str]:
@@ -61,7 +63,7 @@ def produce_toy(names, out_dir: Path, computed: list) -> Produced:
 
 
 def test_a_toy_kind_walks_through_the_recorder(prepared_config, monkeypatch, capsys):
-    monkeypatch.setitem(KINDS, "toy", Kind("tab:olive", "the toy kind alone"))
+    monkeypatch.setitem(KINDS, "toy", GoodWordModel)  # a new kind: its module and one line in the registry
     frames = read_ingested_rows(require_output(prepared_config, "ingest"), require_output(prepared_config, "tokenize"))
     setup_tracking(prepared_config.tracking)
     out_dir = prepared_config.reports_dir / "toy"

@@ -1,6 +1,6 @@
-"""The ONNX Runtime path of ``make bench --only int8`` (``pipeline.model.onnx_int8``) on the tiny preset's classifier:
-its float32 graph answers as Keras does, its int8 graph quantizes every weight product and stays close, a saved and
-loaded int8 graph answers the same, and the Gemm rewrite keeps a graph's answers."""
+"""The ONNX Runtime path of ``make bench --only int8`` (``lab.experiments.bench.onnx_int8``) on the tiny preset's
+classifier: its float32 graph answers as Keras does, its int8 graph quantizes every weight product and stays close, a
+saved and loaded int8 graph answers the same, and the Gemm rewrite keeps a graph's answers."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ def tiny_classifier(tmp_path_factory):
 
 
 def test_the_float32_graph_answers_as_keras_does(tiny_classifier):
+    from lab.experiments.bench.onnx_int8 import onnx_graph, predict_ids_onnx, session
     from pipeline.model.forward import predict_ids
-    from pipeline.model.onnx_int8 import onnx_graph, predict_ids_onnx, session
 
     model, ids = tiny_classifier
     keras_probabilities = predict_ids(model, ids, compiled=True)
@@ -44,7 +44,7 @@ def test_the_float32_graph_answers_as_keras_does(tiny_classifier):
 def test_the_int8_graph_quantizes_every_weight_product_and_answers_close_to_float32(tiny_classifier, tmp_path):
     import onnx
 
-    from pipeline.model.onnx_int8 import int8_graph, onnx_graph, predict_ids_onnx, session
+    from lab.experiments.bench.onnx_int8 import int8_graph, onnx_graph, predict_ids_onnx, session
 
     model, ids = tiny_classifier
     graph = onnx_graph(model)
@@ -69,7 +69,7 @@ def test_a_gemm_with_constant_weights_becomes_matmul_and_add_with_the_same_answe
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from pipeline.model.onnx_int8 import gemm_as_matmul, session
+    from lab.experiments.bench.onnx_int8 import gemm_as_matmul, session
 
     rng = np.random.default_rng(1)
     weights = rng.normal(size=(4, 3)).astype(np.float32)  # transB=1: [out, in]

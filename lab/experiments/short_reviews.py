@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from lab.experiments import DEFAULT_MAX_WORDS
 from pipeline.config import Config
 from pipeline.core.catalog import SHORT_REVIEWS_TABLE, SPLITS, require_output, stage_dir
 from pipeline.core.errors import ConfigError, InputError
 from pipeline.core.files import atomic_write_parquet
-from pipeline.experiments import DEFAULT_MAX_WORDS
 from pipeline.stages.ingest.outputs import read_split
 from pipeline.text.conventions import load_labels
 

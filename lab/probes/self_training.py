@@ -10,9 +10,12 @@ A crop's soft target: ``--label-weight`` times the teacher's probabilities for t
 review's label stands there for train crops, ``pseudo_label.crop_label_weight``) plus the rest times the teacher's
 probabilities for the crop itself. The unlabeled reviews are drawn from those ``make pseudo-label`` did not distil.
 
-Run it from a checkout whose short-texts comparison finished and registered its champion, for example:
+Reads the comparison's reports folders (``lab.probes.stored_runs``), the ingested splits and unlabeled reviews, the
+pseudo-label stage's distilled rows and the registered champion; writes the teacher's targets, round 2's predictions
+(as ``make evaluate`` names them), ``args.json`` and ``result.json`` to ``--out``. Run it from a checkout whose
+short-texts comparison finished and registered its champion, for example:
 
-    .venv/bin/python docs/history/self_training_probe.py --transformer <run id> --out reports/short_texts/self-training
+    .venv/bin/python -m lab.probes.self_training --transformer <run id> --out reports/short_texts/self-training
 
 ``--limit N`` runs every step on N reviews of each kind (a check of the script, not a measurement).
 """
@@ -20,29 +23,32 @@ Run it from a checkout whose short-texts comparison finished and registered its 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's pipeline package
-
-from pipeline.config import load_config  # noqa: E402
-from pipeline.core.catalog import PSEUDO_LABELS_FILE, UNLABELED_TABLE  # noqa: E402
-from pipeline.core.predictions import (  # noqa: E402
-    cascade_rows,
-    cascade_threshold,
-    from_probability_columns,
-    prediction_frame,
-)
-from pipeline.metrics import champion_choice, mcnemar_exact  # noqa: E402
-from pipeline.stages.compare.fusion_weights import EvaluatedRows, PartScores, cascade, choose_fusion  # noqa: E402
-from pipeline.stages.evaluate.lengths import crop_frames, crop_predictions  # noqa: E402
-from pipeline.text.crops import sentence_crops, word_counts  # noqa: E402
-from pipeline.tracking import setup_tracking  # noqa: E402
+from lab.probes.stored_runs import PREDICTION_FILES, nbsvm_folder, stored_candidate
+from pipeline.config import load_config
+from pipeline.core.catalog import CROP_PREDICTIONS_FILE, LABELS_FILE, PSEUDO_LABELS_FILE, stage_dir
+from pipeline.core.errors import InputError, PipelineError
+from pipeline.core.predictions import cascade_rows, cascade_threshold, prediction_frame
+from pipeline.metrics import champion_choice, mcnemar_exact
+from pipeline.stages.compare.candidates import NBSVM
+from pipeline.stages.compare.fusion_weights import cascade, choose_fusion
+from pipeline.stages.compare.producers import evaluated_rows, part_scores
+from pipeline.stages.evaluate.lengths import crop_frames, crop_predictions
+from pipeline.stages.ingest.outputs import read_split, read_unlabeled
+from pipeline.stages.tokenize.outputs import read_ingested_rows
+from pipeline.text.conventions import load_labels
+from pipeline.text.crops import sentence_crops
+from pipeline.tracking import setup_tracking
 
 TARGETS_FILE = "teacher_targets.parquet"
 
@@ -54,15 +60,17 @@ def teacher_targets(
     from pipeline.model.classifiers import load_classifier
     from pipeline.stages.pseudo_label.teacher import model_probabilities
 
-    unlabeled = pd.read_parquet(config.data_dir / "ingest" / UNLABELED_TABLE)
-    distilled = pd.read_parquet(config.data_dir / "pseudo_label" / PSEUDO_LABELS_FILE)["row"].to_numpy()
-    free = np.setdiff1d(np.arange(len(unlabeled)), distilled)
+    unlabeled = read_unlabeled(stage_dir(config, "ingest"), ["text"])
+    if unlabeled is None:
+        raise InputError(f"no unlabeled reviews in {stage_dir(config, 'ingest')}/: ingest them (data.unlabeled)")
+    distilled = pd.read_parquet(stage_dir(config, "pseudo-label") / PSEUDO_LABELS_FILE, columns=["row"])["row"]
+    free = np.setdiff1d(np.arange(len(unlabeled)), distilled.to_numpy())
     rows = np.sort(np.random.default_rng(seed).choice(free, min(reviews, len(free)), replace=False))
     frame = pd.DataFrame({"text": unlabeled["text"].to_numpy()[rows], "label": 0})
     crops = sentence_crops(frame, seed, per_review)
     teacher = load_classifier(teacher_uri)
     if getattr(teacher, "transformer_run_id", None) != run_id:
-        sys.exit(f"error: the teacher {teacher_uri} does not fuse round 1's Transformer (run {run_id})")
+        raise InputError(f"the teacher {teacher_uri} does not fuse round 1's Transformer (run {run_id})")
     started = time.perf_counter()
     review_p = model_probabilities(teacher, frame["text"].tolist(), "teacher: reviews")
     crop_p = model_probabilities(teacher, crops["text"].tolist(), "teacher: crops")
@@ -84,6 +92,8 @@ def fine_tune_again(config, run_id: str, targets: pd.DataFrame, seed: int):
     from pipeline.runtime.datasets import make_dataset
 
     student = load_classifier(f"runs:/{run_id}/model")
+    if student.transformer_part is not student:
+        raise InputError(f"run {run_id} logged no Transformer (its model is a {type(student).__name__})")
     ids = student.text_tokenizer.encode(targets["text"].tolist())
     soft = targets[["target_0", "target_1"]].to_numpy(np.float32)
     batch_size = config.training.batch_size
@@ -125,52 +135,29 @@ def write_predictions(
         else:
             probabilities = student.probabilities(frame["text"].tolist())
         prediction_frame(frame["source_file"], frame["label"].to_numpy(), probabilities, names).to_parquet(
-            out / f"{name}_predictions.parquet"
+            out / PREDICTION_FILES[name]
         )
-    crop_predictions(crops, crop_p, names).to_parquet(out / "crop_predictions.parquet")
+    crop_predictions(crops, crop_p, names).to_parquet(out / CROP_PREDICTIONS_FILE)
     return time.perf_counter() - started
-
-
-def part(folder: Path, names: list[str], splits: dict[str, pd.DataFrame]) -> tuple[PartScores, pd.DataFrame]:
-    """A folder's stored predictions on the rows of ``splits`` (matched by source file, in the splits' order)."""
-    kept = {}
-    for split, frame in splits.items():
-        stored = pd.read_parquet(folder / f"{split}_predictions.parquet").set_index("source_file")
-        kept[split] = stored.loc[frame["source_file"]]
-    crops = pd.read_parquet(folder / "crop_predictions.parquet")
-    crops = pd.concat(
-        [
-            crops[(crops["split"] == split) & crops["source_file"].isin(set(frame["source_file"]))]
-            for split, frame in splits.items()
-        ],
-        ignore_index=True,
-    )
-    scores = PartScores(
-        from_probability_columns(kept["val"], names),
-        from_probability_columns(kept["test"], names),
-        {split: from_probability_columns(crops[crops["split"] == split], names) for split in ("val", "test")},
-    )
-    return scores, crops
 
 
 def compare_rounds(config, folders: dict[str, Path], nbsvm: Path, names, splits: dict[str, pd.DataFrame]) -> dict:
     """Both rounds through the comparison's fusion and cascade; the validation figures, the choice, and the test."""
-    val, test = splits["val"], splits["test"]
-    lexical, _ = part(nbsvm, names, splits)
-    parts = {name: part(folder, names, splits) for name, folder in folders.items()}
-    crops = next(iter(parts.values()))[1]
-    rows = EvaluatedRows(
-        val["label"].to_numpy(),
-        word_counts(val["text"].tolist()),
-        word_counts(test["text"].tolist()),
-        {split: crops.loc[crops["split"] == split, "words"].to_numpy() for split in ("val", "test")},
-        crops.loc[crops["split"] == "val", "label"].to_numpy(),
-        crops.loc[crops["split"] == "val", "review"].to_numpy(),
-    )
-    labels = {"test": test["label"].to_numpy(), "crops": crops.loc[crops["split"] == "test", "label"].to_numpy()}
+    lexical = part_scores(stored_candidate(nbsvm, splits, NBSVM), names)
+    candidates = {name: stored_candidate(folder, splits) for name, folder in folders.items()}
+    round1 = next(iter(candidates.values()))
+    ingested = read_ingested_rows(stage_dir(config, "ingest"), stage_dir(config, "tokenize"))
+    rows = evaluated_rows(dataclasses.replace(ingested, val=splits["val"], test=splits["test"]), round1)
+    crops = round1.crop_predictions()
+    labels = {
+        "test": splits["test"]["label"].to_numpy(),
+        "crops": crops.loc[crops["split"] == "test", "label"].to_numpy(),
+    }
     routed = cascade_rows(lexical.test, cascade_threshold(lexical.val, config.compare.cascade_share))
-    figures, right = {}, {}
-    for name, (scores, _) in parts.items():
+    figures: dict[str, dict[str, Any]] = {}
+    right: dict[str, dict[str, np.ndarray]] = {}
+    for name, candidate in candidates.items():
+        scores = part_scores(candidate, names)
         choice = choose_fusion(scores, lexical, rows, config.compare.fusion_weights, config.compare.short_fusion_words)
         fused = cascade(choice, lexical, rows, config.compare.cascade_share).choice
         right[name] = {
@@ -221,12 +208,12 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     made_by = {k: str(v) for k, v in vars(args).items() if k != "out"}
     if (out / "args.json").is_file() and json.loads((out / "args.json").read_text()) != made_by:
-        sys.exit(f"error: {out}/ holds a probe run with other arguments ({out / 'args.json'}); use another --out")
+        raise InputError(f"{out}/ holds a probe run with other arguments ({out / 'args.json'}); use another --out")
     (out / "args.json").write_text(json.dumps(made_by, indent=1))
-    nbsvm = next(reports.glob("baseline-nbsvm-*"))
-    names = json.loads((nbsvm / "labels.json").read_text())["labels"]
-    (out / "labels.json").write_text((nbsvm / "labels.json").read_text())
-    splits = {split: pd.read_parquet(config.data_dir / "ingest" / f"{split}.parquet") for split in ("val", "test")}
+    nbsvm = nbsvm_folder(reports)
+    names = load_labels(nbsvm)
+    shutil.copyfile(nbsvm / LABELS_FILE, out / LABELS_FILE)
+    splits = {split: read_split(stage_dir(config, "ingest"), split) for split in PREDICTION_FILES}
     log: dict = {"args": made_by}
     if (out / TARGETS_FILE).is_file():
         targets = pd.read_parquet(out / TARGETS_FILE)
@@ -238,10 +225,10 @@ def main() -> None:
         )
         targets.to_parquet(out / TARGETS_FILE)
     read = {split: frame.iloc[picked(len(frame), args.limit)] for split, frame in splits.items()}
-    if not (out / "crop_predictions.parquet").is_file():
-        lexical, _ = part(nbsvm, names, read)
+    if not (out / CROP_PREDICTIONS_FILE).is_file():
+        lexical = part_scores(stored_candidate(nbsvm, read, NBSVM), names)
         routed = cascade_rows(lexical.test, cascade_threshold(lexical.val, config.compare.cascade_share))
-        round1, _ = part(reports / args.transformer, names, read)
+        round1 = part_scores(stored_candidate(reports / args.transformer, read), names)
         student, log["train_seconds"], log["steps"] = fine_tune_again(config, args.transformer, targets, args.seed)
         log["evaluate_seconds"] = write_predictions(student, splits, args.limit, names, out, routed, round1.test)
         log["test_reviews_scored"] = int(routed.sum())
@@ -252,4 +239,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except PipelineError as error:  # a bad run id, model URI or folder: one line, as the stages say it
+        sys.exit(f"error: {error}")

@@ -152,8 +152,6 @@ def unlabeled_readers(config: Config) -> tuple[list[str], list[str]]:
         ids.append("training.pseudo_labels=true")
     if config.model.init == "pretrained":
         ids.append("model.init=pretrained")
-    if config.model.token_embedding == "word2vec":
-        ids.append("model.token_embedding=word2vec")
     return texts, ids
 
 

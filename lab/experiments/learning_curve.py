@@ -29,12 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
+from lab.experiments import DEFAULT_SIZES, parse_seeds
 from pipeline.config import POOLINGS, Config, ModelConfig
 from pipeline.core.catalog import require_output
 from pipeline.core.errors import ConfigError, InputError, PipelineError
 from pipeline.core.files import atomic_write_json, atomic_write_text
 from pipeline.core.predictions import from_probability_columns, fuse_probabilities
-from pipeline.experiments import DEFAULT_SIZES, parse_seeds
 from pipeline.lexical import CropRows, class_probabilities, nbsvm_baseline
 from pipeline.metrics import best_fusion_weight, compare_pair, paired_bootstrap_difference
 from pipeline.stages.evaluate.scorecard import evaluate_run

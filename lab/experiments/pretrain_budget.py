@@ -23,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
+from lab.experiments import parse_seeds
 from pipeline.config import Config
 from pipeline.core.catalog import BACKBONE_SNAPSHOTS_DIR, BACKBONE_SPEC_FILE, COMPARISON_REPORT, METRICS_FILE, stage_dir
 from pipeline.core.errors import InputError
 from pipeline.core.files import atomic_write_json, atomic_write_text, manifest_hash, require_manifest
-from pipeline.experiments import parse_seeds
 from pipeline.stages.evaluate.scorecard import evaluate_run
 from pipeline.stages.pretrain.masked_lm import pretrain
 from pipeline.stages.train.fit_and_log import train_model

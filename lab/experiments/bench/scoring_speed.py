@@ -13,6 +13,7 @@ import multiprocessing
 import resource
 import tempfile
 import time
+import typing
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lab.experiments.bench.onnx_int8 import int8_graph, onnx_graph, predict_ids_onnx, session
 from pipeline.config import ModelConfig, TrackingConfig
 from pipeline.core.errors import InputError
 from pipeline.core.files import folder_bytes
@@ -27,7 +29,6 @@ from pipeline.core.predictions import cascade_rows, from_probability_columns, fu
 from pipeline.metrics import mcnemar_exact
 from pipeline.model.explain import TOP_ITEMS
 from pipeline.model.forward import predict_ids
-from pipeline.model.onnx_int8 import int8_graph, onnx_graph, predict_ids_onnx, session
 from pipeline.runtime.backend import uses_tensorflow
 from pipeline.stages.export.check import as_bytes
 from pipeline.stages.score.csv_file import score_csv
@@ -155,10 +156,9 @@ def measure_scoring(tracking: TrackingConfig, model_uri: str, texts: pd.Series, 
     """Every scoring rate of the model at ``model_uri`` on ``texts``: tokenizer and model alone, a CSV of them in this
     process (and, for a fused model, against its Transformer), and in a fresh process for them and ``repeat`` x them."""
     from pipeline.model.classifiers import load_classifier
-    from pipeline.stages.evaluate.scorecard import transformer_of
 
     champion = load_classifier(model_uri)
-    classifier = transformer_of(champion)
+    classifier = champion.transformer_part
     if classifier is None:
         raise InputError(
             f"{model_uri} is an NBSVM model without a Transformer: pass a Transformer or fused model "
@@ -188,15 +188,14 @@ def measure_int8(model_uri: str, texts: pd.Series, labels: np.ndarray) -> dict:
     """The Transformer of the model at ``model_uri`` scored alone, side by side on the same rows: float32 on the
     product's compiled path (``predict_ids``, as ``make score`` runs it), Keras' post-training int8
     (``model.quantize("int8")``: int8 weights, activations quantized per call) on the same path, and its ONNX graph
-    run by ONNX Runtime in float32 and with dynamic int8 weights (``pipeline.model.onnx_int8``; TensorFlow backend).
+    run by ONNX Runtime in float32 and with dynamic int8 weights (``onnx_int8``; TensorFlow backend).
     Each: rows/s after a warm-up pass and accuracy; each other than float32: McNemar's test against it, the largest
     difference of a probability and the rows whose label changes."""
     import keras
 
     from pipeline.model.classifiers import load_classifier
-    from pipeline.stages.evaluate.scorecard import transformer_of
 
-    floats = transformer_of(load_classifier(model_uri))
+    floats = load_classifier(model_uri).transformer_part
     if floats is None:
         raise NoTransformer(f"{model_uri} is an NBSVM model without a Transformer to quantize")
     # a copy: the loaded model is shared with every other user of this URI in the process
@@ -252,11 +251,13 @@ def measure_cascade(tracking: TrackingConfig, model_uri: str, texts: pd.Series, 
     forward pass) and accuracy. Against the fusion of every text (computed from the two parts' scored files and the
     fusion's weights): the share of rows the Transformer read, McNemar's test, the labels that change and the largest
     difference of a probability on the rows it read."""
-    from pipeline.model.classifiers import FusedClassifier, load_classifier
+    from pipeline.model.classifiers import load_classifier
+    from pipeline.model.kinds.fusion_classifier import FusedClassifier
 
-    cascade = load_classifier(model_uri)
-    if not isinstance(cascade, FusedClassifier) or cascade.cascade_threshold is None:
+    loaded = load_classifier(model_uri)
+    if getattr(loaded, "cascade_threshold", None) is None:
         raise NoCascade(f"{model_uri} is not a cascaded fusion (compare.cascade_share below 1 makes one)")
+    cascade = typing.cast(FusedClassifier, loaded)
     models = {
         "cascade": model_uri,
         "transformer": f"runs:/{cascade.transformer_run_id}/model",

@@ -3,53 +3,54 @@ fraction of a short-texts run's training mix (train reviews one-hot, distilled r
 the teacher's soft targets, as ``make train`` builds it), then scored on the validation reviews and their crops (the
 evaluation's crop draw). Prints one JSON line and saves both probability arrays for McNemar's test between variants.
 
-Run it from a checkout whose short-texts stages ran up to pseudo-label (``make pseudo-label
+Reads the tokenize and pseudo-label stages' outputs and the ingested validation split; writes the two arrays to
+``--out``. Run it from a checkout whose short-texts stages ran up to pseudo-label (``make pseudo-label
 CONFIG=configs/short_texts.yaml``), for example:
 
-    .venv/bin/python docs/history/short_texts_probe.py --blocks 4 --seed 1 --fraction 0.1 --out probe/
+    .venv/bin/python -m lab.probes.short_texts --seed 1 --fraction 0.1 --out probe/
+
+Its ``--blocks`` (fewer of the preset's blocks) went with ``model.preset_blocks``, retired after this probe showed it
+lost accuracy.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's pipeline package
-
-from pipeline.config import load_config  # noqa: E402
-from pipeline.model.fit import compile_model  # noqa: E402
-from pipeline.model.forward import predict_ids  # noqa: E402
-from pipeline.model.preset_classifier import preset_classifier  # noqa: E402
-from pipeline.runtime.datasets import make_dataset  # noqa: E402
-from pipeline.stages.evaluate.lengths import validation_crops  # noqa: E402
-from pipeline.stages.pseudo_label.outputs import load_pseudo_labels, load_training_crops  # noqa: E402
-from pipeline.stages.pseudo_label.teacher import one_hot  # noqa: E402
-from pipeline.stages.tokenize.outputs import load_split  # noqa: E402
-from pipeline.text.text_tokenizer import load_text_tokenizer  # noqa: E402
+from pipeline.config import load_config
+from pipeline.core.catalog import stage_dir
+from pipeline.model.fit import compile_model
+from pipeline.model.forward import predict_ids
+from pipeline.model.preset_classifier import preset_classifier
+from pipeline.runtime.datasets import make_dataset
+from pipeline.stages.evaluate.lengths import validation_crops
+from pipeline.stages.ingest.outputs import read_split
+from pipeline.stages.pseudo_label.outputs import load_pseudo_labels, load_training_crops
+from pipeline.stages.pseudo_label.teacher import one_hot
+from pipeline.stages.tokenize.outputs import load_split
+from pipeline.text.text_tokenizer import load_text_tokenizer
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/short_texts.yaml")
-    parser.add_argument("--blocks", type=int, default=None, help="model.preset_blocks (default: every block)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fraction", type=float, default=0.1, help="of each part of the mix (the same draw each run)")
     parser.add_argument("--crops-kept", type=float, default=1.0, help="the part of the drawn crops kept")
     parser.add_argument("--out", type=Path, default=Path("probe"))
     parser.add_argument("--xla", action="store_true", help="time training steps with jit_compile off and on instead")
     args = parser.parse_args()
-    overrides = [f"training.seed={args.seed}"] + ([f"model.preset_blocks={args.blocks}"] if args.blocks else [])
+    overrides = [f"training.seed={args.seed}"]
     config = load_config(args.config, overrides)
     if args.xla:
         print(json.dumps(xla_steps(config)))
         return
-    tokenize_dir, pseudo_dir = config.data_dir / "tokenize", config.data_dir / "pseudo_label"
+    tokenize_dir, pseudo_dir = stage_dir(config, "tokenize"), stage_dir(config, "pseudo-label")
     tokenizer = load_text_tokenizer(tokenize_dir)
     train_ids, train_labels = load_split(tokenize_dir, "train")
     distilled_ids, distilled_targets, _ = load_pseudo_labels(pseudo_dir, tokenize_dir, 2, True)
@@ -77,13 +78,12 @@ def main() -> None:
     started = time.perf_counter()
     model.fit(dataset, epochs=1, verbose=0)
     train_seconds = time.perf_counter() - started
-    val = pd.read_parquet(config.data_dir / "ingest" / "val.parquet")
+    val = read_split(stage_dir(config, "ingest"), "val")
     val_crops = validation_crops(val)
     started = time.perf_counter()
     reviews_p = predict_ids(model, tokenizer.encode(val["text"].tolist()), compiled=True)
     crops_p = predict_ids(model, tokenizer.encode(val_crops["text"].tolist()), compiled=True)
     result = {
-        "blocks": args.blocks,
         "seed": args.seed,
         "fraction": args.fraction,
         "crops_kept": args.crops_kept,
@@ -96,7 +96,7 @@ def main() -> None:
         "val_crops_accuracy": float((crops_p.argmax(1) == val_crops["label"].to_numpy()).mean()),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    name = f"blocks{args.blocks or 'all'}-seed{args.seed}-fraction{args.fraction}-crops{args.crops_kept}"
+    name = f"seed{args.seed}-fraction{args.fraction}-crops{args.crops_kept}"
     np.save(args.out / f"{name}-val.npy", reviews_p)
     np.save(args.out / f"{name}-crops.npy", crops_p)
     print(json.dumps(result))
@@ -107,9 +107,9 @@ def xla_steps(config, warm_up: int = 4, timed: int = 20) -> dict:
     (off, on, off, on), on the first train reviews (32 per batch, padded to the full width) and constant targets."""
     import keras
 
-    tokenizer = load_text_tokenizer(config.data_dir / "tokenize")
+    tokenizer = load_text_tokenizer(stage_dir(config, "tokenize"))
     batch_size = config.training.batch_size
-    ids = np.asarray(load_split(config.data_dir / "tokenize", "train")[0][: batch_size * (warm_up + timed)], np.int32)
+    ids = np.asarray(load_split(stage_dir(config, "tokenize"), "train")[0][: batch_size * (warm_up + timed)], np.int32)
     batches = np.split(ids, warm_up + timed)
     targets = np.tile(np.array([[1.0, 0.0]], np.float32), (batch_size, 1))
     steps: dict = {"off": [], "on": []}

@@ -1,7 +1,7 @@
 """The experiments: runners that answer research questions about the product, apart from its stages.
 
-Each is a ``make`` target and a ``python -m pipeline`` sub-command like a stage, declared in
-:data:`EXPERIMENTS` (same :class:`pipeline.core.catalog.Stage` entries), and like a stage it calls the
+Each is a ``make`` target and a ``python -m lab`` sub-command (``lab/__main__.py``), declared in :data:`EXPERIMENTS`
+(the :class:`pipeline.core.catalog.Stage` entries the product's stage table uses), and like a stage it calls the
 libraries in ``pipeline/`` and the stages it reads or runs (declared in its entry: ``reads``, ``runs``), never one
 downstream of those. Their outputs are reports (``reports/``), an Optuna study, screenshots; what a user deploys
 comes from the stages alone.
@@ -112,7 +112,7 @@ EXPERIMENTS: dict[str, Stage] = {
     for stage in (
         Stage(
             "compare-tuned",
-            "pipeline.experiments.compare_tuned",
+            "lab.experiments.compare_tuned",
             "make tune's best config (compare.tuned) against this "
             "config, with NBSVM and the fused candidates, as one comparison make register chooses from",
             reads=("tune", "tokenize", "ingest"),
@@ -122,7 +122,7 @@ EXPERIMENTS: dict[str, Stage] = {
         ),
         Stage(
             "ablate-position",
-            "pipeline.experiments.ablate_position",
+            "lab.experiments.ablate_position",
             "learned vs no positions, everything else as configured (an ablation: its runs are not candidates)",
             reads=("tokenize", "ingest"),
             runs=("pretrain", "pseudo-label", "train", "evaluate"),
@@ -131,7 +131,7 @@ EXPERIMENTS: dict[str, Stage] = {
         ),
         Stage(
             "pretrain-budget",
-            "pipeline.experiments.pretrain_budget",
+            "lab.experiments.pretrain_budget",
             "test accuracy against minutes of pretraining",
             reads=("tokenize",),
             runs=("pretrain", "train", "evaluate"),
@@ -140,7 +140,7 @@ EXPERIMENTS: dict[str, Stage] = {
         ),
         Stage(
             "learning-curve",
-            "pipeline.experiments.learning_curve",
+            "lab.experiments.learning_curve",
             "test accuracy against labelled training rows "
             "for each pooling of the configured encoder, NBSVM and their fusions, with the paired statistics; what to "
             "deploy at each size",
@@ -151,7 +151,7 @@ EXPERIMENTS: dict[str, Stage] = {
         ),
         Stage(
             "short-reviews",
-            "pipeline.experiments.short_reviews",
+            "lab.experiments.short_reviews",
             "IMDB's reviews of at most --max-words words, as "
             "a table with their splits: the short-text set for the learning curve",
             reads=("ingest",),
@@ -160,7 +160,7 @@ EXPERIMENTS: dict[str, Stage] = {
         ),
         Stage(
             "tune",
-            "pipeline.experiments.tune",
+            "lab.experiments.tune",
             "an Optuna study over configs/tune.yaml, every trial an MLflow run; the "
             "best parameters as a config for make compare-tuned",
             reads=("tokenize", "ingest"),
@@ -170,7 +170,7 @@ EXPERIMENTS: dict[str, Stage] = {
         ),
         Stage(
             "bench",
-            "pipeline.experiments.bench",
+            "lab.experiments.bench",
             "training and scoring speed against the same run's GEMM peak; memory",
             reads=("tokenize", "ingest", "register"),
             runs=("export",),
@@ -179,7 +179,7 @@ EXPERIMENTS: dict[str, Stage] = {
         ),
         Stage(
             "gpu-check",
-            "pipeline.experiments.gpu_check",
+            "lab.experiments.gpu_check",
             "the comparison on Keras' JAX backend where TensorFlow is "
             "missing (a GPU machine), from a bundle made here with --make-bundle: per-epoch time, ms per step, share "
             "of the card's peak, test accuracy per candidate",
@@ -190,7 +190,7 @@ EXPERIMENTS: dict[str, Stage] = {
         ),
         Stage(
             "ui-screenshots",
-            "pipeline.experiments.ui_screenshots",
+            "lab.experiments.ui_screenshots",
             "screenshots of the MLflow UI pages of the latest comparison",
             reads=("compare",),
             writes="reports/ui/{runs_table,comparison_run,compare_children}.png",

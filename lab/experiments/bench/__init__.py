@@ -26,12 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.config import Config
-from pipeline.core.catalog import require_output
-from pipeline.core.errors import ConfigError
-from pipeline.core.files import atomic_write_json, atomic_write_text
-from pipeline.experiments.bench.report import markdown_report, utilisation_rows
-from pipeline.experiments.bench.scoring_speed import (
+from lab.experiments.bench.report import markdown_report, utilisation_rows
+from lab.experiments.bench.scoring_speed import (
     NoCascade,
     NoTransformer,
     measure_cascade,
@@ -40,7 +36,7 @@ from pipeline.experiments.bench.scoring_speed import (
     measure_ngram_scoring,
     measure_scoring,
 )
-from pipeline.experiments.bench.training_steps import (
+from lab.experiments.bench.training_steps import (
     MEASURED_BATCHES,
     REFERENCE_ENCODERS,
     measure_peak,
@@ -50,6 +46,10 @@ from pipeline.experiments.bench.training_steps import (
     padding_fractions,
     sample_batches,
 )
+from pipeline.config import Config
+from pipeline.core.catalog import require_output
+from pipeline.core.errors import ConfigError
+from pipeline.core.files import atomic_write_json, atomic_write_text
 from pipeline.stages.ingest.outputs import read_split, split_path
 from pipeline.stages.tokenize.outputs import load_split
 from pipeline.text.text_tokenizer import load_text_tokenizer
