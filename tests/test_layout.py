@@ -237,7 +237,7 @@ MLFLOW_IMPORTERS = {
 # installed only for some targets (Spark, the browser, the checkpoint); everything else is imported at the top
 HEAVY_PACKAGES = {
     "tensorflow", "tensorflow_text", "keras", "keras_hub", "jax", "jaxlib", "mlflow", "optuna", "pyspark", "sklearn",
-    "scipy", "gensim", "playwright", "matplotlib", "skops", "torch", "huggingface_hub", "safetensors", "tokenizers",
+    "scipy", "playwright", "matplotlib", "skops", "torch", "huggingface_hub", "safetensors", "tokenizers",
     "sentencepiece", "uvicorn", "fastapi", "requests", "psutil", "onnx", "onnxruntime", "tf2onnx",
 }  # fmt: skip
 

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from lab.experiments import bench
@@ -136,7 +137,7 @@ def test_ngram_scoring_measures_both_models_on_the_same_rows_and_reports_the_rat
     plain, with_ngrams = measured["models"].values()
     assert list(measured["models"]) == ["tokens", "tokens + 2..3-grams"]
     assert with_ngrams["parameters"] - plain["parameters"] == 64 * 8  # the table, and nothing else
-    assert measured["ngram_fraction_of_tokens_only"] == with_ngrams["rows_per_second"] / plain["rows_per_second"]
+    assert plain["rows_per_second"] > 0 and with_ngrams["rows_per_second"] > 0
     text = bench.markdown_report({**synthetic_results(), "ngram_scoring": measured})
     assert "| tokens + 2..3-grams |" in text and "64 n-gram buckets" in text
 
@@ -150,8 +151,7 @@ def test_sparse_updates_measures_three_optimizers_on_the_same_model_and_reports_
     dense, lazy, frozen = measured["steps"].values()
     assert measured["buckets"] == 64 and dense["parameters"] == lazy["parameters"] == frozen["parameters"]
     assert dense["parameters"] > 64 * 8  # a tokens-only config is measured with its n-gram table added
-    assert measured["lazy_fraction_of_dense"] == lazy["ms_per_step"] / dense["ms_per_step"]
-    assert measured["frozen_fraction_of_dense"] == frozen["ms_per_step"] / dense["ms_per_step"]
+    assert min(dense["ms_per_step"], lazy["ms_per_step"], frozen["ms_per_step"]) > 0
     text = bench.markdown_report({**synthetic_results(), "sparse_updates": measured})
     assert "| LazyAdamW (training.sparse_updates) |" in text and "64 n-gram buckets" in text
 
@@ -201,8 +201,9 @@ def test_int8_is_measured_beside_float32_on_the_same_rows_and_answers_close_to_i
         int8 = variants[name]
         assert 0 < int8["max_probability_difference"] < 0.2 and int8["labels_changed"] <= len(test) // 10, name
         changed = int8["mcnemar"]["only_a_correct"] + int8["mcnemar"]["only_b_correct"]
-        assert changed <= int8["labels_changed"] and int8["rows_per_second"] > 0
-        assert int8["speedup"] == int8["rows_per_second"] / variants["float32"]["rows_per_second"]
+        # two classes: a label that changes turns a right answer wrong or a wrong one right, so McNemar's discordant
+        # pairs are exactly the labels changed
+        assert changed == int8["labels_changed"] and int8["rows_per_second"] > 0
     text = bench.markdown_report({**synthetic_results(), "int8": {"model_uri": uri, **measured}})
     assert f"Int8 against float32, the Transformer of {uri} alone" in text
     assert "| ONNX Runtime dynamic int8 |" in text and '| Keras int8 (`model.quantize("int8")`) |' in text
@@ -251,3 +252,13 @@ def test_a_cascade_is_measured_beside_its_transformer_and_its_nbsvm_and_answers_
     text = "\n".join(cascade_lines({"model_uri": str(folder), **measured}))
     assert f"Its Transformer read {every['transformer_share']:.1%} of them" in text
     assert "| its Transformer alone (float32) |" in text and "| its NBSVM alone |" in text
+
+
+def test_the_benchs_rows_are_drawn_from_every_label_in_the_splits_order():
+    """The splits are stored in label order: the first rows would be of one class."""
+    from lab.experiments.bench import stratified_rows
+
+    frame = pd.DataFrame({"text": [f"t{i}" for i in range(100)], "label": [0] * 70 + [1] * 30})
+    kept = stratified_rows(frame, 20)
+    assert len(kept) == 20 and kept["label"].value_counts().to_dict() == {0: 14, 1: 6}
+    assert kept.index.is_monotonic_increasing and stratified_rows(frame, 200) is frame

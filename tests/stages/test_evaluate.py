@@ -153,6 +153,7 @@ class _SlowModel:
     """A lexical-like model (no Transformer inside): its first scoring takes 4 s of a fake clock, the others 1 s."""
 
     labels = ["negative", "positive"]
+    transformer_part = None
 
     def __init__(self, clock):
         self.clock, self.calls = clock, []

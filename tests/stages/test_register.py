@@ -109,7 +109,7 @@ def test_model_cards_describe_each_kind_of_candidate(comparison):
 
 
 def test_the_model_card_says_how_the_transformer_reads_a_long_review():
-    from pipeline.stages.register.card import transformer_lines
+    from pipeline.model.kinds.transformer_classifier import transformer_lines
 
     params = {"tokenizer.max_sequence_length": "256", "tokenizer.truncation": "head_tail", "model.pooling": "mean"}
     cut = "\n".join(transformer_lines(params, {}))
@@ -119,7 +119,7 @@ def test_the_model_card_says_how_the_transformer_reads_a_long_review():
 
 
 def test_the_model_card_says_what_nbsvm_read_besides_the_reviews():
-    from pipeline.stages.register.card import lexical_lines
+    from pipeline.model.kinds.nbsvm_classifier import lexical_lines
 
     params = {
         "nbsvm.vocabulary": "800000",

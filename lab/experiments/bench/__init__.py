@@ -25,6 +25,7 @@ report in ``report``; this module runs them and writes the files.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from lab.experiments.bench.report import markdown_report, utilisation_rows
 from lab.experiments.bench.scoring_speed import (
@@ -116,7 +117,7 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
         results.update(
             measure_training_steps(encoders, vocabulary_size, max_length, batches, config.pretrain.mask_rate)
         )
-    test = read_split(ingest_dir, "test", columns=["text", "label"]).head(rows)  # what every scoring section scores
+    test = stratified_rows(read_split(ingest_dir, "test", columns=["text", "label"]), rows)  # what scoring scores
     texts = test["text"]
     model_uri = model_uri or champion_uri(config.tracking)  # a name only: read where score or export is asked
     if everything or {"score", "export", "int8", "cascade"} & set(sections):
@@ -159,3 +160,14 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
 
 def main(config: Config, args) -> None:
     run(config, args.model, args.rows, args.repeat, tuple(args.only or ("all",)))
+
+
+def stratified_rows(frame: pd.DataFrame, rows: int, seed: int = 0) -> pd.DataFrame:
+    """``rows`` rows of ``frame`` drawn with each label's share (the splits are stored in label order: their first rows
+    are of one class), in ``frame``'s order; every row when it has no more."""
+    if rows >= len(frame):
+        return frame
+    from sklearn.model_selection import train_test_split
+
+    kept, _ = train_test_split(frame, train_size=rows, stratify=frame["label"], random_state=seed)
+    return kept.sort_index()
