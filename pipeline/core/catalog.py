@@ -26,6 +26,7 @@ MANIFEST_FORMAT_VERSION = 1
 
 SPLITS = ("train", "val", "test")
 LABELS_FILE = "labels.json"  # class names in index order: ingest, tokenize, every model
+MODEL_LABELS_DIR = "model_labels"  # an NBSVM candidate's labels.json alone: what its logged model carries
 UNLABELED_TABLE = "unlabeled.parquet"  # ingest -> tokenize, pseudo-label
 VOCABULARY_FILE = "vocabulary.txt"  # tokenize -> train, every model
 TOKENIZER_SETTINGS_FILE = "tokenizer.json"  # tokenize -> train, every model

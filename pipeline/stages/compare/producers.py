@@ -22,6 +22,7 @@ from pipeline.core.catalog import (
     FUSION_FILE,
     LABELS_FILE,
     LEXICAL_MODEL_FILE,
+    MODEL_LABELS_DIR,
     TEST_PREDICTIONS_FILE,
     TOKENIZER_DIR,
     require_output,
@@ -140,7 +141,8 @@ def fit_nbsvm(config: Config, frames: IngestedRows, names: list[str], out_dir: P
     )
     NbsvmArrays.from_pipeline(fitted.model).save(out_dir / LEXICAL_MODEL_FILE)
     atomic_write_json(out_dir / LABELS_FILE, {"labels": list(names)})
-    artifacts = LexicalClassifier.artifacts(out_dir / LEXICAL_MODEL_FILE, out_dir)
+    atomic_write_json(out_dir / MODEL_LABELS_DIR / LABELS_FILE, {"labels": list(names)})  # not the whole folder
+    artifacts = LexicalClassifier.artifacts(out_dir / LEXICAL_MODEL_FILE, out_dir / MODEL_LABELS_DIR)
     return Produced(
         LexicalClassifier.from_artifacts(artifacts),
         {**fitted.params, "train_rows": len(frames.train)},
