@@ -63,10 +63,13 @@ FORCE_ARG = $(if $(FORCE),--force)
 .DEFAULT_GOAL := help
 POOLING ?=
 SET_ARGS += $(if $(POOLING),--set model.pooling=$(POOLING))
-.PHONY: help setup lock setup-browser all ingest tokenize pretrain pretrain-budget learning-curve short-reviews pseudo-label train evaluate compare compare-tuned ablate-position register score export ui ui-screenshots serve test tune bench clean gpu-check-bundle gpu-check FORCE
+.PHONY: help setup lock setup-browser clean-all all ingest tokenize pretrain pretrain-budget learning-curve short-reviews pseudo-label train evaluate compare compare-tuned ablate-position register score export ui ui-screenshots serve test tune bench clean gpu-check-bundle gpu-check FORCE
 RUN ?= latest
 UI_PORT ?= 5000
 SERVE_PORT ?= 5001
+# SERVE_HOST=0.0.0.0 answers other machines too (no authentication: put it behind your own proxy)
+SERVE_HOST ?= 127.0.0.1
+EXPLAIN_TOP ?=
 INPUT ?=
 OUTPUT ?=
 MODEL ?=
@@ -167,10 +170,10 @@ ablate-position: $(LAB_ENV) $(DATA_DIR)/tokenize/manifest.json ##@ learned vs no
 register: $(ENV) ## register the candidate with the best validation accuracy (Transformer, NBSVM or fused) as @champion
 	$(call STAGE,register) $(FORCE_ARG)
 
-score: $(ENV) $(if $(filter spark,$(ENGINE)),$(SPARK_ENV)) ## score a CSV: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=...] [TEXT_COLUMN=text] [EXPLAIN=1] [ENGINE=spark OVERWRITE=1]
+score: $(ENV) $(if $(filter spark,$(ENGINE)),$(SPARK_ENV)) ## score a CSV: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=...] [TEXT_COLUMN=text] [EXPLAIN=1 [EXPLAIN_TOP=5]] [ENGINE=spark OVERWRITE=1]
 	@test -n "$(INPUT)" -a -n "$(OUTPUT)" || { echo "usage: make score INPUT=reviews.csv OUTPUT=scored.csv [MODEL=...] [TEXT_COLUMN=text] [EXPLAIN=1] [ENGINE=spark]"; exit 2; }
 	$(call STAGE,score) --input "$(INPUT)" --output "$(OUTPUT)" --text-column "$(TEXT_COLUMN)" $(if $(MODEL),--model "$(MODEL)") \
-	  $(if $(filter-out 0,$(EXPLAIN)),--explain) \
+	  $(if $(filter-out 0,$(EXPLAIN)),--explain $(if $(EXPLAIN_TOP),--explain-top $(EXPLAIN_TOP))) \
 	  $(if $(filter spark,$(ENGINE)),--engine spark $(if $(OVERWRITE),--overwrite))
 
 export: $(ENV) $(DATA_DIR)/ingest/manifest.json ## MODEL (default: the champion) as one TensorFlow SavedModel, raw text in, checked against make score on the test split (CHECK_ROWS=n) -> data/export/saved_model/
@@ -186,8 +189,8 @@ setup-browser: ## install Debian's chromium (apt-get) for the browser test and u
 	@command -v chromium >/dev/null 2>&1 && echo "chromium: $$(command -v chromium)" || \
 	{ $(if $(shell command -v sudo),sudo) apt-get update -qq && $(if $(shell command -v sudo),sudo) apt-get install -y -qq chromium; }
 
-serve: $(ENV) ## serve MODEL (default: the champion) over HTTP on 127.0.0.1:SERVE_PORT (mlflow models serve); prints a curl line
-	$(call STAGE,serve) --port $(SERVE_PORT) $(if $(MODEL),--model "$(MODEL)")
+serve: $(ENV) ## serve MODEL (default: the champion) over HTTP on SERVE_HOST:SERVE_PORT (127.0.0.1:5001; mlflow models serve); prints a curl line
+	$(call STAGE,serve) --host $(SERVE_HOST) --port $(SERVE_PORT) $(if $(MODEL),--model "$(MODEL)")
 
 # two pytest workers (pytest-xdist); session fixtures costing a minute are built once for both (tests/conftest.py)
 TEST_WORKERS ?= 2
@@ -212,7 +215,14 @@ bench: $(LAB_ENV) $(DATA_DIR)/tokenize/manifest.json ##@ training/MLM/scoring sp
 
 # every stage's output folder (pipeline.core.catalog.FOLDERS; tests/core/test_catalog.py holds them equal)
 STAGE_FOLDERS := ingest tokenize pretrain pseudo_label train export short_reviews
-clean: ## delete stage outputs in data/ (keeps data/raw and data/examples) and reports/
-	rm -rf $(addprefix $(DATA_DIR)/,$(STAGE_FOLDERS)) $(REPORTS)
+# CONFIG's own data folder (DATA=, else its paths.data_dir) and, inside the default's reports/, the other configs'
+# report folders (reports/short_texts/, ...), which are not the default's to delete
+CONFIG_DATA_DIR = $(or $(DATA),$(shell $(PYTHON) -c 'import sys, yaml; print(((yaml.safe_load(open(sys.argv[1])) or {}).get("paths") or {}).get("data_dir", "data"))' $(CONFIG) 2>/dev/null),data)
+OTHER_REPORTS = $(filter-out $(REPORTS),$(patsubst configs/%.yaml,$(REPORTS)/%,$(wildcard configs/*.yaml)))
+clean: ## delete what CONFIG wrote: its stage folders in its data folder (never raw/ or examples/) and its reports, not another config's; keeps mlflow.db and .venv/
+	rm -rf $(addprefix $(CONFIG_DATA_DIR)/,$(STAGE_FOLDERS)) $(filter-out $(OTHER_REPORTS),$(wildcard $(REPORTS)/*))
+
+clean-all: ## delete every config's stage outputs in data/ (keeps data/raw and data/examples) and all of reports/; keeps mlflow.db and .venv/
+	rm -rf $(filter-out $(DATA_DIR)/raw $(DATA_DIR)/examples,$(wildcard $(DATA_DIR)/*)) reports
 
 FORCE:

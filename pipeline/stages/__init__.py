@@ -77,7 +77,8 @@ def _score_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     model_argument(parser)
-    parser.add_argument("--port", type=int, default=5001, help="port on 127.0.0.1 (default 5001)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine)")
+    parser.add_argument("--port", type=int, default=5001, help="port (default 5001)")
 
 
 def _export_arguments(parser: argparse.ArgumentParser) -> None:

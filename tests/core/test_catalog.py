@@ -26,10 +26,25 @@ def test_make_clean_deletes_every_stage_folder_of_the_catalog_and_the_reports_an
     for folder in [data / name for name in catalog.FOLDERS.values()] + kept + [reports]:
         folder.mkdir(parents=True)
         (folder / "file.txt").write_text("x")
+    (reports / "short_texts").mkdir()  # another config's reports inside the default's: not the default's to delete
+    (reports / "short_texts" / "comparison.md").write_text("x")
     make_clean(data, reports)
     assert sorted(path.name for path in data.iterdir()) == ["examples", "raw"]
-    assert not reports.exists()
+    assert [path.name for path in reports.iterdir()] == ["short_texts"]
     assert all((folder / "file.txt").is_file() for folder in kept)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_clean_of_another_config_deletes_its_own_data_and_reports_and_nothing_of_the_defaults():
+    dry_run = subprocess.run(
+        ["make", "-n", "-s", "-C", str(PROJECT_ROOT), "clean", "CONFIG=configs/short_texts.yaml"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert dry_run[:2] == ["rm", "-rf"]
+    assert dry_run[2:] and all(path.startswith(("data/short_texts/", "reports/short_texts/")) for path in dry_run[2:])
+    assert "data/short_texts/ingest" in dry_run
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")

@@ -242,7 +242,7 @@ def test_explain_adds_the_words_behind_every_scored_row_and_keeps_the_error_rows
 def test_explain_top_must_be_positive(fast_model, tmp_path):
     config, uri, _ = fast_model
     pd.DataFrame({"text": ["good film"]}).to_csv(tmp_path / "in.csv", index=False)
-    with pytest.raises(ValueError, match="--explain-top must be 1 or more"):
+    with pytest.raises(ValueError, match=r"--explain-top must be 0 \(no explanations\) or more"):
         score.run(config, tmp_path / "in.csv", tmp_path / "out.csv", model_uri=uri, explain_top=-1)
     code = cli_main(
         [

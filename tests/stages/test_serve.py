@@ -109,3 +109,25 @@ def test_pyfunc_in_process_answers_like_make_score(logged_model, make_score_answ
     records = frame.astype(object).where(frame.notna(), None).to_dict("records")
     assert_same_rows(records, make_score_answer)
     assert frame["positive_probability"].iloc[1] is None
+
+
+def test_make_serve_listens_on_the_host_it_is_given_and_prints_a_curl_line_that_reaches_it(
+    logged_model, monkeypatch, capsys
+):
+    """SERVE_HOST: `mlflow models serve --host` gets it; on every address (0.0.0.0) the curl line asks this one."""
+    from pipeline.__main__ import main as cli_main
+    from pipeline.stages import serve
+
+    uri = logged_model[1]
+    started = []
+
+    def run(command, env, check):
+        started.append(command)
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(serve.subprocess, "run", run)
+    assert cli_main(["serve", "--host", "0.0.0.0", "--port", "5123", "--model", uri]) == 0
+    (command,) = started
+    assert command[command.index("--host") + 1] == "0.0.0.0" and command[command.index("--port") + 1] == "5123"
+    out = capsys.readouterr().out
+    assert "at http://0.0.0.0:5123/invocations" in out and "curl -s http://127.0.0.1:5123/invocations" in out

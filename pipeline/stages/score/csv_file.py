@@ -278,7 +278,7 @@ def score_csv(
     also gets that many words or n-grams behind its score (``explanation``), read in chunks of at most
     ``EXPLAIN_CHUNK`` rows so the progress bar moves (integrated gradients cost many forward passes a row)."""
     if explain_top < 0:
-        raise ConfigError(f"--explain-top must be 1 or more, got {explain_top}")
+        raise ConfigError(f"--explain-top must be 0 (no explanations) or more, got {explain_top}")
     explain = explain_top > 0
     from pipeline.tracking import VALIDATED_MIN_WORDS, champion_uri, model_run_metric, setup_tracking
 

@@ -26,13 +26,14 @@ def main(config: Config, args) -> None:
 
     model_uri = check_model_uri(args.model or champion_uri(config.tracking))
     environment = serve_environment(tracking_uri(config.tracking))
+    reach = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host  # every address: this machine's is one
     print(
-        f"serve: {model_uri} from {tracking_uri(config.tracking)} at http://127.0.0.1:{args.port}/invocations "
-        f"(Ctrl-C to stop); try:\n  {curl_line(args.port)}\nand with the words behind each score:\n  "
-        f"{curl_line(args.port, explain=True)}"
+        f"serve: {model_uri} from {tracking_uri(config.tracking)} at http://{args.host}:{args.port}/invocations "
+        f"(Ctrl-C to stop); try:\n  {curl_line(args.port, reach)}\nand with the words behind each score:\n  "
+        f"{curl_line(args.port, reach, explain=True)}"
     )
     sys.stdout.flush()
     with contextlib.suppress(KeyboardInterrupt):
-        completed = subprocess.run(serve_command(model_uri, args.port), env=environment, check=False)
+        completed = subprocess.run(serve_command(model_uri, args.port, args.host), env=environment, check=False)
         if completed.returncode not in (0, -2, 130):
             raise SystemExit(completed.returncode)

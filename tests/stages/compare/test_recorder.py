@@ -5,7 +5,6 @@ a finished run is reused without computing again; ``force`` computes anew."""
 from pathlib import Path
 
 import mlflow
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -17,36 +16,13 @@ from pipeline.core.catalog import (
     require_output,
 )
 from pipeline.core.files import atomic_write_json
-from pipeline.model.classifiers import PipelineModel
 from pipeline.model.kinds import KINDS
 from pipeline.stages.compare.recorder import Produced, Slot, record
 from pipeline.stages.tokenize.outputs import read_ingested_rows
-from pipeline.text.conventions import load_labels
 from pipeline.tracking import PARENT_RUN_TAG, setup_tracking
+from tests.model.toy_kind import GoodWordModel  # a toy kind: the more "good", the likelier positive
 
 TOY_TAG = "toy_kind"
-
-
-class GoodWordModel(PipelineModel):
-    """A toy kind: the more times a review says "good", the likelier positive."""
-
-    kind = "toy"
-    colour = "tab:olive"
-    deploys_as = "the toy kind alone"
-
-    @staticmethod
-    def artifacts(labels_dir) -> dict[str, str]:
-        return {"labels": str(labels_dir)}
-
-    def _load(self, artifacts) -> None:
-        self.labels = load_labels(Path(artifacts["labels"]))
-
-    def prepare(self, texts):
-        return np.array([text.lower().count("good") for text in texts], dtype=np.float32)
-
-    def score(self, prepared) -> np.ndarray:
-        positive = 1.0 / (1.0 + np.exp(-(prepared - 0.5)))
-        return np.stack([1.0 - positive, positive], axis=1).astype(np.float32)
 
 
 def produce_toy(names, out_dir: Path, computed: list) -> Produced:
