@@ -13,6 +13,7 @@ Third-party start-up lines stay out of the output unless ``-v`` or ``PIPELINE_VE
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -21,7 +22,9 @@ from collections.abc import Mapping
 from pipeline.config import load_config
 from pipeline.core.catalog import Stage
 from pipeline.core.errors import PipelineError
+from pipeline.core.locks import writer_lock
 from pipeline.core.logs import VERBOSE_ENV, quiet_third_party, verbose_requested
+from pipeline.runtime.hardware import cluster_from_env
 from pipeline.stages import STAGES
 
 
@@ -53,7 +56,7 @@ def build_parser(
             sub.add_argument("--force", action="store_true", help="run even when outputs are up to date")
         if stage.arguments is not None:
             stage.arguments(sub)
-        sub.set_defaults(module_name=stage.module, tensorflow=stage.tensorflow)
+        sub.set_defaults(module_name=stage.module, tensorflow=stage.tensorflow, locks=stage.locks)
     return parser
 
 
@@ -69,7 +72,9 @@ def run_command(parser: argparse.ArgumentParser, argv: list[str] | None = None) 
     try:
         config = load_config(args.config, args.overrides)
         module = importlib.import_module(args.module_name)
-        module.main(config, args)
+        command = " ".join([parser.prog, *(sys.argv[1:] if argv is None else argv)])
+        with writer_lock(config.paths.data_dir, command) if takes_lock(args) else contextlib.nullcontext():
+            module.main(config, args)
     except PipelineError as exc:  # only the user-fixable family: a bug's FileNotFoundError keeps its traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -77,6 +82,15 @@ def run_command(parser: argparse.ArgumentParser, argv: list[str] | None = None) 
         print("interrupted; outputs already written are intact", file=sys.stderr)
         return 130
     return 0
+
+
+def takes_lock(args: argparse.Namespace) -> bool:
+    """Whether the command holds its data folder's writer lock: a stage that writes, unless it is a worker of a
+    multi-worker job other than the chief (the workers of one job run the same command on one folder together)."""
+    if not args.locks:
+        return False
+    cluster = cluster_from_env()
+    return cluster is None or cluster.is_chief
 
 
 def main(argv: list[str] | None = None) -> int:

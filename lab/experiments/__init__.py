@@ -167,6 +167,7 @@ EXPERIMENTS: dict[str, Stage] = {
             runs=("train",),
             writes="the study in Optuna storage; a parent MLflow run with a child per trial; reports/tune/best.yaml",
             arguments=_tune_arguments,
+            locks=False,  # several processes share one study by design, each trial in run folders of its own
         ),
         Stage(
             "bench",

@@ -115,6 +115,8 @@ class Stage:
     # whether it always runs TensorFlow (started quietly before it runs); a stage that only may (scoring a
     # Transformer) starts it quietly when it loads one (``pipeline.core.logs.start_tensorflow_quietly``)
     tensorflow: bool = True
+    # whether it writes under paths.data_dir (one writer at a time: ``pipeline.core.locks``); readers take no lock
+    locks: bool = True
 
     @property
     def upstream(self) -> tuple[str, ...]:

@@ -178,6 +178,7 @@ STAGES: dict[str, Stage] = {
             writes="the CSV with probability, label and score_error columns",
             arguments=_score_arguments,
             tensorflow=False,  # scoring a Transformer starts it when it loads the model
+            locks=False,
         ),
         Stage(
             "serve",
@@ -187,6 +188,7 @@ STAGES: dict[str, Stage] = {
             writes="nothing (answers POST /invocations on 127.0.0.1)",
             arguments=_serve_arguments,
             tensorflow=False,
+            locks=False,
         ),
         Stage(
             "export",
@@ -206,6 +208,7 @@ STAGES: dict[str, Stage] = {
             writes="nothing (serves the tracking store)",
             arguments=_ui_arguments,
             tensorflow=False,
+            locks=False,
         ),
     )
 }
