@@ -221,7 +221,7 @@ CONFIG_DATA_DIR = $(or $(DATA),$(shell $(PYTHON) -c 'import sys, yaml; print(((y
 OTHER_REPORTS = $(filter-out $(REPORTS),$(patsubst configs/%.yaml,$(REPORTS)/%,$(wildcard configs/*.yaml)))
 clean: ## delete what CONFIG wrote: its stage folders in its data folder (never raw/ or examples/) and its reports, not another config's; keeps mlflow.db and .venv/
 	@lock=$(CONFIG_DATA_DIR)/.pipeline.lock; if [ -f "$$lock" ] && ! flock -n "$$lock" true; then \
-	  echo "error: $$(cat "$$lock") is writing $(CONFIG_DATA_DIR)/; wait for it to finish (or stop it), then run make clean again" >&2; exit 2; fi
+	  echo "error: $$(head -n 1 "$$lock") is writing $(CONFIG_DATA_DIR)/; wait for it to finish (or stop it), then run make clean again" >&2; exit 2; fi
 	rm -rf $(addprefix $(CONFIG_DATA_DIR)/,$(STAGE_FOLDERS)) $(filter-out $(OTHER_REPORTS),$(wildcard $(REPORTS)/*))
 
 clean-all: ## delete every config's stage outputs in data/ (keeps data/raw and data/examples) and all of reports/; keeps mlflow.db and .venv/

@@ -73,7 +73,9 @@ def run_command(parser: argparse.ArgumentParser, argv: list[str] | None = None) 
         config = load_config(args.config, args.overrides)
         module = importlib.import_module(args.module_name)
         command = " ".join([parser.prog, *(sys.argv[1:] if argv is None else argv)])
-        with writer_lock(config.paths.data_dir, command) if takes_lock(args) else contextlib.nullcontext():
+        with writer_lock(config.paths.data_dir, command) if takes_lock(args) else contextlib.nullcontext() as killed:
+            if killed is not None:
+                end_killed_runs(config, killed)
             module.main(config, args)
     except PipelineError as exc:  # only the user-fixable family: a bug's FileNotFoundError keeps its traceback
         print(f"error: {exc}", file=sys.stderr)
@@ -82,6 +84,15 @@ def run_command(parser: argparse.ArgumentParser, argv: list[str] | None = None) 
         print("interrupted; outputs already written are intact", file=sys.stderr)
         return 130
     return 0
+
+
+def end_killed_runs(config, since: float) -> None:
+    """The MLflow runs a killed command left RUNNING on this data folder, marked failed, with one line saying so."""
+    from pipeline.tracking import fail_runs_left_running  # MLflow: only after a kill
+
+    failed = fail_runs_left_running(config.tracking, since)
+    if failed:
+        print(f"marked {len(failed)} MLflow run(s) a killed command left running as failed: {', '.join(failed)}")
 
 
 def takes_lock(args: argparse.Namespace) -> bool:

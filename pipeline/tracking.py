@@ -105,6 +105,27 @@ def setup_tracking(tracking: TrackingConfig) -> str:
     return experiment.experiment_id
 
 
+def fail_runs_left_running(tracking: TrackingConfig, since: float) -> list[str]:
+    """Mark FAILED the runs of the experiment still RUNNING that started at or after ``since`` (seconds since the
+    epoch): what a killed command left (``pipeline.core.locks``), which the UI would otherwise show running for ever
+    and nothing would ever finish. A store that does not exist yet is left alone. Returns their ids."""
+    uri = tracking_uri(tracking)
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
+        return []
+    client = mlflow.tracking.MlflowClient(uri)
+    experiment = client.get_experiment_by_name(tracking.experiment_name)
+    if experiment is None:
+        return []
+    left = client.search_runs(
+        [experiment.experiment_id],
+        filter_string=f"attributes.status = 'RUNNING' and attributes.start_time >= {int(since * 1000)}",
+    )
+    for run in left:
+        client.set_tag(run.info.run_id, KILLED_TAG, "its command was killed; marked failed by the next one")
+        client.set_terminated(run.info.run_id, status="FAILED")
+    return [run.info.run_id for run in left]
+
+
 def describe_run(run_id: str, text: str) -> None:
     """Set the run's description, shown on its page in the MLflow UI."""
     mlflow.tracking.MlflowClient().set_tag(run_id, DESCRIPTION_TAG, text)
@@ -143,6 +164,7 @@ FUSION_LEXICAL_RUN_PARAM = "fusion.lexical_run"
 COMPARE_KEY_TAG = "compare_key"  # a comparison's identity: factor, config hash, tokenizer hash
 FACTOR_TAG = "factor"  # on a comparison: its design (main, position; "pooling" before)
 VARIANT_TAG = "variant"  # on a comparison's child: the candidate it is a run of
+KILLED_TAG = "pipeline_killed"  # on a run a killed command left running, marked failed by the next writer
 MODEL_KIND_TAG = "model_kind"  # on a run with a pipeline model: transformer, nbsvm or fusion (``model_kind`` reads it)
 FUSED_FROM_TAGS = ("fused_transformer_run", "fused_lexical_run")  # on a fused run: the runs it combines
 CHAMPION_DESIGNS = ("main", "tuned", "pooling")  # designs whose runs `make register` chooses from ("pooling":

@@ -93,3 +93,38 @@ def test_another_process_is_refused_while_the_block_runs_and_takes_the_lock_afte
         refused = other_process()
         assert refused.returncode != 0 and "BusyError: `first`" in refused.stderr
     assert other_process().returncode == 0
+
+
+HOLDER_WITH_RUN = """
+import sys, time
+import mlflow
+from pipeline.core.locks import writer_lock
+with writer_lock(sys.argv[1], "python -m pipeline compare"):
+    mlflow.set_tracking_uri(sys.argv[2])
+    mlflow.set_experiment("smoke")
+    with mlflow.start_run() as run:
+        print(run.info.run_id, flush=True)
+        time.sleep(120)
+"""
+
+
+def test_a_run_a_killed_command_left_running_is_marked_failed_by_the_next_writer(tmp_path, tiny_imdb_archive):
+    import mlflow
+
+    data, store = tmp_path / "data", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    killed = subprocess.Popen(
+        [sys.executable, "-c", HOLDER_WITH_RUN, str(data), store], cwd=PROJECT_ROOT, stdout=subprocess.PIPE, text=True
+    )
+    run_id = killed.stdout.readline().strip()
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    client = mlflow.tracking.MlflowClient(store)
+    assert client.get_run(run_id).info.status == "RUNNING"  # what the UI would show for ever
+    settings = ["--config", "configs/smoke.yaml", "--set", f"paths.data_dir={data}"]
+    settings += ["--set", f"data.archive={tiny_imdb_archive}", "--set", f"tracking.tracking_uri={store}"]
+    first = pipeline_command("ingest", *settings)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert f"marked 1 MLflow run(s) a killed command left running as failed: {run_id}" in first.stdout
+    assert client.get_run(run_id).info.status == "FAILED"
+    again = pipeline_command("ingest", *settings)  # the control: the clean run before it left nothing to mark
+    assert again.returncode == 0 and "marked" not in again.stdout
