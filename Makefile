@@ -63,7 +63,7 @@ FORCE_ARG = $(if $(FORCE),--force)
 .DEFAULT_GOAL := help
 POOLING ?=
 SET_ARGS += $(if $(POOLING),--set model.pooling=$(POOLING))
-.PHONY: help setup lock setup-browser clean-all all ingest tokenize pretrain pretrain-budget learning-curve short-reviews pseudo-label train evaluate compare compare-tuned ablate-position register score export ui ui-screenshots serve test tune bench clean gpu-check-bundle gpu-check FORCE
+.PHONY: help setup lock setup-browser clean-all faults all ingest tokenize pretrain pretrain-budget learning-curve short-reviews pseudo-label train evaluate compare compare-tuned ablate-position register score export ui ui-screenshots serve test tune bench clean gpu-check-bundle gpu-check FORCE
 RUN ?= latest
 UI_PORT ?= 5000
 SERVE_PORT ?= 5001
@@ -214,6 +214,10 @@ tune: $(LAB_ENV) $(DATA_DIR)/tokenize/manifest.json ##@ Optuna study over config
 
 bench: $(LAB_ENV) $(DATA_DIR)/tokenize/manifest.json ##@ training/MLM/scoring speed vs the same run's GEMM peak, padding, threads, memory -> reports/bench.{json,md}
 	$(call EXPERIMENT,bench) $(if $(MODEL),--model "$(MODEL)")
+
+KILLS ?= 8
+faults: $(LAB_ENV) ##@ make all on generated reviews killed at KILLS=8 random moments, rerun, compared with an uninterrupted build -> reports/faults/faults.{json,md}
+	$(PYTHON) -m lab.audits.faults --kills $(KILLS) --out $(REPORTS)/faults
 
 # every stage's output folder (pipeline.core.catalog.FOLDERS; tests/core/test_catalog.py holds them equal)
 STAGE_FOLDERS := ingest tokenize pretrain pseudo_label train export short_reviews

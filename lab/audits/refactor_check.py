@@ -10,14 +10,15 @@ logged model.
 prints the largest difference of any float column (non-float columns must be equal) and whether each test and
 validation figure of ``comparison.json`` is equal. It exits 1 on any difference.
 
-    python tools/refactor_check.py build /work/base /tmp/ab/before
-    python tools/refactor_check.py build /work/main /tmp/ab/after
-    python tools/refactor_check.py diff /tmp/ab/before /tmp/ab/after
+    python -m lab.audits.refactor_check build /work/base /tmp/ab/before   # a checkout of the commit before
+    python -m lab.audits.refactor_check build . /tmp/ab/after
+    python -m lab.audits.refactor_check diff /tmp/ab/before /tmp/ab/after
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -27,13 +28,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pipeline.model.kinds import kind_of
+
 SETTINGS = ["--set", "training.pseudo_labels=true"]
 
 
 def build(checkout: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.conftest import write_imdb_tree
+    write_imdb_tree = importlib.import_module("tests.conftest").write_imdb_tree  # the tests' generated reviews
 
     root = out / "raw"
     if not root.exists():
@@ -59,7 +61,7 @@ def build(checkout: Path, out: Path) -> None:
     comparison = json.loads((out / "reports" / "comparison.json").read_text())
     models = {"champion": "models:/smoke-sentiment@champion"}
     for name, entry in comparison["summary"].items():
-        if entry.get("kind") != "reference" and entry.get("run_ids"):  # the reference row logs no model
+        if kind_of(entry["kind"]).deployable and entry.get("run_ids"):  # the reference row logs no model
             models[name] = f"runs:/{entry['run_ids'][0]}/model"
     for name, uri in models.items():
         target = out / "scored" / f"{name.replace('+', '_')}.csv"
@@ -86,7 +88,7 @@ def candidate_folders(side: Path) -> dict[str, Path]:
     summary = json.loads((side / "reports" / "comparison.json").read_text())["summary"]
     folders: dict[str, Path] = {}
     for name, entry in summary.items():
-        if entry["kind"] == "transformer":
+        if kind_of(entry["kind"]).varies_pooling:  # a Transformer: a run per seed, each fused with NBSVM
             for seed, run_id in enumerate(entry["run_ids"]):
                 folders[f"{name} seed {seed}"] = side / "reports" / run_id
                 (fused,) = (side / "reports").glob(f"fusion-{run_id}-*")
