@@ -36,7 +36,7 @@ import pandas as pd
 
 from lab.audits.refactor_check import candidate_folders, largest_difference
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STAGE_LINE = re.compile(r"-m pipeline ([a-z-]+)")
 EXPERIMENT = "smoke"
 REGISTERED = "smoke-sentiment"
@@ -96,7 +96,7 @@ def outcome(folder: Path) -> dict:
 
     client = mlflow.tracking.MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
     versions = client.search_model_versions(f"name = '{REGISTERED}'")
-    champion = client.get_model_version_by_alias(REGISTERED, "champion").version if versions else None
+    champion = str(client.get_model_version_by_alias(REGISTERED, "champion").version) if versions else None
     experiment = client.get_experiment_by_name(EXPERIMENT)
     running = (
         client.search_runs([experiment.experiment_id], filter_string="attributes.status = 'RUNNING'")
