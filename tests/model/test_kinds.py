@@ -150,10 +150,11 @@ def test_make_score_and_serve_give_the_evaluations_answers_for_a_cascade(fused_p
     score.run(config, tmp_path / "in.csv", tmp_path / "out.csv", model_uri=str(model))
     scored = pd.read_csv(tmp_path / "out.csv")
     np.testing.assert_allclose(scored["positive_probability"], expected[:, 1], atol=1e-6)
-    with model_server(str(model), config.tracking.tracking_uri) as base:
-        served = invoke(base, [{"text": text} for text in texts[:40]])
-    np.testing.assert_allclose([row["positive_probability"] for row in served], expected[:40, 1], atol=1e-6)
-    assert [row["predicted_label"] for row in served] == scored["predicted_label"].tolist()[:40]
+    if weight == 1.0:  # a server start costs seconds: the weight b9c9e98 served wrong
+        with model_server(str(model), config.tracking.tracking_uri) as base:
+            served = invoke(base, [{"text": text} for text in texts[:40]])
+        np.testing.assert_allclose([row["positive_probability"] for row in served], expected[:40, 1], atol=1e-6)
+        assert [row["predicted_label"] for row in served] == scored["predicted_label"].tolist()[:40]
 
 
 def test_the_export_graph_gives_the_evaluations_answers_for_a_cascade_at_weight_one(fused_parts, tmp_path):
