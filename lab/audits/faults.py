@@ -25,6 +25,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -120,8 +121,11 @@ def differences(reference: Path, rerun: Path) -> list[str]:
     folders, others = candidate_folders(reference), candidate_folders(rerun)
     for key, folder in folders.items():
         for file in sorted(folder.glob("*_predictions.parquet")):
-            if largest_difference(pd.read_parquet(file), pd.read_parquet(others[key] / file.name), key):
-                found.append(f"{key} {file.name} differs")
+            try:
+                if largest_difference(pd.read_parquet(file), pd.read_parquet(others[key] / file.name), key):
+                    found.append(f"{key} {file.name}: probabilities differ")
+            except SystemExit as exc:  # another column (the predicted labels) differs
+                found.append(f"{file.name} of {exc}")
     if (reference / "reports" / "example_scored.csv").read_bytes() != (
         rerun / "reports" / "example_scored.csv"
     ).read_bytes():
@@ -170,21 +174,29 @@ def main() -> int:
         generated.write_imdb_tree(out / "source", per_class={"train": 200, "test": 200}, seed=5, unlabeled=300)
         generated.make_archive(out / "source", archive)
     reference = out / "reference"
-    prepare_store(reference)
-    command, env = build_command(reference, archive)
-    started = time.perf_counter()
-    status, _ = run(command, env, reference / "build.log")
-    seconds = time.perf_counter() - started
-    if status != 0:
-        print(f"error: the reference build failed (see {reference / 'build.log'})", file=sys.stderr)
-        return 1
+    done = out / "faults.json"
+    if done.is_file():  # a run cut short goes on: its reference and the kills it finished are kept
+        seconds = json.loads(done.read_text())["reference_seconds"]
+    else:
+        prepare_store(reference)
+        command, env = build_command(reference, archive)
+        started = time.perf_counter()
+        status, _ = run(command, env, reference / "build.log")
+        seconds = time.perf_counter() - started
+        if status != 0:
+            print(f"error: the reference build failed (see {reference / 'build.log'})", file=sys.stderr)
+            return 1
+        done.write_text(json.dumps({"reference_seconds": seconds, "trials": []}, indent=2))
     rng = random.Random(args.seed)
-    trials = []
+    trials = json.loads(done.read_text())["trials"]
     for index in range(args.kills):
+        at = rng.uniform(0.02, 0.98) * seconds
+        if index < len(trials):
+            continue
         folder = out / f"kill-{index}"
+        shutil.rmtree(folder, ignore_errors=True)
         prepare_store(folder)
         command, env = build_command(folder, archive)
-        at = rng.uniform(0.02, 0.98) * seconds
         status, stage = run(command, env, folder / "build.log", kill_after=at)
         if status is not None:  # it finished before the moment: not a kill
             stage = "finished first"
@@ -194,7 +206,7 @@ def main() -> int:
         print(
             f"kill {index + 1}/{args.kills} at {at:.1f} s ({stage}): {'the same' if not found else found}", flush=True
         )
-    (out / "faults.json").write_text(json.dumps({"reference_seconds": seconds, "trials": trials}, indent=2))
+        done.write_text(json.dumps({"reference_seconds": seconds, "trials": trials}, indent=2))
     (out / "faults.md").write_text(report(trials, seconds))
     print(report(trials, seconds))
     return int(any(t["differences"] for t in trials))
