@@ -13,9 +13,9 @@ from pipeline.core.errors import ConfigError
 class TrackingConfig:
     """MLflow settings. ``tracking_uri`` empty means $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db."""
 
-    tracking_uri: str | None = None
-    experiment_name: str = "imdb-sentiment"
-    registered_model_name: str = "imdb-sentiment"
+    tracking_uri: str | None = None  # none: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db
+    experiment_name: str = "imdb-sentiment"  # the MLflow experiment every run goes to
+    registered_model_name: str = "imdb-sentiment"  # the registered model `make register` sets @champion on
 
 
 # What `make compare` can vary: the compare key holding its levels -> (the setting it sets, the levels it allows).
@@ -40,11 +40,11 @@ class CompareConfig:
     pooling question needs ``poolings`` with both levels.
     """
 
-    seeds: tuple[int, ...] = (1, 2, 3)
-    bootstrap_samples: int = 2000
-    poolings: tuple[str, ...] | None = POOLINGS
+    seeds: tuple[int, ...] = (1, 2, 3)  # every variant is trained once per seed
+    bootstrap_samples: int = 2000  # resamples of the paired bootstrap CI
+    poolings: tuple[str, ...] | None = POOLINGS  # the pooling question's levels
     inits: tuple[str, ...] | None = None  # configs/gpu.yaml compares [pretrained, scratch]
-    pseudo_labels: tuple[bool, ...] | None = None
+    pseudo_labels: tuple[bool, ...] | None = None  # distillation off and/or on
     ngrams: tuple[int, ...] | None = None  # model.ngram_max levels, e.g. [1, 3]: tokens alone vs with n-grams
     sparse_updates: tuple[bool, ...] | None = None  # training.sparse_updates levels: dense vs lazy embedding updates
     adversarial_epsilons: tuple[float, ...] | None = None  # training.adversarial_epsilon levels, e.g. [0, 2]
@@ -100,15 +100,15 @@ class TuneConfig:
     ``max_train_samples`` caps each trial's training rows (quick studies; the comparison uses them all).
     """
 
-    space: str = "configs/tune.yaml"
-    trials: int | None = 40
-    max_minutes: float | None = 90.0
-    storage: str | None = None
-    study_name: str = "imdb-sentiment"
-    seed: int = 0
-    pruner_startup_trials: int = 5
-    pruner_warmup_epochs: int = 0
-    max_train_samples: int | None = None
+    space: str = "configs/tune.yaml"  # the search space (YAML)
+    trials: int | None = 40  # stop after this many finished trials
+    max_minutes: float | None = 90.0  # stop after this many minutes
+    storage: str | None = None  # an Optuna storage URL processes can share; none: optuna.db beside the MLflow store
+    study_name: str = "imdb-sentiment"  # the Optuna study (resumed when it exists)
+    seed: int = 0  # the sampler's seed
+    pruner_startup_trials: int = 5  # trials before the median pruner acts
+    pruner_warmup_epochs: int = 0  # epochs of a trial before it may be pruned
+    max_train_samples: int | None = None  # each trial trains on at most this many rows
     heartbeat_seconds: int = 30  # a trial silent for twice this is failed (a killed process's trial)
     start_from_config: bool = True  # a new study's first trial is the configured settings (the bar to beat)
 
@@ -134,10 +134,10 @@ class SparkConfig:
     at a time (``spark.sql.execution.arrow.maxRecordsPerBatch``).
     """
 
-    master: str = "local[*]"
-    conf: tuple[str, ...] | None = None
-    output_format: str = "parquet"
-    batch_rows: int = 2048
+    master: str = "local[*]"  # Spark's master URL (local[*]: every core of this machine)
+    conf: tuple[str, ...] | None = None  # extra Spark settings, key=value
+    output_format: str = "parquet"  # parquet or csv part files
+    batch_rows: int = 2048  # rows per Arrow batch handed to the model
 
     def __post_init__(self) -> None:
         if self.output_format not in SPARK_OUTPUT_FORMATS:

@@ -16,8 +16,8 @@ CANONICAL_IMDB_MD5 = "7c2ac02c03563afcf9b574c7e56c153a"
 class PathsConfig:
     """Where stage outputs and reports go (relative paths are relative to the working directory)."""
 
-    data_dir: str = "data"
-    reports_dir: str = "reports"
+    data_dir: str = "data"  # every stage's outputs (`make DATA=folder` sets it)
+    reports_dir: str = "reports"  # comparison reports, run reports and plots
 
 
 DATA_SOURCES = ("imdb", "table")
@@ -35,22 +35,22 @@ class DataConfig:
     see the movies training saw; ``group_validation: false`` turns that off.
     """
 
-    source: str = "imdb"
-    archive: str | None = None
-    path: str | None = None
-    text_column: str = "text"
-    label_column: str = "label"
-    split_column: str | None = None
+    source: str = "imdb"  # imdb (the aclImdb archive) or table (your CSV/TSV/Parquet)
+    archive: str | None = None  # the IMDB archive or folder ($IMDB_ARCHIVE); none: data/raw/, else the download
+    path: str | None = None  # tables: a file, a folder or a glob
+    text_column: str = "text"  # tables: the column holding the text
+    label_column: str = "label"  # tables: the column holding the label (two or more classes)
+    split_column: str | None = None  # tables: a column of train/val/test; none: seeded stratified splits
     group_column: str | None = None  # tables: reviews of one group (e.g. one movie) stay on one side of train/val
     group_validation: bool = True  # IMDB: hold whole movies out for validation when the archive names them
-    test_fraction: float = 0.2
-    archive_sha256: str | None = None
+    test_fraction: float = 0.2  # tables without a split column: the share held out for test
+    archive_sha256: str | None = None  # the archive's expected checksum, when you have one
     unlabeled_archive: str | None = None  # train/unsup reviews when the archive lacks them ($IMDB_UNSUP_ARCHIVE)
-    max_unlabeled: int | None = None
-    download_url: str = CANONICAL_IMDB_URL
-    download_md5: str = CANONICAL_IMDB_MD5
-    validation_fraction: float = 0.1
-    seed: int = 1337
+    max_unlabeled: int | None = None  # at most this many unlabeled reviews are ingested (none: all)
+    download_url: str = CANONICAL_IMDB_URL  # where the archive is downloaded from when none is given
+    download_md5: str = CANONICAL_IMDB_MD5  # the downloaded archive's checksum
+    validation_fraction: float = 0.1  # the share of the train rows held out for validation
+    seed: int = 1337  # the splits' seed
 
     def __post_init__(self) -> None:
         if self.source not in DATA_SOURCES:
@@ -69,12 +69,12 @@ TRUNCATION_STRATEGIES = ("head", "tail", "head_tail")
 class TokenizerConfig:
     """WordPiece vocabulary learning and fixed-length encoding."""
 
-    vocabulary_size: int = 20000
-    lowercase: bool = True
+    vocabulary_size: int = 20000  # WordPiece tokens learned on the training texts
+    lowercase: bool = True  # fold case before learning and encoding
     min_frequency: int = 5  # words rarer than this are not learned (speeds learning ~4x)
-    max_sequence_length: int = 256
+    max_sequence_length: int = 256  # tokens a review is cut to (start and end included)
     truncation: str = "head_tail"  # keep the first head_tokens and the last (max_sequence_length - 1 - head_tokens)
-    head_tokens: int = 64
+    head_tokens: int = 64  # head_tail truncation: tokens kept from the start
     include_unlabeled: bool = True  # learn the vocabulary on the unlabeled reviews too, when ingested
 
     def __post_init__(self) -> None:
@@ -103,14 +103,14 @@ PRESET_KEYS = ("preset", "preset_max_parameters_on_cpu")
 class ModelConfig:
     """Transformer encoder classifier shape."""
 
-    pooling: str = "first_token"
-    position: str = "learned"
-    hidden_dim: int = 64
-    num_layers: int = 1
-    num_heads: int = 2
-    intermediate_dim: int = 128
-    dropout: float = 0.2
-    classifier_dropout: float = 0.3
+    pooling: str = "first_token"  # first_token ([CLS]) or mean (masked mean of the token vectors)
+    position: str = "learned"  # learned, sinusoidal or none
+    hidden_dim: int = 64  # the encoder's width
+    num_layers: int = 1  # encoder blocks
+    num_heads: int = 2  # attention heads per block
+    intermediate_dim: int = 128  # the feed-forward width
+    dropout: float = 0.2  # dropout inside the encoder
+    classifier_dropout: float = 0.3  # dropout before the classifier head
     init: str = "scratch"  # scratch | pretrained (`make pretrain`'s backbone; worse here: docs/results.md)
     pretrained: str | None = None  # a pretrain output folder or runs:/<run_id>/backbone; default data/pretrain
     ngram_max: int = 3  # 1: tokens alone; 3: + hashed 2- and 3-grams (significantly better: docs/results.md)
@@ -180,21 +180,21 @@ PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 class TrainingConfig:
     """Optimiser, schedule, budget and hardware policy."""
 
-    batch_size: int = 64
+    batch_size: int = 64  # reviews per step
     epochs: int = 2  # with distillation's 10,000 extra rows, the time 3 epochs without it took (docs/results.md)
-    learning_rate: float = 1e-3
-    weight_decay: float = 0.01
-    warmup_fraction: float = 0.1
-    early_stopping_patience: int = 1
-    seed: int = 42
+    learning_rate: float = 1e-3  # the peak rate of the warmup-then-cosine schedule
+    weight_decay: float = 0.01  # AdamW's decoupled weight decay
+    warmup_fraction: float = 0.1  # the share of steps the rate warms up over
+    early_stopping_patience: int = 1  # epochs without a better validation loss before stopping
+    seed: int = 42  # the training seed (compare.seeds overrides it per run)
     precision: str = "auto"  # float32 on CPU below width 256, mixed_bfloat16 above (bf16 CPUs), mixed_float16 on GPU
-    max_train_samples: int | None = None
+    max_train_samples: int | None = None  # train on at most this many labelled rows (none: all)
     length_multiple: int = 16  # batches are trimmed to their longest review rounded up to this
-    class_weights: bool = False
-    fine_tune_learning_rate: float = (
+    class_weights: bool = False  # weigh classes by their inverse frequency
+    fine_tune_learning_rate: float = (  # a preset's backbone: the rate after the head's first epoch
         1e-3  # instead of learning_rate when model.init is pretrained (3e-4 was worse: docs/results.md)
     )
-    fine_tune_warmup_fraction: float = 0.1
+    fine_tune_warmup_fraction: float = 0.1  # a preset's backbone: the warmup share of that phase
     # distillation: also train on pseudo_label.max_rows unlabeled reviews with the teacher's probabilities
     # (significantly better: docs/results.md); made first when missing; off by itself when nothing is unlabeled
     pseudo_labels: bool = True
@@ -239,17 +239,17 @@ class PretrainConfig:
     metrics are logged and a checkpoint is written every ``log_every_steps`` steps.
     """
 
-    max_minutes: float | None = None
+    max_minutes: float | None = None  # stop after this many minutes of training or max_steps, whichever is first
     max_steps: int | None = 1500  # about 15 minutes on 2 CPU cores; steps, not minutes: the same on any machine
-    batch_size: int = 64
-    learning_rate: float = 5e-4
-    warmup_steps: int = 300
-    weight_decay: float = 0.01
-    mask_rate: float = 0.15
-    log_every_steps: int = 100
-    max_texts: int | None = None
-    seed: int = 0
-    precision: str = "auto"
+    batch_size: int = 64  # texts per masked-LM step
+    learning_rate: float = 5e-4  # the masked-LM peak rate
+    warmup_steps: int = 300  # steps the rate warms up over
+    weight_decay: float = 0.01  # AdamW's decoupled weight decay
+    mask_rate: float = 0.15  # the share of tokens masked
+    log_every_steps: int = 100  # a loss line and MLflow metric every this many steps
+    max_texts: int | None = None  # pretrain on at most this many texts (none: all)
+    seed: int = 0  # the masking and shuffling seed
+    precision: str = "auto"  # auto, float32, mixed_bfloat16 or mixed_float16
     snapshot_minutes: tuple[float, ...] | None = None  # also keep the backbone as it was after these minutes
 
     def __post_init__(self) -> None:
@@ -290,17 +290,17 @@ class PseudoLabelConfig:
     that fits a budget: each pseudo-labelled row costs what a labelled one does.
     """
 
-    teacher: str = "nbsvm"
+    teacher: str = "nbsvm"  # nbsvm or tfidf (fitted on train), or a logged model's URI
     min_confidence: float = 0.5  # with two classes 0.5 keeps every review (docs/results.md)
     soft: bool = True  # train on the teacher's probabilities, not its hard labels
     max_rows: int | None = 10_000  # null: every review that passes min_confidence (50,000 for IMDB; configs/gpu.yaml)
-    seed: int = 1337
+    seed: int = 1337  # the TF-IDF teacher, which sure reviews are kept, the crops
     # short texts for the Transformer: this many random 1-2-sentence crops of every train review join the distilled
     # rows (0: none), each with a soft target, crop_label_weight on its review's label and the rest a cross-fitted
     # NBSVM's probability (pipeline.lexical.cross_fitted_teacher). Off: the crops help the Transformer alone, but
     # validation then gives it no weight in the fusion (docs/results.md)
     crops_per_review: int = 0
-    crop_label_weight: float = 0.5
+    crop_label_weight: float = 0.5  # a crop's soft target: this much of its review's label, the rest the teacher's
 
     def __post_init__(self) -> None:
         if self.teacher not in PSEUDO_LABEL_TEACHERS and not is_model_uri(self.teacher):
@@ -324,15 +324,15 @@ class NbsvmConfig:
     """NBSVM, the lexical candidate and the fusions' other half (``pipeline.lexical``): its n-grams, its crops and the
     ``C`` values validation chooses from. Written ``baseline`` (and ``nbsvm_c``) before 2026-12: still read."""
 
-    c_values: tuple[float, ...] = (0.03, 0.1, 0.3, 1.0)
-    ngram_max: int = 3
-    max_features: int = 800_000
-    seed: int = 0
+    c_values: tuple[float, ...] = (0.03, 0.1, 0.3, 1.0)  # the regularisation strengths tried, chosen on validation
+    ngram_max: int = 3  # the longest n-gram counted
+    max_features: int = 800_000  # the most frequent n-grams kept
+    seed: int = 0  # the fit's and its crops' seed
     # also train on this many random 1-2-sentence crops of every training review (short texts; 0: reviews only), each
     # with a soft label: crop_label_weight on its review's label, the rest a cross-fitted NBSVM's probability
     # (4: significantly better on short texts and reviews, alone and fused: docs/results.md)
     crops_per_review: int = 4
-    crop_label_weight: float = 0.5
+    crop_label_weight: float = 0.5  # a crop's target: this much of its review's label, the rest a cross-fitted NBSVM's
     # and this many crops of each unlabeled review (the ingestion's, e.g. IMDB's 50,000; none: skipped), each labelled
     # with the class NBSVM fitted on every train review gives its whole review, mixed the same way with that model's
     # probability on the crop (4 is significantly better than none and than 2: docs/results.md)
