@@ -35,7 +35,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from lab.audits.refactor_check import candidate_folders, largest_difference
+from lab.audits.refactor_check import candidate_folders, largest_difference, summary_figures
+from pipeline.core.logs import ignore_known_warnings, log_third_parties_to_file
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGE_LINE = re.compile(r"-m pipeline ([a-z-]+)")
@@ -113,11 +114,8 @@ def differences(reference: Path, rerun: Path) -> list[str]:
 
     found = []
     one, two = (json.loads((side / "reports" / "comparison.json").read_text()) for side in (reference, rerun))
-    for name, entry in one["summary"].items():
-        ours = {k: v for k, v in entry.items() if "seconds" not in k and k != "run_ids"}
-        theirs = {k: v for k, v in two["summary"].get(name, {}).items() if "seconds" not in k and k != "run_ids"}
-        if ours != theirs:
-            found.append(f"comparison.json {name} differs")
+    ours, theirs = summary_figures(one), summary_figures(two)
+    found += [f"comparison.json {name} differs" for name in ours if ours[name] != theirs.get(name)]
     folders, others = candidate_folders(reference), candidate_folders(rerun)
     for key, folder in folders.items():
         for file in sorted(folder.glob("*_predictions.parquet")):
@@ -166,6 +164,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    ignore_known_warnings()
+    log_third_parties_to_file()  # MLflow's lines about creating each build's store go to the log file, not here
     generated = importlib.import_module("tests.conftest")  # the tests' generated reviews (not type-checked here)
 
     out = args.out.resolve()

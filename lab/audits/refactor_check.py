@@ -28,12 +28,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline.model.kinds import kind_of
+from pipeline.core.logs import ignore_known_warnings
 
 SETTINGS = ["--set", "training.pseudo_labels=true"]
 
 
 def build(checkout: Path, out: Path) -> None:
+    from pipeline.model import kinds  # MLflow, imported once its known warnings are filtered
+
     out.mkdir(parents=True, exist_ok=True)
     write_imdb_tree = importlib.import_module("tests.conftest").write_imdb_tree  # the tests' generated reviews
 
@@ -61,7 +63,7 @@ def build(checkout: Path, out: Path) -> None:
     comparison = json.loads((out / "reports" / "comparison.json").read_text())
     models = {"champion": "models:/smoke-sentiment@champion"}
     for name, entry in comparison["summary"].items():
-        if kind_of(entry["kind"]).deployable and entry.get("run_ids"):  # the reference row logs no model
+        if kinds.kind_of(entry["kind"]).deployable and entry.get("run_ids"):  # the reference row logs no model
             models[name] = f"runs:/{entry['run_ids'][0]}/model"
     for name, uri in models.items():
         target = out / "scored" / f"{name.replace('+', '_')}.csv"
@@ -85,10 +87,12 @@ def largest_difference(a: pd.DataFrame, b: pd.DataFrame, name: str) -> float:
 def candidate_folders(side: Path) -> dict[str, Path]:
     """Each candidate's stored-predictions folder under ``reports/``, keyed by candidate and seed (run ids and
     compare keys differ between two builds): a Transformer's is its run id, a fusion's names its Transformer's run."""
+    from pipeline.model import kinds  # MLflow, imported once its known warnings are filtered
+
     summary = json.loads((side / "reports" / "comparison.json").read_text())["summary"]
     folders: dict[str, Path] = {}
     for name, entry in summary.items():
-        if kind_of(entry["kind"]).varies_pooling:  # a Transformer: a run per seed, each fused with NBSVM
+        if kinds.kind_of(entry["kind"]).varies_pooling:  # a Transformer: a run per seed, each fused with NBSVM
             for seed, run_id in enumerate(entry["run_ids"]):
                 folders[f"{name} seed {seed}"] = side / "reports" / run_id
                 (fused,) = (side / "reports").glob(f"fusion-{run_id}-*")
@@ -96,6 +100,15 @@ def candidate_folders(side: Path) -> dict[str, Path]:
     for baseline in ("nbsvm", "tfidf"):
         (folders[baseline],) = (side / "reports").glob(f"baseline-{baseline}-*")
     return folders
+
+
+def summary_figures(payload: dict) -> dict[str, dict]:
+    """Each candidate's figures in a ``comparison.json``: what two builds of the same code must share (not their run
+    ids, not their seconds)."""
+    return {
+        name: {key: value for key, value in entry.items() if "seconds" not in key and key != "run_ids"}
+        for name, entry in payload["summary"].items()
+    }
 
 
 def diff(before: Path, after: Path) -> int:
@@ -120,13 +133,7 @@ def diff(before: Path, after: Path) -> int:
         if difference:
             print(f"{name}: largest difference {difference}")
     one, two = (json.loads((side / "reports" / "comparison.json").read_text()) for side in (before, after))
-    figures, others = (
-        {
-            name: {key: value for key, value in entry.items() if "seconds" not in key and key != "run_ids"}
-            for name, entry in payload["summary"].items()
-        }
-        for payload in (one, two)
-    )
+    figures, others = summary_figures(one), summary_figures(two)
     print(f"{len(files)} files, {rows} rows: largest difference of any probability {worst}")
     for name in sorted(set(figures) | set(others)):
         for key in sorted(set(figures.get(name, {})) | set(others.get(name, {}))):
@@ -151,6 +158,7 @@ def main() -> int:
     two.add_argument("before", type=Path)
     two.add_argument("after", type=Path)
     args = parser.parse_args()
+    ignore_known_warnings()  # MLflow's notice about our pyfunc models' type hints, on import
     if args.command == "build":
         build(args.checkout.resolve(), args.out.resolve())
         return 0

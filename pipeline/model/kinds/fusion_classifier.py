@@ -90,25 +90,28 @@ class FusedClassifier(PipelineModel):
 
     def prepare(self, texts: Sequence[str]):
         """(ids of the texts its Transformer reads or None, n-gram counts of every text or None, every text's weight,
-        the rows its Transformer reads or None for every row), as :class:`FusionRule` decides."""
+        the rows its Transformer reads or None for every row, NBSVM's probabilities when a cascade routed on them), as
+        :class:`FusionRule` decides."""
         rule = self.rule
         counts = self.lexical.prepare(texts) if rule.runs_lexical else None
-        routed = rule.routed(self.lexical.score(counts)) if rule.cascade_threshold is not None else None
+        lexical = self.lexical.score(counts) if rule.cascade_threshold is not None else None  # scored once: routed on
+        routed = rule.routed(lexical) if lexical is not None else None
         read = texts if routed is None else [texts[int(row)] for row in routed]
         ids = self.transformer.prepare(read) if rule.runs_transformer else None
-        return (ids, counts, self.row_weights(texts), routed)
+        return (ids, counts, self.row_weights(texts), routed, lexical)
 
     def score(self, prepared) -> np.ndarray:
-        ids, counts, weights, routed = prepared
+        ids, counts, weights, routed, lexical = prepared
         reads = ids is not None and (routed is None or len(routed) > 0)
         transformer = self.transformer.score(ids) if reads else None
-        lexical = self.lexical.score(counts) if counts is not None else None
+        if lexical is None and counts is not None:
+            lexical = self.lexical.score(counts)
         return self.rule.answer(transformer, lexical, weights, routed)
 
     def explain(self, prepared, steps: int | None = None) -> list[Explanation]:
         """Each part's explanation weighted as the parts' log-probabilities are; a cascade's texts its Transformer does
         not read get NBSVM's alone."""
-        ids, counts, weights, routed = prepared
+        ids, counts, weights, routed, _ = prepared
         if counts is None:  # NBSVM not run: the Transformer alone, as the fused model scores
             return self.transformer.explain(ids, steps)
         lexical = self.lexical.explain(counts)
