@@ -14,6 +14,14 @@ from sklearn import metrics as skm
 from pipeline.core.predictions import fuse_probabilities, predicted_and_confidence
 
 
+def first_half(rows: int, seed: int = 0) -> np.ndarray:
+    """The random half of ``rows`` validation rows that cross-fitting chooses on (and scores the other half with): the
+    same half for every choice made with one ``seed``."""
+    first = np.zeros(rows, dtype=bool)
+    first[np.random.default_rng(seed).permutation(rows)[: rows // 2]] = True
+    return first
+
+
 def cross_fitted_correct(correct: dict, seed: int = 0) -> np.ndarray:
     """Per row, whether the option chosen on the *other* half of the rows gets it right: the rows behind
     :func:`cross_fitted_accuracy` (a random half, ``seed``; ties go to the option listed first).
@@ -21,9 +29,7 @@ def cross_fitted_correct(correct: dict, seed: int = 0) -> np.ndarray:
     ``correct``: option -> boolean array, one entry per validation row (the same rows for every option).
     """
     options = list(correct)
-    rows = len(correct[options[0]])
-    first = np.zeros(rows, dtype=bool)
-    first[np.random.default_rng(seed).permutation(rows)[: rows // 2]] = True
+    first = first_half(len(correct[options[0]]), seed)
 
     def chosen_on(mask: np.ndarray):
         return max(options, key=lambda option: np.asarray(correct[option])[mask].mean())

@@ -55,9 +55,10 @@ class CompareConfig:
     # the validation sentence crops (cross-fitted for the figures the champion is chosen on); 0: one weight. 80: short
     # texts gain significantly and reviews lose nothing significant (docs/results.md)
     short_fusion_words: int = 80
-    # < 1: the fusion is a cascade: its Transformer reads only the texts NBSVM is least sure of, this share of the
-    # validation reviews (a confidence threshold chosen on them), and the rest keep NBSVM's answer; scoring gets
-    # faster by about the inverse of the share. 1: the Transformer reads every text
+    # < 1: the fusion is a cascade: its Transformer reads only the texts NBSVM is least sure of, at most this share of
+    # the validation reviews (a confidence threshold chosen on them), and the rest keep NBSVM's answer; scoring gets
+    # faster by about the inverse of the share. The share is the smallest of 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5 up
+    # to this one within champion_tolerance of the fusion of every text (cross-fitted). 1: it reads every text
     cascade_share: float = 1.0
     tfidf_baseline: bool = True  # the earlier TF-IDF + logistic regression baseline, a reference row
     tuned: str | None = None  # make compare-tuned: the tuned config file (null: <reports_dir>/tune/best.yaml)

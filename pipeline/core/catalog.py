@@ -45,6 +45,9 @@ METRICS_FILE = "metrics.json"  # evaluate -> compare, register, pretrain-budget
 TEST_PREDICTIONS_FILE = "test_predictions.parquet"  # evaluate, compare's baselines -> compare, register
 VAL_PREDICTIONS_FILE = "val_predictions.parquet"  # evaluate -> compare (fusion weights, the champion)
 CROP_PREDICTIONS_FILE = "crop_predictions.parquet"  # evaluate -> compare (the sentence crops: short texts)
+# compare's NBSVM -> a cascade's figure: per validation row (source_file), whether the C chosen on the other half of
+# validation gets it right (the rows of NBSVM's cross-fitted accuracy)
+CROSS_FITTED_ROWS_FILE = "val_cross_fitted.parquet"
 LEXICAL_MODEL_FILE = "nbsvm.npz"  # compare's NBSVM baseline (``pipeline.lexical.NbsvmArrays``) -> its fused models
 FUSION_FILE = "fusion.json"  # a fused model's weight
 COMPARISON_REPORT = "comparison"  # compare -> register, pretrain-budget: reports/comparison.*

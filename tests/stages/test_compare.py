@@ -639,7 +639,7 @@ def test_a_length_aware_fusion_gives_short_texts_their_own_weight(own_comparison
     output = capsys.readouterr().out
     assert output.count("train: up to date") == 4
     assert "up to 12 words) on the Transformer" in output, output
-    assert "a cascade: the Transformer reads" in output, output
+    assert "a cascade (share " in output and "-0.5 within 0.3% of reading every text): the Transformer reads" in output
     test_texts = pd.read_parquet(config.data_dir / "ingest" / "test.parquet")["text"].tolist()
     payload = json.loads((config.reports_dir / "comparison.json").read_text())
     client = mlflow.tracking.MlflowClient()
@@ -652,9 +652,11 @@ def test_a_length_aware_fusion_gives_short_texts_their_own_weight(own_comparison
             assert classifier.short_weight == pytest.approx(float(params["fusion.short_transformer_weight"]))
             weights = classifier.row_weights(["Dull.", " ".join(["word"] * 13)])
             assert weights.tolist() == [classifier.short_weight, classifier.weight]
-            assert params["fusion.cascade_share"] == "0.5"
+            tried = params["fusion.cascade_shares_tried"].split(",")
+            assert tried == ["0.02", "0.05", "0.1", "0.15", "0.2", "0.3", "0.5"]
+            assert params["fusion.cascade_share"] in tried
             assert classifier.cascade_threshold == float(params["fusion.cascade_threshold"])
-            folder = f"fusion-{params['fusion.transformer_run']}-{params['fusion.lexical_run']}-s12-c0.5"
+            folder = f"fusion-{params['fusion.transformer_run']}-{params['fusion.lexical_run']}-s12-upto0.5"
             recorded = pd.read_parquet(config.reports_dir / folder / "test_predictions.parquet")
             np.testing.assert_allclose(
                 classifier.probabilities(test_texts)[:, 1], recorded["positive_probability"], atol=1e-5
@@ -662,3 +664,4 @@ def test_a_length_aware_fusion_gives_short_texts_their_own_weight(own_comparison
             _, lines, _ = register_card.model_lines(client.get_run(run_id), client)
             assert "texts of at most 12 words get their own" in lines[0]
             assert "A cascade: the Transformer reads only the texts NBSVM is least sure of" in lines[0]
+            assert "The share is the smallest of 0.02, 0.05" in lines[0]

@@ -23,7 +23,9 @@ from pipeline.text.conventions import clean_text
 from pipeline.text.crops import word_counts
 from pipeline.tracking import (
     FUSION_CASCADE_SHARE_PARAM,
+    FUSION_CASCADE_SHARES_PARAM,
     FUSION_CASCADE_THRESHOLD_PARAM,
+    FUSION_CASCADE_TOLERANCE_PARAM,
     FUSION_LEXICAL_RUN_PARAM,
     FUSION_SHORT_WEIGHT_PARAM,
     FUSION_SHORT_WORDS_PARAM,
@@ -187,7 +189,7 @@ class FusedClassifier(PipelineModel):
         cascade = (
             f" A cascade: the Transformer reads only the texts NBSVM is least sure of (its confidence at most "
             f"{float(params[FUSION_CASCADE_THRESHOLD_PARAM]):.4f}, {float(params[FUSION_CASCADE_SHARE_PARAM]):.0%} of "
-            "the validation reviews); every other text gets NBSVM's probability."
+            f"the validation reviews); every other text gets NBSVM's probability.{cascade_choice(params)}"
             if FUSION_CASCADE_THRESHOLD_PARAM in params
             else ""
         )
@@ -208,6 +210,18 @@ class FusedClassifier(PipelineModel):
             f"- Reviews longer than {max_tokens} tokens are cut for the Transformer: text in the cut part does not "
             "count for that part of the model."
         )
+
+
+def cascade_choice(params: dict[str, str]) -> str:
+    """How a cascade's share was chosen, for its card (runs logged before the share was chosen: nothing)."""
+    if FUSION_CASCADE_SHARES_PARAM not in params:
+        return ""
+    tolerance = float(params[FUSION_CASCADE_TOLERANCE_PARAM])
+    return (
+        f" The share is the smallest of {params[FUSION_CASCADE_SHARES_PARAM].replace(',', ', ')} whose validation "
+        f"accuracy and validation crops' accuracy are within {tolerance:.1%} of the fusion of every text's; its "
+        "validation figure is cross-fitted over that choice, with NBSVM's own answers cross-fitted over its C."
+    )
 
 
 def row_weights_graph(rule: FusionRule, texts):

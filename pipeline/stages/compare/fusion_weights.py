@@ -19,7 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.core.predictions import FusionRule, cascade_probabilities, cascade_threshold, fuse_probabilities
-from pipeline.metrics import cross_fitted_accuracy, cross_fitted_correct, cross_fitted_fusion, fusion_weight_scan
+from pipeline.metrics import (
+    cross_fitted_accuracy,
+    cross_fitted_correct,
+    cross_fitted_fusion,
+    first_half,
+    fusion_weight_scan,
+)
 
 MIN_ROWS = 20  # fewer short (or long) validation texts than this: one weight for all (too few to choose on)
 
@@ -31,6 +37,9 @@ class PartScores:
     val: np.ndarray
     test: np.ndarray
     crops: dict[str, np.ndarray]  # per crop split
+    # per validation row, whether the part's own choice made on the other half of validation gets it right (NBSVM's C,
+    # ``metrics.cross_fitted_correct``); None: its validation answers as they are
+    honest_rows: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +136,15 @@ def choose_fusion(
     )
 
 
+CASCADE_SHARES = (0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5)  # the shares a cascade chooses among, up to its budget
+
+
+def cascade_shares(budget: float) -> tuple[float, ...]:
+    """The shares of texts a cascade's Transformer may read, smallest first: the grid's below ``budget``
+    (``compare.cascade_share``) and the budget itself."""
+    return (*(share for share in CASCADE_SHARES if share < budget), budget)
+
+
 @dataclass(frozen=True)
 class Cascade:
     """A fusion that reads with its Transformer only the texts NBSVM is least sure of (``compare.cascade_share``):
@@ -135,13 +153,17 @@ class Cascade:
     choice: FusionChoice  # val, test and crops probabilities and the cross-fitted figure, as the cascade answers
     threshold: float  # texts whose NBSVM confidence is at most this read both parts; the rest NBSVM's answer
     routed: dict[str, float]  # the share of each evaluated set read by the Transformer: val, test, crops_<split>
+    share: float  # the share of validation reviews the threshold lets the Transformer read
+    # every share tried: (its validation accuracy, cross-fitted; its validation crops' accuracy), on all of validation
+    by_share: dict[float, tuple[float, float]] = dataclasses.field(default_factory=dict)
 
 
 def cascade(choice: FusionChoice, lexical: PartScores, rows: EvaluatedRows, share: float) -> Cascade:
     """``choice`` (the fusion of every text) as a cascade: the threshold is the NBSVM confidence of the ``share`` of
     validation reviews it is least sure of (no label read, so the validation figures stay honest), and every text above
     it keeps NBSVM's probability. The cross-fitted figure: the fusion's cross-fitted rows where the Transformer reads,
-    NBSVM's own answer elsewhere."""
+    NBSVM's own cross-fitted rows elsewhere (``lexical.honest_rows``: right with the C chosen on the other half; without
+    them, its answers)."""
     threshold = cascade_threshold(lexical.val, share)
     rule = FusionRule(choice.weight, choice.short_weight, choice.short_max_words, threshold)  # as the model answers
     parts = {  # each evaluated set: (the fusion's probabilities, NBSVM's)
@@ -151,7 +173,8 @@ def cascade(choice: FusionChoice, lexical: PartScores, rows: EvaluatedRows, shar
     }
     read = {name: rule.reads(nbsvm) for name, (_, nbsvm) in parts.items()}
     answers = {name: cascade_probabilities(fused, nbsvm, read[name]) for name, (fused, nbsvm) in parts.items()}
-    honest_rows = np.where(read["val"], choice.honest_rows, lexical.val.argmax(axis=1) == rows.val_labels)
+    nbsvm_rows = lexical.val.argmax(axis=1) == rows.val_labels if lexical.honest_rows is None else lexical.honest_rows
+    honest_rows = np.where(read["val"], choice.honest_rows, nbsvm_rows)
     cascaded = dataclasses.replace(
         choice,
         honest=float(honest_rows.mean()),
@@ -161,4 +184,55 @@ def cascade(choice: FusionChoice, lexical: PartScores, rows: EvaluatedRows, shar
         crops={split: answers[f"crops_{split}"] for split in choice.crops},
     )
     routed = {name: float(mask.mean()) for name, mask in read.items()}
-    return Cascade(cascaded, threshold, routed)
+    return Cascade(cascaded, threshold, routed, share)
+
+
+def choose_cascade(
+    choice: FusionChoice, lexical: PartScores, rows: EvaluatedRows, budget: float, tolerance: float, seed: int = 0
+) -> Cascade:
+    """The cascade of ``choice`` at the smallest share of :func:`cascade_shares` whose validation accuracy
+    (cross-fitted) and validation crops' accuracy are both within ``tolerance`` (``compare.champion_tolerance``) of the
+    fusion of every text's; none within it: the budget. Its validation figures are cross-fitted over that choice too:
+    each half of the validation reviews (a crop with its review) gets the share chosen on the other half
+    (``metrics.first_half``, the halves every other choice is cross-fitted on)."""
+    shares = cascade_shares(budget)
+    options = {share: cascade(choice, lexical, rows, share) for share in shares}
+    every_crops = choice.crops["val"].argmax(axis=1) == rows.crop_labels
+
+    def crops_right(option: Cascade) -> np.ndarray:
+        return option.choice.crops["val"].argmax(axis=1) == rows.crop_labels
+
+    def within(right: np.ndarray, every: np.ndarray) -> bool:
+        return not len(right) or float(right.mean()) >= float(every.mean()) - tolerance
+
+    def chosen_on(reviews: np.ndarray) -> float:
+        crops = reviews[rows.crop_reviews]
+        for share in shares:
+            option = options[share]
+            if within(option.choice.honest_rows[reviews], choice.honest_rows[reviews]) and within(
+                crops_right(option)[crops], every_crops[crops]
+            ):
+                return share
+        return budget
+
+    chosen = options[chosen_on(np.ones(len(rows.val_labels), dtype=bool))]
+    first = first_half(len(rows.val_labels), seed)
+    on_first, on_second = options[chosen_on(first)].choice, options[chosen_on(~first)].choice  # each scores the other
+    honest_rows = np.where(first, on_second.honest_rows, on_first.honest_rows)
+    first_crops = first[rows.crop_reviews]
+    crops = {
+        **chosen.choice.crops,
+        "val": np.where(first_crops[:, None], on_second.crops["val"], on_first.crops["val"]),
+    }
+    honest = dataclasses.replace(
+        chosen.choice,
+        honest=float(honest_rows.mean()),
+        honest_rows=honest_rows,
+        val=np.where(first[:, None], on_second.val, on_first.val),
+        crops=crops,
+    )
+    by_share = {
+        share: (option.choice.honest, float(crops_right(option).mean()) if len(every_crops) else float("nan"))
+        for share, option in options.items()
+    }
+    return dataclasses.replace(chosen, choice=honest, by_share=by_share)

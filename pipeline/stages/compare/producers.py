@@ -17,8 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from pipeline.config import CompareConfig, Config
 from pipeline.core.catalog import (
+    CROSS_FITTED_ROWS_FILE,
     FUSION_FILE,
     LABELS_FILE,
     LEXICAL_MODEL_FILE,
@@ -28,7 +32,7 @@ from pipeline.core.catalog import (
     require_output,
 )
 from pipeline.core.errors import InputError
-from pipeline.core.files import atomic_write_json
+from pipeline.core.files import atomic_write_json, atomic_write_parquet
 from pipeline.core.logs import duration
 from pipeline.core.predictions import from_probability_columns
 from pipeline.lexical import CropRows, NbsvmArrays, nbsvm_baseline, tfidf_baseline, tfidf_params
@@ -37,7 +41,7 @@ from pipeline.model.classifiers import FusedClassifier, LexicalClassifier
 from pipeline.model.kinds.reference_classifier import FittedTextModel
 from pipeline.stages.compare.candidates import NBSVM, TFIDF, Candidate, fused_name
 from pipeline.stages.compare.designs import Design, level_name, variant_config, variant_name
-from pipeline.stages.compare.fusion_weights import EvaluatedRows, PartScores, cascade, choose_fusion
+from pipeline.stages.compare.fusion_weights import EvaluatedRows, PartScores, choose_cascade, choose_fusion
 from pipeline.stages.compare.recorder import EVALUATED_FILES, Produced, Slot, TrainedCandidate, adopt, record
 from pipeline.stages.evaluate.lengths import validation_crops
 from pipeline.stages.evaluate.scorecard import GivenProbabilities, ReviewLengths, evaluate_run
@@ -51,7 +55,9 @@ from pipeline.text.crops import CROP_SPLITS, word_counts
 from pipeline.tracking import (
     CROSS_FITTED_METRIC,
     FUSION_CASCADE_SHARE_PARAM,
+    FUSION_CASCADE_SHARES_PARAM,
     FUSION_CASCADE_THRESHOLD_PARAM,
+    FUSION_CASCADE_TOLERANCE_PARAM,
     FUSION_LEXICAL_RUN_PARAM,
     FUSION_SHORT_WEIGHT_PARAM,
     FUSION_SHORT_WORDS_PARAM,
@@ -140,6 +146,10 @@ def fit_nbsvm(config: Config, frames: IngestedRows, names: list[str], out_dir: P
         lambda step: print(f"compare: NBSVM: {step} ({duration(time.perf_counter() - started)} elapsed)", flush=True),
     )
     NbsvmArrays.from_pipeline(fitted.model).save(out_dir / LEXICAL_MODEL_FILE)
+    atomic_write_parquet(
+        pd.DataFrame({"source_file": frames.val["source_file"].to_numpy(), "correct": fitted.val_correct_cross_fitted}),
+        out_dir / CROSS_FITTED_ROWS_FILE,
+    )
     atomic_write_json(out_dir / LABELS_FILE, {"labels": list(names)})
     atomic_write_json(out_dir / MODEL_LABELS_DIR / LABELS_FILE, {"labels": list(names)})  # not the whole folder
     artifacts = LexicalClassifier.artifacts(out_dir / LEXICAL_MODEL_FILE, out_dir / MODEL_LABELS_DIR)
@@ -172,7 +182,9 @@ def nbsvm_candidate(
         {**baseline_tags(key, NBSVM), MODEL_KIND_TAG: NBSVM, "ingest_manifest": ingest_sha256[:16]},
         lambda: find_baseline_run(config.tracking, key, NBSVM),
         "NBSVM baseline",
-        needs=(*EVALUATED_FILES, LEXICAL_MODEL_FILE, LABELS_FILE),
+        # a cascade's figure reads NBSVM's cross-fitted rows (runs recorded before them are fitted again)
+        needs=(*EVALUATED_FILES, LEXICAL_MODEL_FILE, LABELS_FILE)
+        + ((CROSS_FITTED_ROWS_FILE,) if config.compare.cascade_share < 1 else ()),
     )
     return record(slot, lambda out_dir: fit_nbsvm(config, frames, names, out_dir), frames, force)
 
@@ -221,7 +233,20 @@ def part_scores(candidate: Candidate, names: list[str]) -> PartScores:
         from_probability_columns(candidate.val_predictions, names),
         from_probability_columns(candidate.predictions, names),
         crops,
+        cross_fitted_rows(candidate),
     )
+
+
+def cross_fitted_rows(candidate: Candidate) -> np.ndarray | None:
+    """NBSVM's per-validation-row cross-fitted correctness (``CROSS_FITTED_ROWS_FILE``), in its validation
+    predictions' order; None for a candidate without it (a Transformer, an NBSVM run recorded before it)."""
+    path = candidate.folder / CROSS_FITTED_ROWS_FILE if candidate.folder else None
+    if path is None or not path.is_file():
+        return None
+    rows = pd.read_parquet(path)
+    if candidate.val_predictions is None or not rows["source_file"].equals(candidate.val_predictions["source_file"]):
+        raise InputError(f"{path}: its rows are not the validation rows of run {candidate.run_id}")
+    return rows["correct"].to_numpy(dtype=bool)
 
 
 def evaluated_rows(frames: IngestedRows, child: Candidate) -> EvaluatedRows:
@@ -259,7 +284,9 @@ def fusion_suffix(compare: CompareConfig) -> str:
     """What sets a fusion's key and folder apart: a length-aware fusion's limit and a cascade's share (none: as before
     them)."""
     limit, share = compare.short_fusion_words, compare.cascade_share
-    return (f"-s{limit}" if limit else "") + (f"-c{share:g}" if share < 1 else "")
+    # a cascade's share is chosen up to the budget (``-c<share>`` named a fixed share, figured before NBSVM's rows
+    # were cross-fitted)
+    return (f"-s{limit}" if limit else "") + (f"-upto{share:g}" if share < 1 else "")
 
 
 def fuse(
@@ -276,8 +303,10 @@ def fuse(
         config.compare.fusion_weights,
         config.compare.short_fusion_words,
     )
-    share = config.compare.cascade_share
-    cascaded = cascade(choice, lexical_scores, rows, share) if share < 1 else None
+    budget = config.compare.cascade_share
+    cascaded = (
+        choose_cascade(choice, lexical_scores, rows, budget, config.compare.champion_tolerance) if budget < 1 else None
+    )
     weight, by_weight = choice.weight, choice.by_weight
     short = (
         {FUSION_SHORT_WEIGHT_PARAM: choice.short_weight, FUSION_SHORT_WORDS_PARAM: choice.short_max_words}
@@ -293,7 +322,7 @@ def fuse(
                 if short
                 else {}
             ),
-            **({"cascade_threshold": cascaded.threshold, "cascade_share": share} if cascaded else {}),
+            **({"cascade_threshold": cascaded.threshold, "cascade_share": cascaded.share} if cascaded else {}),
             "labels": names,
             "transformer_run_id": child.run_id,
             "lexical_run_id": lexical.run_id,
@@ -317,13 +346,17 @@ def fuse(
         p_value = mcnemar_exact(gated == test_labels, every_text == test_labels)["p_value"]
         cascade_figures = {
             **{f"cascade_share_{name}": value for name, value in cascaded.routed.items()},
+            **{f"val_accuracy_cross_fitted_share_{s:g}": figures[0] for s, figures in cascaded.by_share.items()},
+            **{f"val_crops_accuracy_share_{s:g}": figures[1] for s, figures in cascaded.by_share.items()},
             "val_accuracy_cross_fitted_every_text": choice.honest,
             "test_accuracy_every_text": float((every_text == test_labels).mean()),
             "cascade_test_labels_changed": float((gated != every_text).sum()),
             "cascade_test_mcnemar_p": p_value,
         }
         summary += (
-            f"; a cascade: the Transformer reads {cascaded.routed['test']:.0%} of the test reviews (NBSVM confidence "
+            f"; a cascade (share {cascaded.share:g}, the smallest of {min(cascaded.by_share):g}-"
+            f"{max(cascaded.by_share):g} within {config.compare.champion_tolerance:.1%} of reading every text): the "
+            f"Transformer reads {cascaded.routed['test']:.0%} of the test reviews (NBSVM confidence "
             f"<= {cascaded.threshold:.4f}), cross-fitted {cascaded.choice.honest:.4f}, test "
             f"{(gated == test_labels).mean():.4f} against {cascade_figures['test_accuracy_every_text']:.4f} reading "
             f"every text (McNemar p = {p_value:.2g})"
@@ -338,7 +371,12 @@ def fuse(
             FUSION_LEXICAL_RUN_PARAM: lexical.run_id,
             **short,
             **(
-                {FUSION_CASCADE_SHARE_PARAM: share, FUSION_CASCADE_THRESHOLD_PARAM: cascaded.threshold}
+                {
+                    FUSION_CASCADE_SHARE_PARAM: cascaded.share,
+                    FUSION_CASCADE_THRESHOLD_PARAM: cascaded.threshold,
+                    FUSION_CASCADE_SHARES_PARAM: ",".join(f"{s:g}" for s in cascaded.by_share),
+                    FUSION_CASCADE_TOLERANCE_PARAM: config.compare.champion_tolerance,
+                }
                 if cascaded
                 else {}
             ),

@@ -1,12 +1,21 @@
 """A fused candidate's weights: one, or one for short texts and one for the rest, with honest validation figures."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from pipeline.core.predictions import cascade_rows, cascade_threshold, fuse_probabilities, lexical_confidence
-from pipeline.metrics import cross_fitted_fusion
+from pipeline.metrics import cross_fitted_fusion, first_half
 from pipeline.stages.compare import fusion_weights
-from pipeline.stages.compare.fusion_weights import EvaluatedRows, PartScores, cascade, choose_fusion
+from pipeline.stages.compare.fusion_weights import (
+    EvaluatedRows,
+    PartScores,
+    cascade,
+    cascade_shares,
+    choose_cascade,
+    choose_fusion,
+)
 
 
 def probabilities(labels, right: np.ndarray, rng, sure: float = 0.8) -> np.ndarray:
@@ -159,3 +168,104 @@ def test_a_cascade_of_every_text_is_the_fusion_and_the_rule_reads_the_positive_p
     np.testing.assert_array_equal(cascade_rows(stored, 0.8), cascade_rows(live, 0.8))
     assert cascade_rows(live, 0.8).tolist() == [False, True, True] and cascade_rows(live, None).all()
     assert cascade_threshold(live, 0.5) == pytest.approx(0.8)  # one of the rows' own values ("lower")
+
+
+def test_off_the_routed_rows_a_cascade_reads_nbsvms_cross_fitted_rows_not_its_answers():
+    """Where NBSVM answers alone, the cascade's figure is NBSVM's per-row cross-fitted correctness (the C chosen on
+    the other half), as NBSVM's own figure is: not its answers at the C chosen on all of validation."""
+    transformer, lexical, rows, labels = synthetic()
+    choice = choose_fusion(transformer, lexical, rows, steps=21)
+    answers_right = lexical.val.argmax(axis=1) == labels["val"]
+    honest_rows = answers_right.copy()
+    honest_rows[::3] = ~honest_rows[::3]  # the C chosen on the other half gets a third of the rows the other way
+    optimistic = cascade(choice, lexical, rows, share=0.2)
+    honest = cascade(choice, dataclasses.replace(lexical, honest_rows=honest_rows), rows, share=0.2)
+    routed = lexical_confidence(lexical.val) <= honest.threshold
+    np.testing.assert_array_equal(honest.choice.honest_rows[~routed], honest_rows[~routed])
+    np.testing.assert_array_equal(honest.choice.honest_rows[routed], choice.honest_rows[routed])
+    assert honest.choice.honest != optimistic.choice.honest
+    np.testing.assert_array_equal(honest.choice.test, optimistic.choice.test)  # what it answers does not move
+
+
+def test_the_share_grid_runs_up_to_the_budget():
+    assert cascade_shares(0.1) == (0.02, 0.05, 0.1)
+    assert cascade_shares(0.12) == (0.02, 0.05, 0.1, 0.12)
+    assert cascade_shares(0.01) == (0.01,)
+
+
+def calibrated(seed: int, unsure: float = 0.12):
+    """NBSVM sure and right on most texts and a coin on ``unsure`` of them (its confidence near 0.5 there); the
+    Transformer right on 90 % of every set. A cascade needs a share of about ``unsure`` to lose nothing."""
+    _, _, rows, labels = synthetic(seed)
+    rng = np.random.default_rng(seed + 1)
+
+    def nbsvm(y: np.ndarray) -> np.ndarray:
+        doubt = rng.random(len(y)) < unsure
+        right = np.where(doubt, rng.random(len(y)) < 0.5, True)
+        sure = np.where(doubt, 0.52, 0.97)
+        positive = np.where(right == (y == 1), sure, 1 - sure) + rng.uniform(-0.01, 0.01, len(y))
+        return np.stack([1 - positive, positive], axis=1)
+
+    def transformer(y: np.ndarray) -> np.ndarray:
+        return probabilities(y, rng.random(len(y)) < 0.9, rng, sure=0.99)
+
+    def part(scores) -> PartScores:
+        return PartScores(
+            scores(labels["val"]), scores(labels["test"]), {s: scores(labels[f"crops_{s}"]) for s in ("val", "test")}
+        )
+
+    lexical = part(nbsvm)
+    lexical = dataclasses.replace(lexical, honest_rows=lexical.val.argmax(axis=1) == labels["val"])
+    return part(transformer), lexical, rows, labels
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_cascade_takes_the_smallest_share_within_tolerance_and_its_figure_is_cross_fitted_over_that(seed):
+    transformer, lexical, rows, labels = calibrated(seed)
+    choice = choose_fusion(transformer, lexical, rows, steps=21)
+    options = {share: cascade(choice, lexical, rows, share) for share in cascade_shares(0.5)}
+    crops_every = choice.crops["val"].argmax(axis=1) == labels["crops_val"]
+    first = first_half(len(labels["val"]))
+    chosen_shares, moved_by_cross_fitting = set(), False
+    for tolerance in (0.0, 0.005, 0.01, 0.02, 0.04, 1.0):
+
+        def acceptable(share: float, reviews: np.ndarray, tolerance: float = tolerance) -> bool:  # the rule, restated
+            option = options[share].choice
+            crops = reviews[rows.crop_reviews]
+            crops_right = option.crops["val"].argmax(axis=1) == labels["crops_val"]
+            return bool(
+                option.honest_rows[reviews].mean() >= choice.honest_rows[reviews].mean() - tolerance
+                and crops_right[crops].mean() >= crops_every[crops].mean() - tolerance
+            )
+
+        def rule(reviews: np.ndarray) -> float:
+            return next((share for share in options if acceptable(share, reviews)), 0.5)
+
+        chosen = choose_cascade(choice, lexical, rows, budget=0.5, tolerance=tolerance)
+        assert list(chosen.by_share) == list(options)
+        assert chosen.share == rule(np.ones(len(labels["val"]), dtype=bool))
+        chosen_shares.add(chosen.share)
+        assert chosen.threshold == options[chosen.share].threshold
+        np.testing.assert_array_equal(chosen.choice.test, options[chosen.share].choice.test)
+        if tolerance == 0.0:  # it must read the texts NBSVM is unsure of
+            assert chosen.share >= 0.12
+        if tolerance == 1.0:  # anything goes: the cheapest
+            assert chosen.share == 0.02
+        # cross-fitted: each half of the validation reviews is scored with the share chosen on the other half
+        on_first, on_second = options[rule(first)].choice, options[rule(~first)].choice
+        np.testing.assert_array_equal(chosen.choice.honest_rows[first], on_second.honest_rows[first])
+        np.testing.assert_array_equal(chosen.choice.honest_rows[~first], on_first.honest_rows[~first])
+        assert chosen.choice.honest == pytest.approx(chosen.choice.honest_rows.mean())
+        crops_first = first[rows.crop_reviews]
+        np.testing.assert_array_equal(chosen.choice.crops["val"][crops_first], on_second.crops["val"][crops_first])
+        moved_by_cross_fitting |= chosen.choice.honest != options[chosen.share].choice.honest
+    assert len(chosen_shares) >= 3  # the tolerance decides, not the data alone
+    assert moved_by_cross_fitting  # somewhere the halves chose differently
+
+
+def test_a_cascade_none_of_whose_shares_holds_reads_its_budget():
+    """NBSVM wrong wherever it answers alone: no share below the budget is within a zero tolerance."""
+    transformer, lexical, rows, labels = synthetic()
+    choice = choose_fusion(transformer, lexical, rows, steps=21)
+    wrong = dataclasses.replace(lexical, honest_rows=np.zeros(len(labels["val"]), dtype=bool))
+    assert choose_cascade(choice, wrong, rows, budget=0.3, tolerance=0.0).share == 0.3
