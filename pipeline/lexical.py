@@ -606,19 +606,6 @@ def _crop_params(crops: CropRows) -> dict:
 TFIDF_NGRAM_RANGE, TFIDF_MIN_DF, TFIDF_MAX_FEATURES, TFIDF_C = (1, 2), 2, 300_000, 4.0
 
 
-def tfidf_params() -> dict[str, object]:
-    """The TF-IDF reference's settings as a run logs them (``tfidf_baseline`` builds its model from the same)."""
-    low, high = TFIDF_NGRAM_RANGE
-    return {
-        "model": f"tfidf-{low}-{high}gram+logistic-regression",
-        "tfidf.ngram_range": f"{low},{high}",
-        "tfidf.min_df": TFIDF_MIN_DF,
-        "tfidf.max_features": TFIDF_MAX_FEATURES,
-        "tfidf.sublinear_tf": True,
-        "logreg.C": TFIDF_C,
-    }
-
-
 def tfidf_baseline(train: pd.DataFrame, seed: int):
     """TF-IDF (1-2 grams) + logistic regression fitted on the train split."""
     from sklearn.feature_extraction.text import TfidfVectorizer

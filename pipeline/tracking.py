@@ -247,7 +247,6 @@ def fusion_tags(key: str, variant: str, transformer_run_id: str, lexical_run_id:
         STAGE_TAG: FUSION_STAGE,
         VARIANT_TAG: variant,
         COMPARE_KEY_TAG: key,
-        MODEL_KIND_TAG: "fusion",
         FUSED_FROM_TAGS[0]: transformer_run_id,
         FUSED_FROM_TAGS[1]: lexical_run_id,
     }

@@ -25,6 +25,7 @@ from pipeline.core.errors import InputError
 from pipeline.core.predictions import check_shape, predicted_and_confidence, probability_columns
 from pipeline.model.explain import EXPLANATION_COLUMN, TOP_ITEMS, Explanation, explanation_text
 from pipeline.text.conventions import text_problem
+from pipeline.tracking import MODEL_KIND_TAG
 
 ERROR_COLUMN = "score_error"  # why a row got no score ("" when it was scored)
 ARTIFACT_KERAS_MODEL = "keras_model"  # names of the pyfunc models' artifacts (Transformers logged so far use the
@@ -92,6 +93,12 @@ class PipelineModel(PythonModel):
     suffix: ClassVar[str] = ""  # after a candidate's name in a report (a fusion: " (fused)")
     varies_pooling: ClassVar[bool] = False  # whether its candidates are the pooling question's variants
     labels: list[str]
+
+    @classmethod
+    def run_tags(cls) -> dict[str, str]:
+        """The tags of a run that holds this kind's model: ``model_kind``, which the loader, the register and the card
+        read."""
+        return {MODEL_KIND_TAG: cls.kind}
 
     @staticmethod
     def artifacts(*paths) -> dict[str, str]:

@@ -31,6 +31,7 @@ from pipeline.tracking import (
     FUSION_SHORT_WORDS_PARAM,
     FUSION_TRANSFORMER_RUN_PARAM,
     FUSION_WEIGHT_PARAM,
+    FUSION_WEIGHTS_TRIED_PARAM,
 )
 
 
@@ -78,6 +79,50 @@ class FusedClassifier(PipelineModel):
                 f"fused model: the Transformer's labels {self.labels} differ from the lexical model's "
                 f"{self.lexical.labels}"
             )
+
+    @staticmethod
+    def settings(rule: FusionRule, labels: Sequence[str], runs: tuple[str, str], share: float | None = None) -> dict:
+        """What ``fusion.json`` holds (``_load`` reads it back): the rule, the labels, the two runs fused (Transformer,
+        NBSVM) and a cascade's share of validation reviews."""
+        return {
+            "transformer_weight": rule.weight,
+            **(
+                {"short_transformer_weight": rule.short_weight, "short_max_words": rule.short_max_words}
+                if rule.short_max_words
+                else {}
+            ),
+            **({"cascade_threshold": rule.cascade_threshold, "cascade_share": share} if share is not None else {}),
+            "labels": list(labels),
+            "transformer_run_id": runs[0],
+            "lexical_run_id": runs[1],
+        }
+
+    @staticmethod
+    def run_params(
+        rule: FusionRule,
+        weights_tried: int,
+        runs: tuple[str, str],
+        cascade: tuple[float, Sequence[float], float] | None = None,
+    ) -> dict:
+        """The params a fused run logs (``card_lines`` and the register read them): the rule, the weights tried, the
+        runs fused, and a cascade's (share, shares tried, tolerance)."""
+        params = {
+            FUSION_WEIGHT_PARAM: rule.weight,
+            FUSION_WEIGHTS_TRIED_PARAM: weights_tried,
+            FUSION_TRANSFORMER_RUN_PARAM: runs[0],
+            FUSION_LEXICAL_RUN_PARAM: runs[1],
+        }
+        if rule.short_max_words:
+            params |= {FUSION_SHORT_WEIGHT_PARAM: rule.short_weight, FUSION_SHORT_WORDS_PARAM: rule.short_max_words}
+        if cascade is not None:
+            share, tried, tolerance = cascade
+            params |= {
+                FUSION_CASCADE_SHARE_PARAM: share,
+                FUSION_CASCADE_THRESHOLD_PARAM: rule.cascade_threshold,
+                FUSION_CASCADE_SHARES_PARAM: ",".join(f"{s:g}" for s in tried),
+                FUSION_CASCADE_TOLERANCE_PARAM: tolerance,
+            }
+        return params
 
     @property
     def rule(self) -> FusionRule:

@@ -19,6 +19,23 @@ class FittedTextModel(PipelineModel):
     deploys_as: ClassVar[str] = "a reference row"
     deployable: ClassVar[bool] = False
 
+    @staticmethod
+    def run_params(train_rows: int) -> dict[str, object]:
+        """The TF-IDF reference's settings as its run logs them (``pipeline.lexical.tfidf_baseline`` builds its model
+        from the same constants)."""
+        from pipeline.lexical import TFIDF_C, TFIDF_MAX_FEATURES, TFIDF_MIN_DF, TFIDF_NGRAM_RANGE
+
+        low, high = TFIDF_NGRAM_RANGE
+        return {
+            "model": f"tfidf-{low}-{high}gram+logistic-regression",
+            "tfidf.ngram_range": f"{low},{high}",
+            "tfidf.min_df": TFIDF_MIN_DF,
+            "tfidf.max_features": TFIDF_MAX_FEATURES,
+            "tfidf.sublinear_tf": True,
+            "logreg.C": TFIDF_C,
+            "train_rows": train_rows,
+        }
+
     def __init__(self, model=None, labels: Sequence[str] = ()):
         self.model, self.labels = model, list(labels)
 

@@ -34,8 +34,8 @@ from pipeline.core.catalog import (
 from pipeline.core.errors import InputError
 from pipeline.core.files import atomic_write_json, atomic_write_parquet
 from pipeline.core.logs import duration
-from pipeline.core.predictions import from_probability_columns
-from pipeline.lexical import CropRows, NbsvmArrays, nbsvm_baseline, tfidf_baseline, tfidf_params
+from pipeline.core.predictions import FusionRule, from_probability_columns
+from pipeline.lexical import CropRows, NbsvmArrays, nbsvm_baseline, tfidf_baseline
 from pipeline.metrics import mcnemar_exact
 from pipeline.model.classifiers import FusedClassifier, LexicalClassifier
 from pipeline.model.kinds.reference_classifier import FittedTextModel
@@ -54,17 +54,6 @@ from pipeline.text.conventions import load_labels
 from pipeline.text.crops import CROP_SPLITS, word_counts
 from pipeline.tracking import (
     CROSS_FITTED_METRIC,
-    FUSION_CASCADE_SHARE_PARAM,
-    FUSION_CASCADE_SHARES_PARAM,
-    FUSION_CASCADE_THRESHOLD_PARAM,
-    FUSION_CASCADE_TOLERANCE_PARAM,
-    FUSION_LEXICAL_RUN_PARAM,
-    FUSION_SHORT_WEIGHT_PARAM,
-    FUSION_SHORT_WORDS_PARAM,
-    FUSION_TRANSFORMER_RUN_PARAM,
-    FUSION_WEIGHT_PARAM,
-    FUSION_WEIGHTS_TRIED_PARAM,
-    MODEL_KIND_TAG,
     baseline_tags,
     find_baseline_run,
     find_fusion_run,
@@ -179,7 +168,7 @@ def nbsvm_candidate(
         None,
         config.reports_dir / f"baseline-{NBSVM}-{key}",
         "baseline-nbsvm",
-        {**baseline_tags(key, NBSVM), MODEL_KIND_TAG: NBSVM, "ingest_manifest": ingest_sha256[:16]},
+        {**baseline_tags(key, NBSVM), "ingest_manifest": ingest_sha256[:16]},
         lambda: find_baseline_run(config.tracking, key, NBSVM),
         "NBSVM baseline",
         # a cascade's figure reads NBSVM's cross-fitted rows (runs recorded before them are fitted again)
@@ -200,7 +189,7 @@ def fit_tfidf(seed: int, frames: IngestedRows, names: list[str]) -> Produced:
     seconds = time.perf_counter() - started
     return Produced(
         classifier,
-        {**tfidf_params(), "train_rows": len(frames.train)},
+        FittedTextModel.run_params(len(frames.train)),
         {"train_seconds": seconds, "val_accuracy": val_accuracy},
         f"val_accuracy {val_accuracy:.4f}, fitted in {seconds:.0f}s",
     )
@@ -308,25 +297,10 @@ def fuse(
         choose_cascade(choice, lexical_scores, rows, budget, config.compare.champion_tolerance) if budget < 1 else None
     )
     weight, by_weight = choice.weight, choice.by_weight
-    short = (
-        {FUSION_SHORT_WEIGHT_PARAM: choice.short_weight, FUSION_SHORT_WORDS_PARAM: choice.short_max_words}
-        if choice.short_max_words
-        else {}
-    )
+    rule = FusionRule(weight, choice.short_weight, choice.short_max_words, cascaded.threshold if cascaded else None)
+    runs = (child.run_id, lexical.run_id)
     fusion_file = atomic_write_json(
-        out_dir / FUSION_FILE,
-        {
-            "transformer_weight": weight,
-            **(
-                {"short_transformer_weight": choice.short_weight, "short_max_words": choice.short_max_words}
-                if short
-                else {}
-            ),
-            **({"cascade_threshold": cascaded.threshold, "cascade_share": cascaded.share} if cascaded else {}),
-            "labels": names,
-            "transformer_run_id": child.run_id,
-            "lexical_run_id": lexical.run_id,
-        },
+        out_dir / FUSION_FILE, FusedClassifier.settings(rule, names, runs, cascaded.share if cascaded else None)
     )
     child_folder = child.run_folder()
     tokenizer_dir = child_folder / TOKENIZER_DIR
@@ -334,7 +308,7 @@ def fuse(
         **transformer_artifacts(child_folder),
         **FusedClassifier.lexical_artifacts(lexical.run_folder() / LEXICAL_MODEL_FILE, tokenizer_dir, fusion_file),
     }
-    short_text = f" ({choice.short_weight:g} up to {choice.short_max_words} words)" if short else ""
+    short_text = f" ({choice.short_weight:g} up to {choice.short_max_words} words)" if choice.short_max_words else ""
     summary = (
         f"weight {weight:g}{short_text} on the Transformer, val_accuracy {by_weight[weight]:.4f} at that weight "
         f"({choice.honest:.4f} cross-fitted)"
@@ -365,20 +339,11 @@ def fuse(
     return Produced(
         FusedClassifier.from_artifacts(artifacts),
         {
-            FUSION_WEIGHT_PARAM: weight,
-            FUSION_WEIGHTS_TRIED_PARAM: config.compare.fusion_weights,
-            FUSION_TRANSFORMER_RUN_PARAM: child.run_id,
-            FUSION_LEXICAL_RUN_PARAM: lexical.run_id,
-            **short,
-            **(
-                {
-                    FUSION_CASCADE_SHARE_PARAM: cascaded.share,
-                    FUSION_CASCADE_THRESHOLD_PARAM: cascaded.threshold,
-                    FUSION_CASCADE_SHARES_PARAM: ",".join(f"{s:g}" for s in cascaded.by_share),
-                    FUSION_CASCADE_TOLERANCE_PARAM: config.compare.champion_tolerance,
-                }
-                if cascaded
-                else {}
+            **FusedClassifier.run_params(
+                rule,
+                config.compare.fusion_weights,
+                runs,
+                (cascaded.share, list(cascaded.by_share), config.compare.champion_tolerance) if cascaded else None,
             ),
             "training.seed": child.seed,
             **{f"fused.{k}": v for k, v in child.settings.items()},

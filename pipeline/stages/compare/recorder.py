@@ -116,7 +116,7 @@ def record(slot: Slot, produce: Callable[[Path], Produced], frames: IngestedRows
     slot.out_dir.mkdir(parents=True, exist_ok=True)
     produced = produce(slot.out_dir)
     with mlflow.start_run(run_name=slot.run_name, nested=True) as run:
-        mlflow.set_tags(slot.tags)
+        mlflow.set_tags({**slot.tags, **produced.classifier.run_tags()})
         mlflow.log_params(produced.params)
         mlflow.log_metrics(produced.metrics)
         evaluation = evaluate_model(

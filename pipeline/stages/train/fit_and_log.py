@@ -354,7 +354,7 @@ def log_run_inputs(
             config.model,
             config_hash,
             STAGE,
-            model_kind="transformer",
+            **SentimentClassifier.run_tags(),
             device=hardware.device,
             precision=hardware.policy,
             keras_backend=keras_backend(),
