@@ -224,7 +224,7 @@ faults: $(LAB_ENV) ##@ make all on generated reviews killed at KILLS=8 random mo
 STAGE_FOLDERS := ingest tokenize pretrain pseudo_label train export short_reviews
 # CONFIG's own data folder (DATA=, else its paths.data_dir) and, inside the default's reports/, the other configs'
 # report folders (reports/short_texts/, ...), which are not the default's to delete
-CONFIG_DATA_DIR = $(or $(DATA),$(shell $(PYTHON) -c 'import sys, yaml; print(((yaml.safe_load(open(sys.argv[1])) or {}).get("paths") or {}).get("data_dir", "data"))' $(CONFIG) 2>/dev/null),data)
+CONFIG_DATA_DIR = $(or $(DATA),$(shell $(PYTHON) -c 'import sys, yaml; print(((yaml.safe_load(open(sys.argv[1])) or {}).get("paths") or {}).get("data_dir", "data").replace("{config}", sys.argv[2]))' $(CONFIG) $(basename $(notdir $(CONFIG))) 2>/dev/null),data)
 OTHER_REPORTS = $(filter-out $(REPORTS),$(patsubst configs/%.yaml,$(REPORTS)/%,$(wildcard configs/*.yaml)))
 clean: ## delete what CONFIG wrote: its stage folders in its data folder (never raw/ or examples/) and its reports, not another config's; keeps mlflow.db and .venv/
 	@lock=$(CONFIG_DATA_DIR)/.pipeline.lock; if [ -f "$$lock" ] && ! flock -n "$$lock" true; then \

@@ -8,16 +8,23 @@ from pipeline.runtime.local_http import free_port, local_server
 from pipeline.stages.serve.command import serve_command, serve_environment
 
 
-def model_server(model_uri: str, tracking_uri: str, port: int | None = None, timeout: float = 240.0):
-    """``mlflow models serve`` of ``model_uri`` on 127.0.0.1 for a ``with`` block; yields its base URL once it
-    answers."""
+def model_server(
+    model_uri: str,
+    tracking_uri: str,
+    port: int | None = None,
+    timeout: float = 240.0,
+    workers: int = 1,
+    **limits: int,
+):
+    """``make serve``'s server of ``model_uri`` on 127.0.0.1 for a ``with`` block (``limits``: ``max_body_bytes``,
+    ``max_rows``); yields its base URL once it answers."""
     port = port or free_port()
     return local_server(
-        serve_command(model_uri, port),
+        serve_command(port, workers=workers),
         port,
         "/ping",
-        f"mlflow models serve of {model_uri}",
-        env=serve_environment(tracking_uri),
+        f"make serve's server of {model_uri}",
+        env=serve_environment(tracking_uri, model_uri, **limits),
         timeout=timeout,
     )
 

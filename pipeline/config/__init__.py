@@ -267,6 +267,22 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return section, key, yaml.safe_load(value_text) if value_text.strip() else None
 
 
+CONFIG_NAME = "{config}"  # in a config file's paths and tracking names: the file's name without .yaml
+NAMED_SECTIONS = ("paths", "tracking")
+
+
+def with_config_name(raw: dict[str, Any], stem: str) -> dict[str, Any]:
+    """``raw`` with ``{config}`` in its ``paths`` and ``tracking`` strings replaced by ``stem`` (the file's name):
+    a config copied to another name writes its own folders and registers its own model."""
+
+    def named(values):
+        if not isinstance(values, dict):
+            return values
+        return {k: v.replace(CONFIG_NAME, stem) if isinstance(v, str) else v for k, v in values.items()}
+
+    return {section: named(values) if section in NAMED_SECTIONS else values for section, values in raw.items()}
+
+
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> Config:
     """Load ``path`` (or the defaults when None), apply ``overrides`` and validate everything."""
     raw: dict[str, Any] = {}
@@ -282,7 +298,7 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
             raise ConfigError(f"{path}: not valid YAML: {exc}") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of sections")
-        raw = without_retired(with_new_names(raw, source), source)
+        raw = with_config_name(without_retired(with_new_names(raw, source), source), path.stem)
     for text in overrides:
         section, key, value = parse_override(text)
         if is_retired(section, key, value, f"--set {text}", "leave that --set out"):

@@ -16,7 +16,7 @@ CANONICAL_IMDB_MD5 = "7c2ac02c03563afcf9b574c7e56c153a"
 class PathsConfig:
     """Where stage outputs and reports go (relative paths are relative to the working directory)."""
 
-    data_dir: str = "data"  # every stage's outputs (`make DATA=folder` sets it)
+    data_dir: str = "data"  # every stage's outputs (`make DATA=folder` sets it); {config}: the config file's name
     reports_dir: str = "reports"  # comparison reports, run reports and plots
 
 

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import mlflow
+from mlflow.pyfunc import PyFuncModel
 
 from pipeline.core.errors import InputError, MissingInputError
 from pipeline.core.predictions import fuse_probabilities
@@ -58,6 +59,7 @@ __all__ = [
     "kind_of",
     "load_classifier",
     "load_keras_model",
+    "load_pyfunc_model",
     "output_columns",
     "output_frame",
     "predict_ids",
@@ -78,6 +80,12 @@ def check_model_uri(model_uri: str) -> str:
 def load_classifier(model_uri: str) -> PipelineModel:
     """The pipeline's pyfunc model behind ``model_uri`` (models:/, runs:/ or a folder), unwrapped: a
     Transformer, a lexical model or a fused one."""
+    return load_pyfunc_model(model_uri).unwrap_python_model()
+
+
+def load_pyfunc_model(model_uri: str) -> PyFuncModel:
+    """The pyfunc model behind ``model_uri`` as MLflow serves it, checked to wrap one of this pipeline's
+    classifiers (``unwrap_python_model()``)."""
     check_model_uri(model_uri)
     saved_path = list(sys.path)
     try:
@@ -95,4 +103,4 @@ def load_classifier(model_uri: str) -> PipelineModel:
         classifier = None
     if not isinstance(classifier, PipelineModel):
         raise InputError(f"model {model_uri!r} is not a sentiment model logged by this pipeline")
-    return classifier
+    return model

@@ -79,6 +79,11 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     model_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine)")
     parser.add_argument("--port", type=int, default=5001, help="port (default 5001)")
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn processes, each with the model (default 1)")
+    parser.add_argument(
+        "--max-body-bytes", type=int, default=8_000_000, help="larger requests get 413 (default 8000000)"
+    )
+    parser.add_argument("--max-rows", type=int, default=10_000, help="requests with more rows get 413 (default 10000)")
 
 
 def _export_arguments(parser: argparse.ArgumentParser) -> None:
@@ -183,7 +188,7 @@ STAGES: dict[str, Stage] = {
         Stage(
             "serve",
             "pipeline.stages.serve",
-            "serve a model (default: the champion) over HTTP with mlflow models serve",
+            "serve a model (default: the champion) over HTTP: MLflow's scoring server, requests checked first",
             reads=("register",),
             writes="nothing (answers POST /invocations on 127.0.0.1)",
             arguments=_serve_arguments,

@@ -154,4 +154,7 @@ def test_servers_started_in_another_folder_get_an_absolute_store(tmp_path, monke
     assert absolute_tracking_uri("sqlite:////abs/m.db") == "sqlite:////abs/m.db"
     assert absolute_tracking_uri("http://mlflow:5000") == "http://mlflow:5000"
     assert f"sqlite:///{tmp_path / 'mlflow.db'}" in ui.server_command("sqlite:///mlflow.db", 5000)
-    assert serve_environment("sqlite:///mlflow.db")["MLFLOW_TRACKING_URI"] == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert (
+        serve_environment("sqlite:///mlflow.db", "models:/m@champion")["MLFLOW_TRACKING_URI"]
+        == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    )

@@ -2,6 +2,8 @@
 
 import json
 import random
+import shutil
+from pathlib import Path
 
 import mlflow
 import pandas as pd
@@ -247,3 +249,27 @@ def test_a_group_column_keeps_each_group_on_one_side_of_every_split(tmp_path):
         table_config(tmp_path / "blank", tmp_path / "blank.csv", "data.group_column=movie"),
         r"blank.csv row 6: empty 'movie'",
     )
+
+
+def test_the_own_data_config_works_as_copied_under_its_own_names(tmp_path):
+    """configs/own_data.yaml copied to another name: its folders, experiment and registered model take that name
+    ({config}), its model is the IMDB run's (no toy sizes), and as copied it ingests the example table."""
+    work = Path.cwd()  # the test's own folder (isolated_workdir): the copy's relative paths land here
+    shutil.copytree(PROJECT_ROOT / "data" / "examples", work / "data" / "examples")
+    mine = tmp_path / "mine.yaml"
+    shutil.copy(PROJECT_ROOT / "configs" / "own_data.yaml", mine)
+    config, default = load_config(mine), load_config(PROJECT_ROOT / "configs" / "default.yaml")
+    assert (config.data_dir, config.reports_dir) == (Path("data/mine"), Path("reports/mine"))
+    assert config.tracking.registered_model_name == config.tracking.experiment_name == "mine-sentiment"
+    others = [
+        load_config(path)
+        for path in (PROJECT_ROOT / "configs").glob("*.yaml")
+        if path.name not in ("own_data.yaml", "tune.yaml")
+    ]
+    assert all(config.data_dir != other.data_dir for other in others)
+    assert all(config.tracking.registered_model_name != other.tracking.registered_model_name for other in others)
+    for section in ("tokenizer", "model", "training", "compare"):
+        assert getattr(config, section) == getattr(default, section), section
+    manifest = json.loads((ingest.run(config) / "manifest.json").read_text())
+    assert (work / "data" / "mine" / "ingest" / "manifest.json").is_file()
+    assert manifest["label_names"] == ["negative", "neutral", "positive"]
