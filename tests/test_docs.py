@@ -6,6 +6,7 @@ documentation (no workplace wording). Each check is first shown failing on a bro
 """
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -37,6 +38,11 @@ FILE_SUFFIXES = {
 }
 REPOSITORY_FOLDERS = ("pipeline/", "lab/", "configs/", "docs/", "tests/", "tools/", ".ci/")
 WORKPLACE_WORDING = re.compile(r"this session|last session|previous session|\bissue \d+|/tmp/", re.IGNORECASE)
+# the lab's words, which a user never meets outside docs/history/: the sandbox the project was built in, what could
+# not be done there
+LAB_WORDING = re.compile(
+    r"this machine|not seen here|the house|this sandbox|no GPU has been lent|could not be tried", re.IGNORECASE
+)
 
 
 def pages() -> list[Path]:
@@ -56,6 +62,34 @@ def reference_tool():
 def test_the_reference_pages_are_what_the_makefile_and_the_config_say():
     for path, text in reference_tool().pages().items():
         assert path.read_text() == text, f"{path} differs from the code: run `python tools/reference.py`"
+
+
+def figures_tool():
+    spec = importlib.util.spec_from_file_location("figures", PROJECT_ROOT / "tools" / "figures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_marked_figure_equals_its_snapshot():
+    tool = figures_tool()
+    marked = {page.name: len(tool.BLOCK.findall(page.read_text())) for page in tool.pages()}
+    assert marked["README.md"] >= 1 and marked["results.md"] >= 1
+    stale = [page.name for page in tool.pages() if tool.render_text(page.read_text()) != page.read_text()]
+    assert stale == [], f"{stale}: run `python tools/figures.py render`"
+
+
+def test_the_figures_check_catches_a_figure_edited_by_hand(tmp_path):
+    """The control: a block whose figure was changed by hand, and a snapshot that moved, are both found."""
+    tool = figures_tool()
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    block = tool.BLOCK.search(readme).group(0)
+    edited = readme.replace(block, block.replace("0.9221", "0.9231", 1))
+    assert edited != readme and tool.render_text(edited) == readme
+    snapshot = json.loads((tool.SNAPSHOTS / "default.json").read_text())
+    snapshot["deployed"]["test"] = 0.5
+    (tmp_path / "default.json").write_text(json.dumps(snapshot))
+    assert "test 0.5000" in tool.render_text(readme, tmp_path) and tool.render_text(readme, tmp_path) != readme
 
 
 def test_the_reference_check_catches_a_target_the_page_lacks():
@@ -173,6 +207,16 @@ def test_every_config_key_named_exists():
 def test_every_repository_path_named_exists():
     found = {page.name: missing_paths(page.read_text()) for page in current_pages()}
     assert {name: paths for name, paths in found.items() if paths} == {}
+
+
+def test_the_lab_words_stay_in_the_history():
+    found = [
+        f"{page.relative_to(PROJECT_ROOT)}: {match.group(0)!r}"
+        for page in current_pages()
+        for match in LAB_WORDING.finditer(page.read_text())
+    ]
+    assert found == []
+    assert LAB_WORDING.search("measured on this machine") and not LAB_WORDING.search("measured on a 2-core machine")
 
 
 def test_the_pages_speak_as_documentation():

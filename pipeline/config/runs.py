@@ -135,7 +135,7 @@ class SparkConfig:
     at a time (``spark.sql.execution.arrow.maxRecordsPerBatch``).
     """
 
-    master: str = "local[*]"  # Spark's master URL (local[*]: every core of this machine)
+    master: str = "local[*]"  # Spark's master URL (local[*]: every core of the machine it runs on)
     conf: tuple[str, ...] | None = None  # extra Spark settings, key=value
     output_format: str = "parquet"  # parquet or csv part files
     batch_rows: int = 2048  # rows per Arrow batch handed to the model
