@@ -24,6 +24,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def require_free_port(port: int, host: str, variable: str) -> None:
+    """An ``error:`` line naming the make variable to change when ``port`` on ``host`` is taken (another server, an
+    earlier `make ui` or `make serve` still running)."""
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            raise PipelineError(
+                f"port {port} on {host} is in use (another server, or an earlier `make ui`/`make serve` still "
+                f"running): stop it or pick another port with {variable}=..."
+            ) from None
+
+
 @contextlib.contextmanager
 def local_server(
     command: Sequence[str],

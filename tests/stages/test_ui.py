@@ -84,6 +84,19 @@ def test_ui_without_a_comparison_says_so(smoke_config, capsys):
     assert "no comparison yet (`make compare`)" in capsys.readouterr().out
 
 
+def test_ui_on_a_port_in_use_is_one_line_naming_the_variable(smoke_config, capsys):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert cli_main(["ui", "--config", SMOKE, "--port", str(port)]) != 0
+    err = capsys.readouterr().err
+    assert f"error: port {port} on 127.0.0.1 is in use" in err and "UI_PORT=" in err
+    assert "Traceback" not in err
+
+
 def on_genai_overview(text: str) -> bool:
     return any(marker in text for marker in GENAI_OVERVIEW_MARKERS)
 

@@ -11,12 +11,15 @@ import subprocess
 import sys
 
 from pipeline.config import Config
+from pipeline.runtime.local_http import require_free_port
 from pipeline.stages.ui.links import experiment_url, latest_comparison, run_url, server_command
 from pipeline.tracking import tracking_uri
 
 
 def main(config: Config, args) -> None:
     """``make ui``: print where to look, then serve the UI until Ctrl-C."""
+    if not args.print_only:
+        require_free_port(args.port, "127.0.0.1", "UI_PORT")
     comparison = latest_comparison(config.tracking)
     base = f"http://127.0.0.1:{args.port}"
     print(f"ui: MLflow UI for {tracking_uri(config.tracking)} at {base} (Ctrl-C to stop)")
