@@ -6,6 +6,8 @@
 
 SHELL := /bin/bash
 VENV ?= .venv
+# the interpreter .venv/ is made with: Python 3.11, what the locks are for
+PYTHON3 ?= python3
 # The project's environment: created on first use by any target that runs Python (make all, make test, ...).
 # PYTHON=... on the command line or in the environment uses an interpreter you manage yourself instead.
 # GPU=1 (the default where nvidia-smi answers) adds the CUDA runtime of the backend the model stages will use:
@@ -69,6 +71,11 @@ UI_PORT ?= 5000
 SERVE_PORT ?= 5001
 # SERVE_HOST=0.0.0.0 answers other machines too (no authentication: put it behind your own proxy)
 SERVE_HOST ?= 127.0.0.1
+# SERVE_WORKERS: uvicorn processes sharing the port, each holding the model (about 1 GB RSS with TensorFlow loaded)
+SERVE_WORKERS ?= 1
+# a served request larger than SERVE_MAX_BODY_BYTES or with more rows than SERVE_MAX_ROWS gets 413 (GET / states both)
+SERVE_MAX_BODY_BYTES ?= 8000000
+SERVE_MAX_ROWS ?= 10000
 # EXPLAIN=1: make score adds the words or n-grams behind each score, EXPLAIN_TOP of them (default 5)
 EXPLAIN ?=
 EXPLAIN_TOP ?=
@@ -101,7 +108,9 @@ setup: $(STAMP) ## create .venv/ and install requirements.lock's exact versions 
 # configs/short_texts.yaml reads offline and the preset tests use.
 # On a machine with an NVIDIA driver (nvidia-smi), or with GPU=1, it also installs GPU_LOCK (see GPU above).
 $(VENV)/.installed-%: pyproject.toml requirements.lock requirements-checkpoint.txt $(if $(GPU),$(GPU_LOCK))
-	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
+	test -x $(VENV)/bin/python || { $(PYTHON3) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || \
+	  { echo "error: the locks are for Python 3.11 and $(PYTHON3) is $$($(PYTHON3) -V 2>&1): install Python 3.11, then make PYTHON3=python3.11" >&2; exit 2; }; \
+	  $(PYTHON3) -m venv $(VENV); }
 	$(VENV)/bin/pip install --upgrade pip
 	$(VENV)/bin/pip install --require-hashes -r requirements.lock
 	$(if $(GPU),$(VENV)/bin/pip install --require-hashes -r $(GPU_LOCK))
@@ -192,8 +201,9 @@ setup-browser: ## install Debian's chromium (apt-get) for the browser test and u
 	@command -v chromium >/dev/null 2>&1 && echo "chromium: $$(command -v chromium)" || \
 	{ $(if $(shell command -v sudo),sudo) apt-get update -qq && $(if $(shell command -v sudo),sudo) apt-get install -y -qq chromium; }
 
-serve: $(ENV) ## serve MODEL (default: the champion) over HTTP on SERVE_HOST:SERVE_PORT (127.0.0.1:5001; mlflow models serve); prints a curl line
-	$(call STAGE,serve) --host $(SERVE_HOST) --port $(SERVE_PORT) $(if $(MODEL),--model "$(MODEL)")
+serve: $(ENV) ## serve MODEL (default: the champion) over HTTP on SERVE_HOST:SERVE_PORT (127.0.0.1:5001; MLflow's scoring server, requests checked first); prints a curl line
+	$(call STAGE,serve) --host $(SERVE_HOST) --port $(SERVE_PORT) --workers $(SERVE_WORKERS) \
+		--max-body-bytes $(SERVE_MAX_BODY_BYTES) --max-rows $(SERVE_MAX_ROWS) $(if $(MODEL),--model "$(MODEL)")
 
 # two pytest workers (pytest-xdist); session fixtures costing a minute are built once for both (tests/conftest.py)
 TEST_WORKERS ?= 2

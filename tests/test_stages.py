@@ -202,3 +202,18 @@ def test_make_all_of_another_config_writes_its_scored_example_apart(config, scor
     )
     assert result.returncode == 0, result.stderr
     assert f"--output {scored} " in result.stdout
+
+
+def test_setup_with_a_python_other_than_3_11_is_one_error_line(tmp_path):
+    python = tmp_path / "python3.12"
+    python.write_text('#!/bin/sh\n[ "$1" = -V ] && echo "Python 3.12.1" && exit 0\nexit 1\n')  # -c checks fail
+    python.chmod(0o755)
+    done = subprocess.run(
+        ["make", "-s", "setup", f"VENV={tmp_path / 'venv'}", f"PYTHON3={python}"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and not (tmp_path / "venv").exists()
+    assert f"error: the locks are for Python 3.11 and {python} is Python 3.12.1" in done.stderr
