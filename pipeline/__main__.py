@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 from pipeline.config import load_config
 from pipeline.core.catalog import Stage
-from pipeline.core.errors import PipelineError
+from pipeline.core.errors import PipelineError, unreachable_tracking_server
 from pipeline.core.locks import writer_lock
 from pipeline.core.logs import VERBOSE_ENV, quiet_third_party, verbose_requested
 from pipeline.runtime.hardware import cluster_from_env
@@ -83,6 +83,12 @@ def run_command(parser: argparse.ArgumentParser, argv: list[str] | None = None) 
     except KeyboardInterrupt:
         print("interrupted; outputs already written are intact", file=sys.stderr)
         return 130
+    except Exception as exc:  # a team's tracking server gone away is the user's to restart; any other is a bug
+        line = unreachable_tracking_server(exc)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -25,3 +25,22 @@ class InputError(PipelineError):
 
 class MissingInputError(PipelineError, FileNotFoundError):
     """An input that is not there: a file, or the output of an upstream stage that has not run."""
+
+
+def unreachable_tracking_server(error: BaseException) -> str | None:
+    """The one line for a tracking server that did not answer (stopped, restarting, unreachable), found in ``error``
+    or what caused it; None for any other error. MLflow has already retried by then
+    (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``); what finished before is recorded, and a rerun goes on from it."""
+    seen: BaseException | None = error
+    while seen is not None:
+        text = str(seen)
+        if type(seen).__name__ == "MlflowException" and "API request to " in text and " failed with exception " in text:
+            url = text.split("API request to ", 1)[1].split(" ", 1)[0]
+            server = url.split("/api/", 1)[0]
+            reason = "connection refused" if "refused" in text.lower() else text.split(" failed with exception ", 1)[1]
+            return (
+                f"the MLflow tracking server {server} did not answer ({reason[:160]}): start it again (or point "
+                "MLFLOW_TRACKING_URI at one that runs), then run the same command; what finished is kept"
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None

@@ -218,3 +218,30 @@ def test_an_empty_nbsvm_c_grid_is_a_config_error():
     frame = pd.DataFrame({"text": ["good", "bad"], "label": [1, 0]})
     with pytest.raises(ConfigError, match="nbsvm.c_values"):
         nbsvm_baseline(frame, frame, c_values=())
+
+
+def test_a_tracking_server_that_does_not_answer_is_one_line_naming_it(monkeypatch, capsys):
+    """A team server stopped (nothing listens on its port): after MLflow's retries, one `error:` line naming the
+    server and what to do, exit status 2, no traceback; any other MLflow error stays a bug with its traceback."""
+    from mlflow.exceptions import MlflowException
+
+    from pipeline.core.errors import unreachable_tracking_server
+    from pipeline.runtime.local_http import free_port
+    from tests.conftest import PROJECT_ROOT
+
+    server = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", server)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    assert cli_main(["ui", "--config", str(PROJECT_ROOT / "configs" / "smoke.yaml"), "--print-only"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: the MLflow tracking server {server} did not answer") and err.count("\n") == 1
+    assert "then run the same command; what finished is kept" in err and "Traceback" not in err
+    assert unreachable_tracking_server(MlflowException("RESOURCE_DOES_NOT_EXIST: no such run")) is None
+    try:
+        try:
+            raise MlflowException(f"API request to {server}/api/2.0/mlflow/runs/get failed with exception boom")
+        except MlflowException as inner:
+            raise RuntimeError("while logging") from inner
+    except RuntimeError as outer:
+        assert unreachable_tracking_server(outer).startswith(f"the MLflow tracking server {server} did not answer")
