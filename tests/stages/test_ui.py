@@ -97,6 +97,18 @@ def test_ui_on_a_port_in_use_is_one_line_naming_the_variable(smoke_config, capsy
     assert "Traceback" not in err
 
 
+def test_serve_on_a_port_in_use_is_one_line_naming_the_variable(smoke_config, capsys):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert cli_main(["serve", "--config", SMOKE, "--port", str(port), "--model", "runs:/0/model"]) != 0
+    err = capsys.readouterr().err
+    assert f"error: port {port} on 127.0.0.1 is in use" in err and "SERVE_PORT=" in err
+
+
 def on_genai_overview(text: str) -> bool:
     return any(marker in text for marker in GENAI_OVERVIEW_MARKERS)
 

@@ -20,6 +20,7 @@ import subprocess
 import sys
 
 from pipeline.config import Config
+from pipeline.runtime.local_http import require_free_port
 from pipeline.stages.serve.command import curl_line, serve_command, serve_environment
 
 
@@ -27,6 +28,7 @@ def main(config: Config, args) -> None:
     from pipeline.model.classifiers import check_model_uri
     from pipeline.tracking import champion_uri, tracking_uri
 
+    require_free_port(args.port, "0.0.0.0" if args.host in ("0.0.0.0", "::") else args.host, "SERVE_PORT")
     model_uri = check_model_uri(args.model or champion_uri(config.tracking))
     environment = serve_environment(tracking_uri(config.tracking), model_uri, args.max_body_bytes, args.max_rows)
     command = serve_command(args.port, args.host, args.workers)

@@ -165,7 +165,7 @@ def split_rows(split: Any) -> int:
     if not isinstance(data, list):
         raise bad_request(f"{SPLIT}.data must be a list of rows; it is {kind(data)}")
     for index, row in enumerate(data):
-        if isinstance(row, list) and len(row) != len(columns) or not isinstance(row, list) and len(columns) != 1:
+        if len(row) != len(columns) if isinstance(row, list) else len(columns) != 1:  # a bare value: one column
             size = f"{len(row)} values" if isinstance(row, list) else kind(row)
             raise bad_request(f"{SPLIT}.data[{index}] has {size} for {len(columns)} columns {columns}")
     return len(data)
