@@ -1,9 +1,11 @@
 """The probe behind the cascade's share (``compare.cascade_share``): a finished comparison's stored predictions of one
 Transformer run and NBSVM, fused as ``make compare`` fuses them (``choose_fusion``, ``compare.short_fusion_words``),
-then made a cascade at each share of a grid (``cascade``). Prints one line per share: the validation figures the share
-is chosen on (cross-fitted accuracy, validation crops), the share of each set the Transformer reads, and the test
-figures, reported, never chosen on. The chosen share: the smallest whose validation accuracy and validation-crops
-accuracy are both within ``compare.champion_tolerance`` of the fusion of every text (share 1).
+then made a cascade at each share of a grid (``cascade``, NBSVM's rows cross-fitted over its C where it answers
+alone). Prints one line per share: the validation figures the share is chosen on (cross-fitted accuracy, validation
+crops), the share of each set the Transformer reads, and the test figures, reported, never chosen on. Then the
+comparison's own choice (``choose_cascade``: the smallest share up to the budget within ``compare.champion_tolerance``
+of the fusion of every text, its figure cross-fitted over that choice) beside the rule it replaced (``--old-share``,
+0.1, with NBSVM's answers at the C chosen on all of validation where it answers alone).
 
 Reads the comparison's reports folders (``lab.probes.stored_runs``) and the ingested splits; writes nothing. Run it
 from a checkout whose comparison finished, for example:
@@ -14,6 +16,7 @@ from a checkout whose comparison finished, for example:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -26,7 +29,15 @@ from pipeline.core.catalog import stage_dir
 from pipeline.core.errors import PipelineError
 from pipeline.metrics import mcnemar_exact
 from pipeline.stages.compare.candidates import NBSVM
-from pipeline.stages.compare.fusion_weights import EvaluatedRows, FusionChoice, PartScores, cascade, choose_fusion
+from pipeline.stages.compare.fusion_weights import (
+    Cascade,
+    EvaluatedRows,
+    FusionChoice,
+    PartScores,
+    cascade,
+    choose_cascade,
+    choose_fusion,
+)
 from pipeline.stages.compare.producers import evaluated_rows, part_scores
 from pipeline.stages.tokenize.outputs import read_ingested_rows
 from pipeline.text.conventions import load_labels
@@ -43,7 +54,14 @@ def share_figures(
 ) -> dict:
     """The cascade of ``choice`` at ``share``: its validation figures, what the Transformer reads, its test figures
     and McNemar's test against the fusion of every text on the test reviews."""
-    cascaded = cascade(choice, lexical, rows, share)
+    return cascade_figures(choice, cascade(choice, lexical, rows, share), rows, labels)
+
+
+def cascade_figures(
+    choice: FusionChoice, cascaded: Cascade, rows: EvaluatedRows, labels: dict[str, np.ndarray]
+) -> dict:
+    """A cascade's figures (:func:`share_figures`)."""
+    share = cascaded.share
     right = cascaded.choice.test.argmax(axis=1) == labels["test"]
     every_text_right = choice.test.argmax(axis=1) == labels["test"]
     return {
@@ -63,6 +81,7 @@ def main() -> None:
     parser.add_argument("--config", default="configs/short_texts.yaml")
     parser.add_argument("--transformer", required=True, help="the Transformer run id (its reports folder)")
     parser.add_argument("--nbsvm", default=None, help="NBSVM's reports folder name (default: the one there)")
+    parser.add_argument("--old-share", type=float, default=0.1, help="the fixed share of the rule replaced")
     args = parser.parse_args()
     config = load_config(Path(args.config), [])
     reports = config.reports_dir
@@ -81,14 +100,13 @@ def main() -> None:
     for share in SHARES:
         figures.append(share_figures(choice, lexical, rows, labels, share))
         print(json.dumps(figures[-1]))
-    tolerance = config.compare.champion_tolerance
-    chosen = min(
-        f["share"]
-        for f in figures
-        if f["val_cross_fitted"] >= every_text["val"] - tolerance
-        and f["val_crops"] >= every_text["val_crops"] - tolerance
-    )
-    print(f"chosen on validation (within {tolerance} of every text on both): share {chosen}")
+    print(json.dumps({"every_text": every_text}))
+    tolerance, budget = config.compare.champion_tolerance, config.compare.cascade_share
+    chosen = choose_cascade(choice, lexical, rows, budget, tolerance)
+    before = share_figures(choice, dataclasses.replace(lexical, honest_rows=None), rows, labels, args.old_share)
+    print(json.dumps({"before": before}))
+    print(json.dumps({"after": cascade_figures(choice, chosen, rows, labels)}))
+    print(f"chosen: share {chosen.share:g} of {list(chosen.by_share)} (within {tolerance} of every text on both)")
 
 
 if __name__ == "__main__":
