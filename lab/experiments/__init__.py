@@ -48,11 +48,12 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--only",
         action="append",
-        choices=("train", "score", "ngrams", "sparse", "export", "int8", "cascade"),
+        choices=("train", "score", "ngrams", "sparse", "export", "int8", "cascade", "serve"),
         help="measure only training steps, scoring, the model's scoring rate with and without "
         "n-grams, its training step with dense and lazy (sparse) embedding updates, its "
         "exported graph against make score, its Transformer in float32 against int8, or a cascaded "
-        "fusion's make score against its Transformer and its NBSVM alone (repeatable; default: everything)",
+        "fusion's make score against its Transformer and its NBSVM alone, or make serve under 1-64 clients and bad "
+        "requests (repeatable; default: everything)",
     )
 
 

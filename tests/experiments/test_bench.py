@@ -262,3 +262,48 @@ def test_the_benchs_rows_are_drawn_from_every_label_in_the_splits_order():
     kept = stratified_rows(frame, 20)
     assert len(kept) == 20 and kept["label"].value_counts().to_dict() == {0: 14, 1: 6}
     assert kept.index.is_monotonic_increasing and stratified_rows(frame, 200) is frame
+
+
+def test_the_served_model_is_loaded_by_clients_and_answers_every_bad_request_then_the_next_good_one(trained_run):
+    """`make bench --only serve` on a tiny model, briefly: a load row per (workers, clients, rows per request) with
+    requests counted and no errors, each bad request's status and message, and the good request after each answered;
+    the report's two tables."""
+    import json
+
+    from lab.experiments.bench.report import serving_lines
+    from lab.experiments.bench.serve_load import BAD_REQUESTS, measure_serving
+
+    config, run_dir = trained_run
+    uri = f"runs:/{json.loads((run_dir / 'manifest.json').read_text())['mlflow_run_id']}/model"
+    asked = (
+        "malformed JSON",
+        "no text field",
+        "null text",
+        "an empty list",
+        "invalid UTF-8",
+        "10,001 rows",
+        "text/plain",
+    )
+    served = measure_serving(
+        config.tracking.tracking_uri,
+        uri,
+        ["A superb film.", "Dull."] * 50,
+        workers=(1,),
+        clients=(1, 4),
+        seconds=1,
+        requests={name: BAD_REQUESTS[name] for name in asked},
+    )
+    assert [(row["clients"], row["batch"]) for row in served["load"]] == [(1, 1), (4, 1), (1, 100), (4, 100)]
+    for row in served["load"]:
+        assert row["requests"] > 0 and row["errors"] == 0 and row["peak_gb"] > 0.05
+        assert row["rows_per_s"] == pytest.approx(row["requests_per_s"] * row["batch"], abs=0.05 * row["batch"] + 0.1)
+    statuses = {row["request"]: row["status"] for row in served["bad_requests"]}
+    assert list(statuses) == list(asked)
+    assert statuses["malformed JSON"] == statuses["no text field"] == statuses["an empty list"] == 400
+    assert statuses["invalid UTF-8"] == 400 and statuses["text/plain"] == 415 and statuses["10,001 rows"] == 413
+    assert statuses["null text"] == 200  # the row's reason in its score_error, as make score
+    assert all(row["next"] == 200 for row in served["bad_requests"])
+    no_text = next(row for row in served["bad_requests"] if row["request"] == "no text field")
+    assert "text" in no_text["answer"] and "review" in no_text["answer"]
+    report = "\n".join(serving_lines(served, None))
+    assert "| 1 | 4 | 100 |" in report and "| no text field | 400 |" in report

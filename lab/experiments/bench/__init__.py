@@ -92,7 +92,7 @@ def summary_line(results: dict, read: str, wrote: str) -> str:
 
 def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections: tuple[str, ...] = ("all",)) -> dict:
     """Measure the ``sections`` asked for (``all``, ``train``, ``score``, ``sparse``, ``ngrams``, ``export``,
-    ``int8``, ``cascade``) and write
+    ``int8``, ``cascade``, ``serve``) and write
     ``reports/bench.{json,md}``; returns the results."""
     from pipeline.tracking import champion_uri, setup_tracking
 
@@ -120,7 +120,7 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
     test = stratified_rows(read_split(ingest_dir, "test", columns=["text", "label"]), rows)  # what scoring scores
     texts = test["text"]
     model_uri = model_uri or champion_uri(config.tracking)  # a name only: read where score or export is asked
-    if everything or {"score", "export", "int8", "cascade"} & set(sections):
+    if everything or {"score", "export", "int8", "cascade", "serve"} & set(sections):
         setup_tracking(config.tracking)
     if everything or "score" in sections:
         results["scoring"] = {
@@ -151,6 +151,11 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
             if not everything:
                 raise
             print(f"bench: cascade not measured: {error}")
+    if everything or "serve" in sections:
+        from lab.experiments.bench.serve_load import measure_serving
+        from pipeline.tracking import tracking_uri
+
+        results["serving"] = measure_serving(tracking_uri(config.tracking), model_uri, texts.tolist())
     json_path = atomic_write_json(config.reports_dir / "bench.json", results)
     md_path = atomic_write_text(config.reports_dir / "bench.md", markdown_report(results))
     read = f"{len(train_ids):,} train rows from {tokenize_dir}/ and {split_path(ingest_dir, 'test')}"

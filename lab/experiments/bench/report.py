@@ -278,4 +278,36 @@ def markdown_report(results: dict) -> str:
         lines += int8_lines(results["int8"])
     if results.get("cascade"):
         lines += cascade_lines(results["cascade"])
+    if results.get("serving"):
+        lines += serving_lines(results["serving"], results.get("scoring"))
     return "\n".join(lines)
+
+
+def serving_lines(serving: dict, scoring: dict | None) -> list[str]:
+    """The served model under load (beside `make score`'s rate when measured), then its answers to bad requests."""
+    beside = (
+        f" `make score` in the same run: {scoring['score_csv_streaming_rows_per_second']:,.0f} rows/s after the load."
+        if scoring and "score_csv_streaming_rows_per_second" in scoring
+        else ""
+    )
+    lines = [
+        f"`make serve` of {serving['model_uri']}, {serving['seconds_per_point']:g} s per point, each client a thread "
+        f"with its own keep-alive connection.{beside}",
+        "",
+        "| workers | clients | rows per request | requests/s | rows/s | p50 ms | p99 ms | errors | peak GB |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in serving["load"]:
+        lines.append(
+            f"| {row['workers']} | {row['clients']} | {row['batch']} | {row['requests_per_s']:,.1f} | "
+            f"{row['rows_per_s']:,.0f} | {row['p50_ms']} | {row['p99_ms']} | {row['errors']} | {row['peak_gb']} |"
+        )
+    lines += [
+        "",
+        "| bad request | status | answer (first line) | seconds | next good request |",
+        "| --- | ---: | --- | ---: | ---: |",
+    ]
+    for row in serving["bad_requests"]:
+        answer = row["answer"].replace("|", "\\|")
+        lines.append(f"| {row['request']} | {row['status']} | `{answer}` | {row['seconds']} | {row['next']} |")
+    return [*lines, ""]
