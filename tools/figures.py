@@ -54,6 +54,15 @@ def time_report(path: Path) -> dict[str, float]:
     return {"build_seconds": round(seconds), "peak_gb": round(int(peak.group(1)) / 1e6, 1)}
 
 
+def cascade_share(reports: Path) -> float | None:
+    """The share of reviews a cascaded fusion's Transformer reads, from its ``fusion.json`` in the comparison's
+    reports folder (None: no cascade, or fusions that differ)."""
+    shares = {
+        json.loads(path.read_text()).get("cascade_share") for path in sorted(reports.glob("fusion-*/fusion.json"))
+    }
+    return shares.pop() if len(shares) == 1 else None
+
+
 def summary_figures(comparison: dict) -> dict:
     """What the pages quote of a comparison: each candidate's mean test accuracy (and its spread over seeds), mean
     validation accuracy and test crops' accuracy, the pooling difference and the deployed candidate."""
@@ -102,6 +111,9 @@ def snapshot(args: argparse.Namespace) -> Path:
         **(time_report(Path(args.time_log)) if args.time_log else {}),
         **summary_figures(comparison),
     }
+    share = cascade_share(Path(args.comparison).parent)
+    if share is not None and "+" in figures["deployed"]["variant"]:
+        figures["cascade"] = {"share": share}
     SNAPSHOTS.mkdir(parents=True, exist_ok=True)
     path = SNAPSHOTS / f"{args.name}.json"
     path.write_text(json.dumps(figures, indent=2) + "\n")
@@ -190,7 +202,22 @@ def results(figures: dict) -> str:
     )
 
 
-RENDERERS: dict[str, Callable[[dict], str]] = {"answer": answer, "results": results}
+def short(figures: dict) -> str:
+    """The README's line on a second config's build (the short-texts one): what it deploys, its test figures against
+    NBSVM's, its cascade's share when it is one, and what building it took."""
+    deployed, nbsvm = figures["deployed"], figures["candidates"].get("nbsvm")
+    cascade = figures.get("cascade")
+    read = f", a cascade: MiniLM reads the {cascade['share']:.0%} of reviews NBSVM is least sure of" if cascade else ""
+    against = f" (NBSVM alone {nbsvm['test']:.4f} / {nbsvm['test_crops']:.4f})" if nbsvm else ""
+    return (
+        f"  Deployed: `{deployed['variant']}`{read}; **test {deployed['test']:.4f}, test crops "
+        f"{deployed['test_crops']:.4f}**{against}. Built in {minutes(figures['build_seconds'])} wall on a fresh clone, "
+        f"peak {figures['peak_gb']:.1f} GB, on a {figures['machine']} whose default training step took "
+        f"{figures['step_ms']} ms ({figures['date']}).\n"
+    )
+
+
+RENDERERS: dict[str, Callable[[dict], str]] = {"answer": answer, "results": results, "short": short}
 
 
 def render_text(text: str, snapshots: Path = SNAPSHOTS) -> str:
