@@ -106,6 +106,8 @@ def snapshot(args: argparse.Namespace) -> Path:
     figures = {
         "machine": args.machine,
         "step_ms": args.step_ms,
+        "step_of": args.step_of,
+        "build_of": args.build_of,
         "date": args.date,
         "commit": commit or None,
         **(time_report(Path(args.time_log)) if args.time_log else {}),
@@ -203,17 +205,16 @@ def results(figures: dict) -> str:
 
 
 def short(figures: dict) -> str:
-    """The README's line on a second config's build (the short-texts one): what it deploys, its test figures against
-    NBSVM's, its cascade's share when it is one, and what building it took."""
-    deployed, nbsvm = figures["deployed"], figures["candidates"].get("nbsvm")
+    """The README's line on a second config's build (the short-texts one): what it deploys, its test figures, its
+    cascade's share when it is one, and what building it took."""
+    deployed = figures["deployed"]
     cascade = figures.get("cascade")
     read = f", a cascade: MiniLM reads the {cascade['share']:.0%} of reviews NBSVM is least sure of" if cascade else ""
-    against = f" (NBSVM alone {nbsvm['test']:.4f} / {nbsvm['test_crops']:.4f})" if nbsvm else ""
     return (
         f"  Deployed: `{deployed['variant']}`{read}; **test {deployed['test']:.4f}, test crops "
-        f"{deployed['test_crops']:.4f}**{against}. Built in {minutes(figures['build_seconds'])} wall on a fresh clone, "
-        f"peak {figures['peak_gb']:.1f} GB, on a {figures['machine']} whose default training step took "
-        f"{figures['step_ms']} ms ({figures['date']}).\n"
+        f"{deployed['test_crops']:.4f}**. `make all` took {minutes(figures['build_seconds'])} wall "
+        f"{figures.get('build_of', 'on a fresh clone')}, peak {figures['peak_gb']:.1f} GB, on a {figures['machine']} "
+        f"whose {figures.get('step_of', 'default training step')} took {figures['step_ms']:,} ms ({figures['date']}).\n"
     )
 
 
@@ -255,7 +256,9 @@ def main(argv: list[str] | None = None) -> None:
     take.add_argument("comparison", help="the build's reports/comparison.json")
     take.add_argument("--name", required=True, help="the snapshot's name (default, short_texts)")
     take.add_argument("--time-log", help="the build's /usr/bin/time -v report")
-    take.add_argument("--step-ms", type=int, required=True, help="the machine's default training step that day (ms)")
+    take.add_argument("--step-ms", type=int, required=True, help="a training step's time that day (ms)")
+    take.add_argument("--step-of", default="default training step", help="which step --step-ms measured")
+    take.add_argument("--build-of", default="on a fresh clone", help="what the timed build included")
     take.add_argument("--machine", required=True, help="the machine, in words")
     take.add_argument("--date", required=True, help="the build's date (YYYY-MM-DD)")
     commands.add_parser("render", help="rewrite every marked block of the README and docs/ from its snapshot")
