@@ -65,7 +65,7 @@ def walk(tmp_path_factory):
         "CONFIG=configs/smoke.yaml",
         f"DATA={folder / 'data'}",
         f"REPORTS={folder / 'reports'}",
-        f"SET=paths.reports_dir={folder / 'reports'} compare.seeds=[1] compare.tfidf_baseline=false",
+        f"SET=paths.reports_dir={folder / 'reports'} compare.seeds=[1] compare.tfidf_baseline=false training.epochs=1",
     ]
     return folder, archive, env, variables
 

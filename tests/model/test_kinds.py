@@ -157,32 +157,6 @@ def test_make_score_and_serve_give_the_evaluations_answers_for_a_cascade(fused_p
         assert [row["predicted_label"] for row in served] == scored["predicted_label"].tolist()[:40]
 
 
-def test_spark_gives_the_evaluations_answers_for_a_cascade_at_the_weights_a_user_gets(fused_parts, tmp_path):
-    """`make score ENGINE=spark` (a real local Spark) on the fused models of the grid's end and a middle weight,
-    cascaded: the evaluation's probabilities within 1e-6, every row in order."""
-    pytest.importorskip("pyspark")
-    from pyspark.sql import SparkSession
-
-    from pipeline.stages.score import spark
-
-    config, run_id, _, parts = fused_parts
-    config = config.replace(spark={"master": "local[2]"})
-    texts = parts["test"][0]
-    pd.DataFrame({"id": range(len(texts)), "text": texts}).to_csv(tmp_path / "in.csv", index=False)
-    try:
-        for weight in (1.0, 0.3):
-            expected, threshold = evaluated(parts, weight, 0.1)
-            model = grid_model(run_id, tmp_path / f"model-{weight:g}", weight, threshold)
-            out = tmp_path / f"out-{weight:g}"
-            spark.score_table(config, str(tmp_path / "in.csv"), out, model_uri=str(model))
-            got = pd.concat([pd.read_parquet(part) for part in sorted(out.glob("part-*"))], ignore_index=True)
-            assert got["id"].astype(int).tolist() == list(range(len(texts)))  # every row, in the input's order
-            np.testing.assert_allclose(got["positive_probability"], expected[:, 1], atol=1e-6)
-    finally:
-        if SparkSession.getActiveSession() is not None:
-            SparkSession.getActiveSession().stop()
-
-
 def test_the_export_graph_gives_the_evaluations_answers_for_a_cascade_at_weight_one(fused_parts, tmp_path):
     """The TensorFlow export of a weight-1 cascade: the evaluation's answers within the export check's tolerance."""
     import tensorflow as tf

@@ -37,6 +37,7 @@ from lab.experiments.bench.scoring_speed import (
     measure_ngram_scoring,
     measure_scoring,
 )
+from lab.experiments.bench.serve_load import measure_serving
 from lab.experiments.bench.training_steps import (
     MEASURED_BATCHES,
     REFERENCE_ENCODERS,
@@ -152,10 +153,7 @@ def run(config: Config, model_uri: str | None, rows: int, repeat: int, sections:
                 raise
             print(f"bench: cascade not measured: {error}")
     if everything or "serve" in sections:
-        from lab.experiments.bench.serve_load import measure_serving
-        from pipeline.tracking import tracking_uri
-
-        results["serving"] = measure_serving(tracking_uri(config.tracking), model_uri, texts.tolist())
+        results["serving"] = measure_serving(config.tracking, model_uri, texts.tolist())
     json_path = atomic_write_json(config.reports_dir / "bench.json", results)
     md_path = atomic_write_text(config.reports_dir / "bench.md", markdown_report(results))
     read = f"{len(train_ids):,} train rows from {tokenize_dir}/ and {split_path(ingest_dir, 'test')}"

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import psutil
 
+from pipeline.config import TrackingConfig
 from pipeline.runtime.local_http import free_port, local_server
 from pipeline.stages.serve.command import serve_command, serve_environment
 
@@ -134,7 +135,7 @@ def bad_requests(port: int, requests: dict[str, tuple[str, bytes]] = BAD_REQUEST
 
 
 def measure_serving(
-    tracking_uri: str,
+    tracking: TrackingConfig,
     model_uri: str,
     texts: Sequence[str],
     workers: Sequence[int] = (1, 2),
@@ -143,12 +144,14 @@ def measure_serving(
     requests: dict[str, tuple[str, bytes]] = BAD_REQUESTS,
 ) -> dict:
     """The load table for each worker count, then the bad-request table (one worker)."""
+    from pipeline.tracking import tracking_uri  # MLflow: only where the bench serves
+
     texts = list(texts)
     table = []
     bad: list[dict] = []
     for count in workers:
         port = free_port()
-        environment = serve_environment(tracking_uri, model_uri)
+        environment = serve_environment(tracking_uri(tracking), model_uri)
         with local_server(serve_command(port, workers=count), port, "/ping", "make serve", env=environment):
             for batch in BATCHES:
                 for number in clients:

@@ -3,6 +3,7 @@
 import json
 import os
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -10,6 +11,7 @@ from pipeline.__main__ import main as cli_main
 from pipeline.core.errors import InputError, MissingInputError
 from pipeline.stages import score
 from pipeline.stages.score import spark
+from tests.model.test_kinds import evaluated, fused_parts, grid_model  # noqa: F401  (fused_parts: a fixture)
 
 REVIEWS = [
     "A superb, wonderful film.",
@@ -217,3 +219,25 @@ def test_spark_scores_with_a_model_fine_tuned_from_a_preset_like_make_score(spar
     config = preset_comparison.replace(spark={"master": "local[2]"})
     run_id = json.loads((config.reports_dir / "comparison.json").read_text())["summary"]["mean"]["run_ids"][0]
     assert_spark_answers_like_make_score(config, f"runs:/{run_id}/model", tmp_path)
+
+
+def test_spark_gives_the_evaluations_answers_for_a_cascade_at_the_weights_a_user_gets(
+    spark_setup,
+    fused_parts,  # noqa: F811  (the fixture imported above)
+    tmp_path,
+):
+    """The weight-grid check of tests/model/test_kinds.py through `make score ENGINE=spark` (this module's local
+    Spark): the fused models of the grid's end and a middle weight, cascaded, give the evaluation's probabilities within
+    1e-6, every row in order."""
+    config, run_id, _, parts = fused_parts
+    config = config.replace(spark={"master": "local[2]"})
+    texts = parts["test"][0]
+    pd.DataFrame({"id": range(len(texts)), "text": texts}).to_csv(tmp_path / "in.csv", index=False)
+    for weight in (1.0, 0.3):
+        expected, threshold = evaluated(parts, weight, 0.1)
+        model = grid_model(run_id, tmp_path / f"model-{weight:g}", weight, threshold)
+        out = tmp_path / f"out-{weight:g}"
+        spark.score_table(config, str(tmp_path / "in.csv"), out, model_uri=str(model))
+        got = pd.concat([pd.read_parquet(part) for part in sorted(out.glob("part-*"))], ignore_index=True)
+        assert got["id"].astype(int).tolist() == list(range(len(texts)))  # every row, in the input's order
+        np.testing.assert_allclose(got["positive_probability"], expected[:, 1], atol=1e-6)
