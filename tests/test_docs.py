@@ -52,11 +52,16 @@ def pages() -> list[Path]:
 REFERENCE = PROJECT_ROOT / "docs" / "reference"  # generated from the code (tools/reference.py)
 
 
-def reference_tool():
-    spec = importlib.util.spec_from_file_location("reference", PROJECT_ROOT / "tools" / "reference.py")
+def tool(name: str):
+    """``tools/<name>.py`` as a module (the tools folder is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, PROJECT_ROOT / "tools" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def reference_tool():
+    return tool("reference")
 
 
 def test_the_reference_pages_are_what_the_makefile_and_the_config_say():
@@ -65,10 +70,7 @@ def test_the_reference_pages_are_what_the_makefile_and_the_config_say():
 
 
 def figures_tool():
-    spec = importlib.util.spec_from_file_location("figures", PROJECT_ROOT / "tools" / "figures.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return tool("figures")
 
 
 def test_every_marked_figure_equals_its_snapshot():
